@@ -1,0 +1,5 @@
+import sys
+
+from netbench.cli import main
+
+sys.exit(main())

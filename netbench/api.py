@@ -1,0 +1,409 @@
+"""The plugin contract: what a benchmark declares and what the harness hands it.
+
+A benchmark module imports only this module (plus its own third-party library). It fills one
+class: ``name``, ``transport``, ``metrics``, ``params``, ``available(env)`` and ``run(case, ctx)``,
+and, when it needs the far end, ``serve(params, session)`` which ``netbench serve`` calls.
+The harness (runner, store, CLI) does everything else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol
+
+from netbench import stats
+from netbench.errors import CaseTimeout, NetbenchError, PeerError, UsageError
+from netbench.wire import Channel
+
+__all__ = [
+    "Benchmark", "Case", "CaseTimeout", "Channel", "Context", "CpuMeter", "Measurement",
+    "Metric", "NetbenchError", "Param", "PeerError", "ServerSession", "UsageError",
+    "format_size", "parse_size", "stats",
+]
+
+Better = Literal["higher", "lower"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported quantity. ``better`` travels into the store so nobody has to guess."""
+
+    name: str
+    unit: str
+    better: Better
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.better not in ("higher", "lower"):
+            raise ValueError(f"metric {self.name}: better must be 'higher' or 'lower'")
+
+
+# --- sizes -----------------------------------------------------------------------------------
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str | int) -> int:
+    """'64K', '64KiB', '1M', '65536' -> bytes. Binary multiples, as iperf3 and perftest use."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a size")
+    if isinstance(text, int):
+        return text
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a size (use bytes or a suffix: 512, 64K, 1M, 2G)")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    value = number * _SIZE_UNITS[unit]
+    if value != int(value):
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def format_size(n: int) -> str:
+    """65536 -> '64K'; sizes that are not whole multiples stay in bytes."""
+    for suffix, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult}{suffix}"
+    return str(n)
+
+
+def _size_range(text: str) -> list[int]:
+    """'2..8M' -> powers of two from 2 B to 8 MiB, like perftest -a."""
+    lo_text, hi_text = text.split("..", 1)
+    lo, hi = parse_size(lo_text), parse_size(hi_text)
+    if lo <= 0 or hi < lo:
+        raise ValueError(f"{text!r}: a range needs 0 < low <= high")
+    out, value = [], lo
+    while value <= hi:
+        out.append(value)
+        value *= 2
+    return out
+
+
+# --- params ----------------------------------------------------------------------------------
+
+ParamKind = Literal["int", "float", "bool", "str", "size", "choice"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A typed, validated benchmark parameter.
+
+    ``sweep=True`` lets the param take a list (``1K,64K`` or ``[..]`` in a suite, or a size range
+    ``1K..1M``); the runner makes one case per value, like perftest ``-a`` or nccl-tests ``-b/-e``.
+    """
+
+    name: str
+    kind: ParamKind
+    default: Any
+    help: str = ""
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    sweep: bool = False
+
+    def accepted(self) -> str:
+        """Human description of accepted values, for error messages and `netbench list`."""
+        if self.kind == "choice":
+            text = "one of " + ", ".join(self.choices)
+        elif self.kind == "size":
+            text = "a size in bytes (512, 64K, 1M)"
+        elif self.kind == "bool":
+            text = "true or false"
+        else:
+            text = {"int": "an integer", "float": "a number", "str": "text"}[self.kind]
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f">= {_fmt_bound(self, self.minimum)}")
+        if self.maximum is not None:
+            bounds.append(f"<= {_fmt_bound(self, self.maximum)}")
+        if bounds:
+            text += " " + " and ".join(bounds)
+        if self.sweep:
+            text += "; a list sweeps" + (" (or a range 1K..1M)" if self.kind == "size" else "")
+        return text
+
+    def parse(self, raw: Any) -> Any:
+        """Validate one raw value (CLI text or TOML value); a sweep param returns a list."""
+        if self.sweep:
+            items = _split_list(raw)
+            if self.kind == "size" and isinstance(raw, str) and ".." in raw:
+                try:
+                    items = _size_range(raw)
+                except ValueError as exc:
+                    raise UsageError(f"param {self.name}: {exc}") from None
+            values = [self._parse_one(item) for item in items]
+            if not values:
+                raise UsageError(f"param {self.name}: empty list; accepted: {self.accepted()}")
+            return values
+        if isinstance(raw, list):
+            raise UsageError(f"param {self.name} takes one value, not a list; accepted: "
+                             f"{self.accepted()}")
+        return self._parse_one(raw)
+
+    def _parse_one(self, raw: Any) -> Any:
+        try:
+            value = self._convert(raw)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"param {self.name}: bad value {raw!r} ({exc}); accepted: "
+                             f"{self.accepted()}") from None
+        if self.kind in ("int", "float", "size"):
+            if (self.minimum is not None and value < self.minimum) or (
+                    self.maximum is not None and value > self.maximum):
+                raise UsageError(f"param {self.name}: {raw!r} is out of range; accepted: "
+                                 f"{self.accepted()}")
+        return value
+
+    def _convert(self, raw: Any) -> Any:
+        if self.kind == "size":
+            return parse_size(raw)
+        if self.kind == "int":
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError("not an integer")
+            return int(raw)
+        if self.kind == "float":
+            if isinstance(raw, bool):
+                raise ValueError("not a number")
+            return float(raw)
+        if self.kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("not a boolean")
+        if self.kind == "choice":
+            text = str(raw).strip()
+            if text not in self.choices:
+                raise ValueError("not a valid choice")
+            return text
+        if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
+            raise ValueError("not text")
+        return str(raw)
+
+
+def _fmt_bound(param: Param, value: float) -> str:
+    if param.kind == "size":
+        return format_size(int(value))
+    return f"{value:g}"
+
+
+def _split_list(raw: Any) -> list[Any]:
+    if isinstance(raw, (list, tuple)):
+        return list(raw)
+    if isinstance(raw, str):
+        return [part.strip() for part in raw.split(",") if part.strip()]
+    return [raw]
+
+
+# --- cases and measurements ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    """One concrete run of one benchmark: every sweep param resolved to a single value."""
+
+    benchmark: str
+    params: Mapping[str, Any]
+
+    @property
+    def msg_size(self) -> int | None:
+        value = self.params.get("msg_size")
+        return int(value) if value is not None else None
+
+    def describe(self) -> str:
+        shown = []
+        for key, value in sorted(self.params.items()):
+            if key == "msg_size" and isinstance(value, int):
+                value = format_size(value)
+            shown.append(f"{key}={value}")
+        return f"{self.benchmark} " + " ".join(shown)
+
+
+@dataclass
+class Measurement:
+    """What ``run`` returns: derived metric values plus the raw samples behind them.
+
+    ``samples`` maps a metric name to its raw per-iteration (or per-interval) values, stored in
+    the row of that metric. ``device``, ``transport`` and ``peer`` override the benchmark's
+    defaults for this case (e.g. the NIC a stream actually used). ``note`` lands in the row's
+    ``reason`` column, e.g. to mark an emulated device.
+    """
+
+    values: dict[str, float]
+    samples: dict[str, Sequence[float]] = field(default_factory=dict)
+    device: str | None = None
+    transport: str | None = None
+    peer: str | None = None
+    note: str = ""
+
+
+# --- what the harness hands a benchmark ------------------------------------------------------
+
+class ClientSession(Protocol):
+    """A control connection to ``netbench serve`` (a remote peer or the loopback fallback)."""
+
+    channel: Channel
+    peer_name: str
+    host: str
+
+    def run_remote(self, benchmark: str, params: Mapping[str, Any],
+                   timeout: float) -> dict[str, Any]: ...
+
+    def open_data(self, count: int, timeout: float) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class ServerSession(Protocol):
+    """The far end's view of one client, handed to ``Benchmark.serve``."""
+
+    channel: Channel
+    client_name: str
+
+    def accept_data(self, count: int, timeout: float) -> list[Any]: ...
+
+
+class Context(Protocol):
+    """The runner's services for one case."""
+
+    env: Mapping[str, Any]
+    peer: str | None          # HOST:PORT the user gave, or None for the loopback fallback
+    cancelled: threading.Event
+
+    def connect(self) -> ClientSession: ...
+
+    def remaining(self) -> float: ...
+
+    def on_cancel(self, callback: Callable[[], None]) -> None: ...
+
+    def progress(self, fraction: float) -> None: ...
+
+
+class Benchmark:
+    """Base class of every benchmark; subclasses fill the class attributes."""
+
+    name: ClassVar[str]                    # family.op, e.g. tcp.stream
+    transport: ClassVar[str]               # tcp | rdma | nccl | gloo | pcie | memory ...
+    description: ClassVar[str] = ""
+    metrics: ClassVar[tuple[Metric, ...]] = ()
+    params: ClassVar[tuple[Param, ...]] = ()
+    needs_peer: ClassVar[bool] = False     # run() calls ctx.connect()
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def op(self) -> str:
+        return self.name.split(".", 1)[1] if "." in self.name else self.name
+
+    def available(self, env: Mapping[str, Any]) -> str | None:
+        """None when this benchmark can run here, else the reason it cannot."""
+        return None
+
+    def run(self, case: Case, ctx: Context) -> Measurement:
+        raise NotImplementedError
+
+    def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
+        raise NetbenchError(f"{self.name} has no server side")
+
+    # --- helpers the harness uses; benchmarks rarely override these ---
+
+    def metric(self, name: str) -> Metric:
+        for metric in self.metrics:
+            if metric.name == name:
+                return metric
+        raise KeyError(name)
+
+    def param_spec(self, name: str) -> Param:
+        for param in self.params:
+            if param.name == name:
+                return param
+        known = ", ".join(p.name for p in self.params) or "none"
+        raise UsageError(f"{self.name} has no param {name!r}; its params: {known}")
+
+    def resolve_params(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults overlaid with validated user values (sweep params stay lists)."""
+        resolved: dict[str, Any] = {}
+        for param in self.params:
+            resolved[param.name] = [param.default] if param.sweep else param.default
+        for key, value in raw.items():
+            resolved[key] = self.param_spec(key).parse(value)
+        return resolved
+
+    def expand(self, raw: Mapping[str, Any]) -> list[Case]:
+        """One case per combination of sweep values, in declaration order."""
+        resolved = self.resolve_params(raw)
+        sweeps = [p.name for p in self.params if p.sweep]
+        fixed = {k: v for k, v in resolved.items() if k not in sweeps}
+        cases = []
+        for combo in itertools.product(*(resolved[name] for name in sweeps)):
+            params = dict(fixed)
+            params.update(zip(sweeps, combo))
+            cases.append(Case(self.name, params))
+        return cases
+
+    def validate_remote(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """Server side: a request's params must be single, in-range values of known params."""
+        if not isinstance(raw, Mapping):
+            raise UsageError("params must be an object")
+        out = {}
+        for param in self.params:
+            value = raw.get(param.name, param.default)
+            out[param.name] = param._parse_one(value)
+        unknown = set(raw) - set(out)
+        if unknown:
+            raise UsageError(f"unknown params for {self.name}: {', '.join(sorted(unknown))}")
+        return out
+
+
+class CpuMeter:
+    """CPU time of this process (all threads) and of the whole host over an interval.
+
+    ``process_pct`` is in percent of one core (100 = one core fully busy), as iperf3 reports.
+    """
+
+    def __init__(self) -> None:
+        import psutil  # netbench's own dependency; imported here to keep `import api` light
+
+        self._proc = psutil.Process()
+        self._psutil = psutil
+        self.start()
+
+    def start(self) -> None:
+        import time
+
+        self._t0 = time.monotonic()
+        self._p0 = self._proc.cpu_times()
+        self._h0 = self._psutil.cpu_times()
+
+    def stop(self) -> dict[str, float]:
+        import time
+
+        wall = max(time.monotonic() - self._t0, 1e-9)
+        p1, h1 = self._proc.cpu_times(), self._psutil.cpu_times()
+        proc_s = (p1.user - self._p0.user) + (p1.system - self._p0.system)
+        busy0 = sum(self._h0) - self._h0.idle - getattr(self._h0, "iowait", 0.0)
+        busy1 = sum(h1) - h1.idle - getattr(h1, "iowait", 0.0)
+        total = max(sum(h1) - sum(self._h0), 1e-9)
+        return {
+            "wall_s": wall,
+            "process_cpu_s": proc_s,
+            "process_pct": 100.0 * proc_s / wall,
+            "host_pct": 100.0 * (busy1 - busy0) / total,
+        }
+
+
+def first_error(results: Iterable[BaseException | None]) -> BaseException | None:
+    """The first exception in a list of worker outcomes (None = success)."""
+    for item in results:
+        if item is not None:
+            return item
+    return None

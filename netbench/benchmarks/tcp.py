@@ -1,0 +1,431 @@
+"""TCP baselines: ``tcp.stream`` (iperf3-style goodput) and ``tcp.rr`` (sockperf-style latency).
+
+Both talk to ``netbench serve`` (a remote peer, or the loopback server the runner starts), which
+runs the ``serve`` half of the same class. Goodput is counted by the receiver; latency is half
+the measured round trip, as sockperf and netperf TCP_RR report it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from netbench.api import (
+    Benchmark,
+    Case,
+    Context,
+    CpuMeter,
+    Measurement,
+    Metric,
+    Param,
+    PeerError,
+    ServerSession,
+    UsageError,
+    stats,
+)
+
+SETUP_TIMEOUT = 15.0      # to open data connections and agree to start
+STALL_TIMEOUT = 10.0      # a data socket that moves nothing this long means the peer is gone
+MAX_SERIES = 20_000       # interval samples per run, keeps the result message bounded
+
+_CPU_METRICS = (
+    Metric("cpu_client", "%core", "lower", "client process CPU, 100 = one core busy"),
+    Metric("cpu_server", "%core", "lower", "server process CPU, 100 = one core busy"),
+)
+
+
+def _set_stall_timeout(sock: socket.socket, seconds: float) -> None:
+    """Kernel-side send/recv timeouts: no extra poll() per call, unlike settimeout()."""
+    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+
+
+def _prepare(socks: Sequence[socket.socket], window: int) -> None:
+    for sock in socks:
+        sock.settimeout(None)
+        _set_stall_timeout(sock, STALL_TIMEOUT)
+        if window:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, window)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
+
+
+def _shutdown_all(socks: Sequence[socket.socket]) -> Callable[[], None]:
+    def shutdown() -> None:
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+    return shutdown
+
+
+def _interface_of(sock: socket.socket) -> str:
+    """The local network interface a connected socket uses, by its address."""
+    import psutil
+
+    local_ip = sock.getsockname()[0]
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(addr.address.split("%")[0] == local_ip for addr in addrs):
+            return name
+    return local_ip
+
+
+def _stall_error(exc: OSError, what: str) -> PeerError:
+    if isinstance(exc, BlockingIOError) or exc.errno == 11:
+        return PeerError(f"peer stopped {what} for {STALL_TIMEOUT:g} s")
+    return PeerError(f"data connection failed while {what}: {exc.strerror or exc}")
+
+
+# --- tcp.stream --------------------------------------------------------------------------------
+
+class _Transfer:
+    """Senders and receivers over a set of data sockets, with an interval sampler.
+
+    Receivers count bytes into per-socket slots that a sampler thread sums every ``interval``;
+    the series (time, cumulative bytes) lets goodput omit the warm-up like iperf3 ``-O``.
+    """
+
+    def __init__(self, receive_socks: Sequence[socket.socket],
+                 send_socks: Sequence[socket.socket], msg_size: int, seconds: float,
+                 interval: float) -> None:
+        self.receive_socks, self.send_socks = list(receive_socks), list(send_socks)
+        self.msg_size, self.seconds, self.interval = msg_size, seconds, interval
+        self.counts = [0] * len(self.receive_socks)
+        self.ends = [0.0] * len(self.receive_socks)
+        self.errors: list[BaseException] = []
+        self.series: list[tuple[float, int]] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        payload = os.urandom(self.msg_size)
+        self.t0 = time.monotonic()
+        stop_at = self.t0 + self.seconds
+        threads = [threading.Thread(target=self._guard, args=(self._send, sock, payload,
+                                                              stop_at), daemon=True)
+                   for sock in self.send_socks]
+        threads += [threading.Thread(target=self._guard, args=(self._receive, sock, i),
+                                     daemon=True)
+                    for i, sock in enumerate(self.receive_socks)]
+        sampler = threading.Thread(target=self._sample, daemon=True)
+        sampler.start()
+        for thread in threads:
+            thread.start()
+        limit = stop_at + 2 * STALL_TIMEOUT
+        for thread in threads:
+            thread.join(max(limit - time.monotonic(), 0.0))
+        self._done.set()
+        sampler.join()
+        if any(thread.is_alive() for thread in threads):
+            self.errors.append(PeerError("data transfer did not finish; peer unresponsive"))
+        if self.errors:
+            raise self.errors[0]
+
+    def _guard(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except PeerError as exc:
+            self.errors.append(exc)
+        except OSError as exc:
+            self.errors.append(_stall_error(exc, "moving data"))
+
+    @staticmethod
+    def _send(sock: socket.socket, payload: bytes, stop_at: float) -> None:
+        sendall, now = sock.sendall, time.monotonic
+        while now() < stop_at:
+            sendall(payload)
+        sock.shutdown(socket.SHUT_WR)
+
+    def _receive(self, sock: socket.socket, index: int) -> None:
+        buf = bytearray(max(self.msg_size, 128 * 1024))
+        recv_into, counts = sock.recv_into, self.counts
+        total = 0
+        while True:
+            n = recv_into(buf)
+            if n == 0:
+                break
+            total += n
+            counts[index] = total
+        self.ends[index] = time.monotonic() - self.t0
+
+    def _sample(self) -> None:
+        t0, series = self.t0, self.series
+        while not self._done.wait(self.interval):
+            series.append((time.monotonic() - t0, sum(self.counts)))
+        series.append((max(self.ends, default=0.0), sum(self.counts)))
+
+    def report(self) -> dict[str, Any]:
+        return {"bytes": sum(self.counts), "t_end": max(self.ends, default=0.0),
+                "series": [[round(t, 6), c] for t, c in self.series]}
+
+
+def goodput_from(report: Mapping[str, Any], warmup: float) -> tuple[float, list[float]]:
+    """Receiver-counted goodput in Gbit/s after the warm-up, and per-interval rates."""
+    series = [(float(t), int(c)) for t, c in report["series"]]
+    total, t_end = int(report["bytes"]), float(report["t_end"])
+    start_t, start_c = 0.0, 0
+    for t, c in series:
+        if t >= warmup:
+            start_t, start_c = t, c
+            break
+    window = t_end - start_t
+    if total <= 0 or window <= 0:
+        raise PeerError("the receiver counted no data after the warm-up; run longer")
+    rates = []
+    tail = [(t, c) for t, c in series if t >= start_t]
+    for (t1, c1), (t2, c2) in zip(tail, tail[1:]):
+        if t2 - t1 > 1e-6:
+            rates.append((c2 - c1) * 8 / (t2 - t1) / 1e9)
+    return (total - start_c) * 8 / window / 1e9, rates
+
+
+def _sum_series(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    return [x + y for x, y in zip(a, b)]
+
+
+class TcpStream(Benchmark):
+    name = "tcp.stream"
+    transport = "tcp"
+    description = "bulk TCP goodput counted by the receiver (iperf3-style), with CPU cost"
+    needs_peer = True
+    metrics = (
+        Metric("goodput", "Gbit/s", "higher", "receiver-counted payload rate, all directions"),
+        Metric("goodput_fwd", "Gbit/s", "higher", "client to server"),
+        Metric("goodput_rev", "Gbit/s", "higher", "server to client"),
+        *_CPU_METRICS,
+        Metric("cpu_per_gbit", "CPU-s/Gbit", "lower",
+               "CPU seconds of both ends per Gbit of payload moved"),
+    )
+    params = (
+        Param("msg_size", "size", 128 * 1024, "bytes per send() call (iperf3 -l)",
+              minimum=1, maximum=64 << 20, sweep=True),
+        Param("streams", "int", 1, "parallel connections per direction (iperf3 -P)",
+              minimum=1, maximum=128, sweep=True),
+        Param("direction", "choice", "forward", "forward: client sends; reverse: server "
+              "sends; both: at once", choices=("forward", "reverse", "both")),
+        Param("duration", "float", 5.0, "seconds measured (after the warm-up)",
+              minimum=0.1, maximum=3600),
+        Param("warmup", "float", 0.5, "seconds sent first and not counted (iperf3 -O)",
+              minimum=0, maximum=600),
+        Param("interval", "float", 0.1, "seconds per goodput sample", minimum=0.01,
+              maximum=60),
+        Param("window", "size", 0, "socket buffer size, 0 = system default (iperf3 -w)",
+              minimum=0, maximum=1 << 30),
+    )
+
+    @staticmethod
+    def _split(params: Mapping[str, Any]) -> tuple[int, int]:
+        streams, direction = int(params["streams"]), params["direction"]
+        fwd = streams if direction in ("forward", "both") else 0
+        rev = streams if direction in ("reverse", "both") else 0
+        return fwd, rev
+
+    @staticmethod
+    def _check(params: Mapping[str, Any]) -> None:
+        if (params["warmup"] + params["duration"]) / params["interval"] > MAX_SERIES:
+            raise UsageError(f"tcp.stream: (warmup + duration) / interval exceeds {MAX_SERIES} "
+                             "samples; raise interval")
+
+    def run(self, case: Case, ctx: Context) -> Measurement:
+        params = case.params
+        self._check(params)
+        fwd, rev = self._split(params)
+        seconds = params["warmup"] + params["duration"]
+        session = ctx.connect()
+        try:
+            session.run_remote(self.name, params, SETUP_TIMEOUT)
+            socks = session.open_data(fwd + rev, SETUP_TIMEOUT)
+            ctx.on_cancel(_shutdown_all(socks))
+            try:
+                _prepare(socks, params["window"])
+                session.channel.expect(SETUP_TIMEOUT)            # "go": the far end is ready
+                meter = CpuMeter()
+                transfer = _Transfer(socks[fwd:], socks[:fwd], params["msg_size"], seconds,
+                                     params["interval"])
+                transfer.run()
+                client_cpu = meter.stop()
+                far = session.channel.expect(seconds + 3 * STALL_TIMEOUT)
+                device = _interface_of(socks[0])
+            finally:
+                for sock in socks:
+                    sock.close()
+        finally:
+            session.close()
+        return self._measure(params, fwd, rev, transfer.report(), far, client_cpu, device)
+
+    def _measure(self, params: Mapping[str, Any], fwd: int, rev: int,
+                 local: Mapping[str, Any], far: Mapping[str, Any],
+                 client_cpu: Mapping[str, float], device: str) -> Measurement:
+        warmup = params["warmup"]
+        values: dict[str, float] = {}
+        samples: dict[str, list[float]] = {}
+        if fwd:
+            values["goodput_fwd"], samples["goodput_fwd"] = goodput_from(far["received"],
+                                                                         warmup)
+        if rev:
+            values["goodput_rev"], samples["goodput_rev"] = goodput_from(local, warmup)
+        values["goodput"] = values.get("goodput_fwd", 0.0) + values.get("goodput_rev", 0.0)
+        parts = [samples[k] for k in ("goodput_fwd", "goodput_rev") if k in samples]
+        samples["goodput"] = parts[0] if len(parts) == 1 else _sum_series(*parts)
+        server_cpu = far["cpu"]
+        values["cpu_client"] = client_cpu["process_pct"]
+        values["cpu_server"] = float(server_cpu["process_pct"])
+        moved_gbit = (int(far["received"]["bytes"]) if fwd else 0) * 8e-9 + (
+            int(local["bytes"]) * 8e-9 if rev else 0.0)
+        values["cpu_per_gbit"] = (client_cpu["process_cpu_s"]
+                                  + float(server_cpu["process_cpu_s"])) / moved_gbit
+        return Measurement(values, samples, device=device)
+
+    def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
+        self._check(params)
+        fwd, rev = self._split(params)
+        session.channel.send({"ok": True})
+        socks = session.accept_data(fwd + rev, SETUP_TIMEOUT)
+        try:
+            _prepare(socks, params["window"])
+            session.channel.send({"go": True})
+            meter = CpuMeter()
+            transfer = _Transfer(socks[:fwd], socks[fwd:], params["msg_size"],
+                                 params["warmup"] + params["duration"], params["interval"])
+            transfer.run()
+            session.channel.send({"ok": True, "received": transfer.report(),
+                                  "cpu": meter.stop()})
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+# --- tcp.rr ------------------------------------------------------------------------------------
+
+def _recv_rest(recv_into: Callable[..., int], view: memoryview, got: int, n: int) -> bool:
+    """Finish a message that arrived in pieces; False on EOF."""
+    while got < n:
+        more = recv_into(view[got:], n - got)
+        if more == 0:
+            return False
+        got += more
+    return True
+
+
+def _send_rest(send: Callable[..., int], data: memoryview, sent: int) -> None:
+    while sent < len(data):
+        sent += send(data[sent:])
+
+
+class TcpRr(Benchmark):
+    name = "tcp.rr"
+    transport = "tcp"
+    description = "TCP request/response latency, half the round trip (sockperf ping-pong)"
+    needs_peer = True
+    metrics = (
+        *(Metric(f"lat_{q}", "us (half RTT)", "lower", f"{q} of half the round trip")
+          for q in ("min", "p50", "avg", "stdev", "p99", "p99.9", "max")),
+        Metric("tps", "transactions/s", "higher", "round trips completed per second"),
+        *_CPU_METRICS,
+    )
+    params = (
+        Param("msg_size", "size", 64, "request and response size in bytes",
+              minimum=1, maximum=16 << 20, sweep=True),
+        Param("iterations", "int", 20_000, "timed round trips (ignored when duration > 0)",
+              minimum=10, maximum=100_000_000),
+        Param("duration", "float", 0.0, "seconds of timed round trips; 0 = use iterations",
+              minimum=0, maximum=3600),
+        Param("warmup", "int", 1_000, "untimed round trips first", minimum=0,
+              maximum=10_000_000),
+    )
+
+    def run(self, case: Case, ctx: Context) -> Measurement:
+        params = case.params
+        size = params["msg_size"]
+        session = ctx.connect()
+        try:
+            session.run_remote(self.name, params, SETUP_TIMEOUT)
+            (sock,) = session.open_data(1, SETUP_TIMEOUT)
+            ctx.on_cancel(_shutdown_all([sock]))
+            try:
+                _prepare([sock], 0)
+                session.channel.expect(SETUP_TIMEOUT)
+                meter = CpuMeter()
+                try:
+                    rtts_ns, elapsed = self._ping_pong(sock, size, params)
+                except OSError as exc:
+                    raise _stall_error(exc, "answering") from None
+                client_cpu = meter.stop()
+                sock.shutdown(socket.SHUT_WR)
+                far = session.channel.expect(3 * STALL_TIMEOUT)
+                device = _interface_of(sock)
+            finally:
+                sock.close()
+        finally:
+            session.close()
+        half_us = [ns / 2000.0 for ns in rtts_ns]
+        summary = stats.latency_summary(half_us)
+        values = {f"lat_{k}": v for k, v in summary.items()}
+        values["tps"] = len(rtts_ns) / elapsed
+        values["cpu_client"] = client_cpu["process_pct"]
+        values["cpu_server"] = float(far["cpu"]["process_pct"])
+        return Measurement(values, {"lat_p50": half_us}, device=device)
+
+    @staticmethod
+    def _ping_pong(sock: socket.socket, size: int,
+                   params: Mapping[str, Any]) -> tuple[array, float]:
+        """The timed loop, kept flat: every bytecode here is inside the measured latency."""
+        payload = memoryview(os.urandom(size))
+        view = memoryview(bytearray(size))
+        send, recv_into, clock = sock.send, sock.recv_into, time.perf_counter_ns
+        rtts = array("q")
+        append = rtts.append
+        duration = params["duration"]
+        end_ns = clock() + int(duration * 1e9) if duration > 0 else 0
+        iterations, warm = params["iterations"], params["warmup"]
+        start = clock()
+        while True:
+            t0 = clock()
+            sent = send(payload)
+            if sent != size:
+                _send_rest(send, payload, sent)
+            got = recv_into(view)
+            if got != size and not _recv_rest(recv_into, view, got, size):
+                raise PeerError("peer closed the connection mid-run")
+            t1 = clock()
+            if warm:
+                warm -= 1
+                start = t1
+                continue
+            append(t1 - t0)
+            if end_ns:
+                if t1 >= end_ns:
+                    break
+            elif len(rtts) >= iterations:
+                break
+        return rtts, (clock() - start) / 1e9
+
+    def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
+        size = params["msg_size"]
+        session.channel.send({"ok": True})
+        (sock,) = session.accept_data(1, SETUP_TIMEOUT)
+        try:
+            _prepare([sock], 0)
+            session.channel.send({"go": True})
+            meter = CpuMeter()
+            view = memoryview(bytearray(size))
+            send, recv_into = sock.send, sock.recv_into
+            try:
+                while True:
+                    got = recv_into(view)
+                    if got != size and not _recv_rest(recv_into, view, got, size):
+                        break
+                    sent = send(view)
+                    if sent != size:
+                        _send_rest(send, view, sent)
+            except OSError as exc:
+                raise _stall_error(exc, "echoing") from None
+            session.channel.send({"ok": True, "cpu": meter.stop()})
+        finally:
+            sock.close()

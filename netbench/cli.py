@@ -1,0 +1,229 @@
+"""The command line: list, probe, run, serve.
+
+User mistakes end as one line on stderr (``netbench: error: ...``) and a non-zero exit; only
+bugs show a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from netbench import __version__
+from netbench.errors import NetbenchError, UsageError
+
+
+def _format_default(param: Any) -> str:
+    from netbench.api import format_size
+
+    if param.kind == "size":
+        return format_size(param.default)
+    return str(param.default)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from netbench import registry
+    from netbench.probe import probe
+
+    env = probe(args.sysfs_root)
+    benchmarks = registry.all_benchmarks()
+    entries = []
+    for name, bench in benchmarks.items():
+        reason = bench.available(env)
+        entries.append({
+            "name": name, "transport": bench.transport, "description": bench.description,
+            "available": reason is None, "reason": reason,
+            "metrics": [{"name": m.name, "unit": m.unit, "better": m.better}
+                        for m in bench.metrics],
+            "params": [{"name": p.name, "kind": p.kind, "default": p.default,
+                        "accepted": p.accepted(), "help": p.help} for p in bench.params],
+        })
+    broken = registry.broken_plugins()
+    if args.json:
+        print(json.dumps({"benchmarks": entries, "broken_plugins": broken}, indent=2))
+        return 0
+    for entry, bench in zip(entries, benchmarks.values()):
+        state = "ready" if entry["available"] else f"unavailable: {entry['reason']}"
+        print(f"{entry['name']:<14} [{entry['transport']}] {entry['description']}")
+        print(f"{'':<14} {state}")
+        for param in bench.params:
+            print(f"{'':<16}{param.name} = {_format_default(param):<10} {param.help} "
+                  f"({param.accepted()})")
+        metrics = ", ".join(f"{m.name} [{m.unit}, {m.better} is better]"
+                            for m in bench.metrics)
+        print(f"{'':<16}metrics: {metrics}")
+    for name, why in broken.items():
+        print(f"{name:<14} BROKEN PLUGIN: {why}")
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from netbench.probe import probe
+
+    env = probe(args.sysfs_root)
+    if args.json:
+        print(json.dumps(env, indent=2, sort_keys=True))
+        return 0
+    mem = env["memory_bytes"]
+    print(f"host      {env['host']}  ({env['os']}, kernel {env['kernel']}, {env['arch']})")
+    print(f"cpu       {env['cpu_model']}  {env['cpu_cores']} logical / "
+          f"{env['cpu_physical_cores']} physical")
+    print(f"memory    {mem / 2**30:.1f} GiB" if mem else "memory    unknown")
+    print("versions  " + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v))
+    print("nics")
+    for nic in env["nics"]:
+        speed = f"{nic['speed_mbps']} Mb/s" if nic.get("speed_mbps") else "speed unknown"
+        extra = ", ".join(f"{k} {nic[k]}" for k in ("model", "driver", "driver_version",
+                                                     "firmware", "pci_address") if nic.get(k))
+        print(f"  {nic['name']:<12} {nic['operstate'] or '?':<8} mtu {nic['mtu']}, {speed}"
+              + (f", {extra}" if extra else ""))
+    print("rdma" + ("" if env["rdma_devices"] else
+                    "      none (no /sys/class/infiniband devices)"))
+    for dev in env["rdma_devices"]:
+        print(f"  {dev['name']:<12} fw {dev['fw_ver']}, {dev['node_type']}")
+        for port in dev["ports"]:
+            print(f"    port {port['port']}: {port['state']}, {port['link_layer']}, "
+                  f"{port['rate']}" + (f", netdev {port['netdev']}" if port["netdev"] else ""))
+    return 0
+
+
+def _row_to_json(row: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in row.items():
+        out[key] = value.isoformat() if isinstance(value, datetime) else value
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from netbench.probe import probe
+    from netbench.report.console import Reporter, summary_table
+    from netbench.runner import Runner
+    from netbench.store import ResultStore
+    from netbench.suite import load_suite, parse_cli_params, plan_single
+
+    params = parse_cli_params(args.param or [])
+    target = args.target
+    if target.endswith(".toml") or Path(target).is_file():
+        if params:
+            raise UsageError("-p applies to a single benchmark; set params in the suite file")
+        plan = load_suite(target, args.timeout)
+    else:
+        plan = plan_single(target, params, args.timeout)
+    store = ResultStore(args.results)
+    store.check_writable()
+    if args.peer:
+        from netbench.wire import parse_hostport
+        parse_hostport(args.peer, 1)
+    runner = Runner(store, probe(args.sysfs_root), label=args.label or "", peer=args.peer,
+                    reporter=Reporter())
+    result = runner.run(plan)
+    out = sys.stdout
+    if args.json:
+        json.dump([_row_to_json(r) for r in result.rows], out, default=str)
+        out.write("\n")
+        out = sys.stderr
+    if result.rows:
+        out.write(summary_table(result.rows) + "\n")
+    err = sys.stderr
+    for note in result.fallbacks:
+        err.write(f"fallback: {note}\n")
+    failed = [r for r in result.rows if r["status"] == "failed"]
+    for row in result.rows:
+        if row["status"] == "skipped":
+            err.write(f"skipped: {row['benchmark']}: {row['reason']}\n")
+    counts = ", ".join(f"{result.count(s)} {s}" for s in ("ok", "skipped", "failed"))
+    err.write(f"stored {len(result.rows)} rows ({counts} cases) in {result.path}\n")
+    if result.interrupted:
+        err.write("netbench: interrupted; finished rows were kept\n")
+        return 130
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more failed)" if len(failed) > 1 else ""
+        err.write(f"netbench: error: {first['benchmark']}: {first['reason']}{more}\n")
+        return 1
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from netbench import registry
+    from netbench.peer import Server
+
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="netbench serve: %(message)s", stream=sys.stderr)
+    server = Server(registry.get, bind=args.bind, port=args.port)
+    host, port = server.listen()
+    print(f"netbench serve listening on {host}:{port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        server.stop()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from netbench.peer import DEFAULT_PORT
+
+    parser = argparse.ArgumentParser(
+        prog="netbench", description="Interconnect benchmarks: RDMA, collectives, host-to-GPU "
+        "feed and TCP baselines, stored in Parquet.")
+    parser.add_argument("--version", action="version", version=f"netbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="benchmarks, their params, and whether they can run here")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("probe", help="the environment fingerprint stored with every run")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("run", help="run one benchmark or a suite file and store the rows")
+    p.add_argument("target", help="a benchmark name (tcp.stream) or a suite file (suites/ci.toml)")
+    p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
+                   help="benchmark param; repeatable; lists sweep: -p msg_size=1K,64K")
+    p.add_argument("--peer", help="HOST[:PORT] running `netbench serve` "
+                   f"(default port {DEFAULT_PORT}); without it, a loopback server is used")
+    p.add_argument("--results", default="results", help="results directory (default results/)")
+    p.add_argument("--label", help="a label for this run, e.g. before-driver-update")
+    p.add_argument("--timeout", type=float, help="seconds allowed per case (default 300)")
+    p.add_argument("--json", action="store_true", help="print the stored rows as JSON on stdout")
+    p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("serve", help="answer benchmarks from a peer (like iperf3 -s)")
+    p.add_argument("--bind", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument("--quiet", action="store_true", help="log only problems")
+    p.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "timeout", None) is not None and args.timeout <= 0:
+        print("netbench: error: --timeout must be positive", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except NetbenchError as exc:
+        print(f"netbench: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("netbench: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Errors that reach the user as one clear line instead of a traceback."""
+
+
+class NetbenchError(Exception):
+    """A user-facing error: bad input, an unreachable peer, an unwritable store.
+
+    The CLI prints ``netbench: error: <message>`` and exits with ``exit_code``.
+    """
+
+    exit_code = 1
+
+
+class UsageError(NetbenchError):
+    """The command line, a param or a suite file is wrong (exit 2, like argparse)."""
+
+    exit_code = 2
+
+
+class PeerError(NetbenchError):
+    """The peer could not be reached, misbehaved or vanished."""
+
+
+class CaseTimeout(NetbenchError):
+    """A case ran past its timeout."""

@@ -1,0 +1,324 @@
+"""The two-host rendezvous: ``netbench serve`` and the client side of it.
+
+One TCP port carries everything, like iperf3: a client opens a control connection
+(``hello``), asks the server to run the far end of a benchmark (``run``), and opens data
+connections that name the control session's token. The server dispatches ``run`` to the
+benchmark's own ``serve`` method, so a new benchmark brings its far end with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import secrets
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from netbench import __version__
+from netbench.errors import NetbenchError, PeerError, UsageError
+from netbench.wire import PROTOCOL, Channel, parse_hostport
+
+DEFAULT_PORT = 5301
+HELLO_TIMEOUT = 10.0     # a new connection must say who it is within this
+IDLE_TIMEOUT = 600.0     # a control connection may sit idle this long between requests
+MAX_CLIENTS = 32
+
+log = logging.getLogger("netbench.serve")
+
+
+def _describe(addr: Any) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        return f"{addr[0]}:{addr[1]}"
+    return str(addr)
+
+
+class _ServerSession:
+    """One client's control session on the server; data connections are routed here."""
+
+    def __init__(self, channel: Channel, client_name: str, token: str) -> None:
+        self.channel = channel
+        self.client_name = client_name
+        self.token = token
+        self._data: queue.Queue[tuple[int, socket.socket]] = queue.Queue()
+
+    def deliver(self, index: int, sock: socket.socket) -> None:
+        self._data.put((index, sock))
+
+    def accept_data(self, count: int, timeout: float) -> list[socket.socket]:
+        deadline = time.monotonic() + timeout
+        got: dict[int, socket.socket] = {}
+        while len(got) < count:
+            left = deadline - time.monotonic()
+            try:
+                index, sock = self._data.get(timeout=max(left, 0.001))
+            except queue.Empty:
+                for sock in got.values():
+                    sock.close()
+                raise PeerError(f"{self.client_name} opened {len(got)} of {count} data "
+                                f"connections within {timeout:g} s") from None
+            if index in got or not 0 <= index < count:
+                sock.close()
+                continue
+            got[index] = sock
+        return [got[i] for i in range(count)]
+
+    def drain(self) -> None:
+        while True:
+            try:
+                self._data.get_nowait()[1].close()
+            except queue.Empty:
+                return
+
+
+class Server:
+    """``netbench serve``: answers any number of clients, one thread each, and survives them."""
+
+    def __init__(self, lookup: Callable[[str], Any], bind: str = "127.0.0.1",
+                 port: int = DEFAULT_PORT, max_clients: int = MAX_CLIENTS) -> None:
+        self._lookup = lookup
+        self.bind, self.port = bind, port
+        self._slots = threading.BoundedSemaphore(max_clients)
+        self._sessions: dict[str, _ServerSession] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listener: socket.socket | None = None
+
+    def listen(self) -> tuple[str, int]:
+        try:
+            infos = socket.getaddrinfo(self.bind, self.port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        except socket.gaierror as exc:
+            raise UsageError(f"cannot bind {self.bind!r}: {exc.strerror}") from None
+        family, _, _, _, sockaddr = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(sockaddr)
+            sock.listen(64)
+        except OSError as exc:
+            sock.close()
+            if exc.errno == 98:
+                raise NetbenchError(f"port {self.port} on {self.bind} is already in use; "
+                                    "choose another with --port") from None
+            raise NetbenchError(f"cannot listen on {self.bind}:{self.port}: "
+                                f"{exc.strerror}") from None
+        sock.settimeout(0.5)
+        self._listener = sock
+        self.port = sock.getsockname()[1]
+        return self.bind, self.port
+
+    def serve_forever(self) -> None:
+        if self._listener is None:
+            self.listen()
+        assert self._listener is not None
+        while not self._stop.is_set():
+            try:
+                conn, addr = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    break
+                raise
+            if not self._slots.acquire(blocking=False):
+                _refuse(conn, "server busy: too many clients")
+                continue
+            threading.Thread(target=self._handle, args=(conn, addr), daemon=True).start()
+        self._listener.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _handle(self, conn: socket.socket, addr: Any) -> None:
+        name = _describe(addr)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        channel = Channel(conn, name)
+        owned = True
+        try:
+            first = channel.recv(HELLO_TIMEOUT)
+            op = first.get("op")
+            if op == "data":
+                owned = not self._route_data(first, conn)
+            elif op == "hello":
+                self._control(channel, first, name)
+            else:
+                channel.send({"error": f"expected hello or data, got op {op!r}"})
+        except PeerError as exc:
+            log.info("client %s dropped: %s", name, exc)
+        except Exception:  # a bug in a benchmark's far end must not take the server down
+            log.exception("client %s: internal error", name)
+        finally:
+            if owned:
+                channel.close()
+            self._slots.release()
+
+    def _route_data(self, first: Mapping[str, Any], conn: socket.socket) -> bool:
+        with self._lock:
+            session = self._sessions.get(str(first.get("session")))
+        index = first.get("index")
+        if session is None or not isinstance(index, int):
+            return False
+        conn.settimeout(None)
+        session.deliver(index, conn)
+        return True
+
+    def _control(self, channel: Channel, hello: Mapping[str, Any], name: str) -> None:
+        if hello.get("protocol") != PROTOCOL:
+            channel.send({"error": f"protocol {hello.get('protocol')!r} not supported; "
+                                   f"this server speaks {PROTOCOL} (netbench {__version__})"})
+            return
+        token = secrets.token_hex(16)
+        session = _ServerSession(channel, name, token)
+        with self._lock:
+            self._sessions[token] = session
+        try:
+            channel.send({"ok": True, "server": "netbench", "version": __version__,
+                          "protocol": PROTOCOL, "host": socket.gethostname(),
+                          "session": token})
+            while True:
+                request = channel.recv(IDLE_TIMEOUT)
+                op = request.get("op")
+                if op == "bye":
+                    return
+                if op != "run":
+                    channel.send({"error": f"unknown op {op!r}; expected run or bye"})
+                    continue
+                if not self._run_far_end(session, request):
+                    return
+        finally:
+            with self._lock:
+                self._sessions.pop(token, None)
+            session.drain()
+
+    def _run_far_end(self, session: _ServerSession, request: Mapping[str, Any]) -> bool:
+        """Run one benchmark's far end; False when the control connection is unusable."""
+        name = str(request.get("benchmark"))
+        try:
+            bench = self._lookup(name)
+            params = bench.validate_remote(request.get("params") or {})
+            log.info("%s: %s", session.client_name, name)
+            bench.serve(params, session)
+        except PeerError as exc:
+            log.info("%s: %s aborted: %s", session.client_name, name, exc)
+            return False
+        except NetbenchError as exc:
+            session.channel.send({"error": str(exc)})
+        session.drain()
+        return True
+
+
+def _refuse(conn: socket.socket, reason: str) -> None:
+    try:
+        Channel(conn, "client").send({"error": reason})
+    except PeerError:
+        pass
+    conn.close()
+
+
+class ClientSession:
+    """A control session with a ``netbench serve``."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+        self.host, self.port = host, port
+        self.peer_name = f"netbench serve at {host}:{port}"
+        sock = _connect(host, port, timeout, self.peer_name)
+        self.channel = Channel(sock, self.peer_name)
+        hello = self.channel.request({"op": "hello", "protocol": PROTOCOL,
+                                      "client": socket.gethostname(),
+                                      "version": __version__}, timeout)
+        if hello.get("server") != "netbench" or not isinstance(hello.get("session"), str):
+            self.channel.close()
+            raise PeerError(f"{host}:{port} is not a netbench server")
+        self.token = hello["session"]
+        self.server_version = str(hello.get("version"))
+        self.server_host = str(hello.get("host"))
+
+    def run_remote(self, benchmark: str, params: Mapping[str, Any],
+                   timeout: float) -> dict[str, Any]:
+        """Ask the server to start a benchmark's far end; returns its first reply."""
+        return self.channel.request({"op": "run", "benchmark": benchmark,
+                                     "params": dict(params)}, timeout)
+
+    def open_data(self, count: int, timeout: float) -> list[socket.socket]:
+        socks: list[socket.socket] = []
+        try:
+            for index in range(count):
+                sock = _connect(self.host, self.port, timeout, self.peer_name)
+                socks.append(sock)
+                Channel(sock, self.peer_name).send({"op": "data", "session": self.token,
+                                                    "index": index})
+                sock.settimeout(None)
+        except BaseException:
+            for sock in socks:
+                sock.close()
+            raise
+        return socks
+
+    def close(self) -> None:
+        try:
+            self.channel.send({"op": "bye"})
+        except PeerError:
+            pass
+        self.channel.close()
+
+
+def _connect(host: str, port: int, timeout: float, name: str) -> socket.socket:
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except socket.gaierror as exc:
+        raise PeerError(f"cannot resolve peer {host!r}: {exc.strerror}") from None
+    except TimeoutError:
+        raise PeerError(f"cannot reach {name}: no answer within {timeout:g} s") from None
+    except OSError as exc:
+        hint = " (is `netbench serve` running there?)" if exc.errno == 111 else ""
+        raise PeerError(f"cannot reach {name}: {exc.strerror}{hint}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def connect(peer: str, timeout: float = 10.0) -> ClientSession:
+    host, port = parse_hostport(peer, DEFAULT_PORT)
+    return ClientSession(host, port, timeout)
+
+
+class LoopbackServer:
+    """The CI fallback: a ``netbench serve`` on 127.0.0.1 in its own process.
+
+    Its own process, so the far end has its own interpreter (no shared GIL) and its CPU time
+    is counted apart from the client's, exactly as with a real peer.
+    """
+
+    def __init__(self, start_timeout: float = 30.0) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "netbench", "serve", "--bind", "127.0.0.1", "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            env=env, text=True)
+        self.address = self._wait_for_port(start_timeout)
+
+    def _wait_for_port(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        marker = "listening on "
+        if marker not in line:
+            self.stop()
+            raise NetbenchError("the loopback netbench server did not start within "
+                                f"{timeout:g} s")
+        return line.split(marker, 1)[1].split()[0]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

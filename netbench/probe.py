@@ -1,0 +1,254 @@
+"""The environment fingerprint stored with every run, so a number always says where it came from.
+
+Everything is read, never assumed: sysfs for NICs and RDMA devices (under ``sysfs_root``, so a
+captured tree can stand in for /sys), the ethtool ioctl for driver and firmware versions,
+package metadata for library versions. What cannot be read is left out or ``None``, never
+guessed, and a missing or unreadable file never raises.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import socket
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from netbench import __version__
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_GDRVINFO = 0x00000003
+_DRVINFO = struct.Struct("I32s32s32s32s32s12s5I")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _read_int(path: Path) -> int | None:
+    text = _read(path)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def ethtool_drvinfo(ifname: str) -> dict[str, str]:
+    """Driver, version, firmware and bus of a netdev via the ethtool ioctl ({} if refused)."""
+    buf = ctypes.create_string_buffer(_DRVINFO.pack(ETHTOOL_GDRVINFO, *(b"",) * 6,
+                                                    *(0,) * 5))
+    ifreq = struct.pack("16sP", ifname.encode()[:15], ctypes.addressof(buf))
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifreq)
+    except OSError:
+        return {}
+    fields = _DRVINFO.unpack(buf.raw[:_DRVINFO.size])
+    names = ("driver", "driver_version", "firmware", "bus_info")
+    out = {}
+    for key, raw in zip(names, fields[1:5]):
+        text = raw.split(b"\0", 1)[0].decode(errors="replace").strip()
+        if text and text != "N/A":
+            out[key] = text
+    return out
+
+
+def _pci_name(vendor: str | None, device: str | None) -> str | None:
+    """Vendor and device names from the pci.ids database where the system has one."""
+    if not vendor or not device:
+        return None
+    vendor, device = vendor.lower().removeprefix("0x"), device.lower().removeprefix("0x")
+    for db in ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids"):
+        try:
+            lines = Path(db).read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        vendor_name = None
+        for line in lines:
+            if not line or line.startswith("#"):
+                continue
+            if not line.startswith("\t"):
+                if vendor_name is not None:
+                    break
+                if line[:4].lower() == vendor:
+                    vendor_name = line[4:].strip()
+            elif vendor_name is not None and line.startswith("\t") and not line.startswith(
+                    "\t\t") and line[1:5].lower() == device:
+                return f"{vendor_name} {line[5:].strip()}"
+        if vendor_name:
+            return f"{vendor_name} device {device}"
+    return None
+
+
+def probe_nics(sysfs: Path, use_ioctl: bool = True) -> list[dict[str, Any]]:
+    nics = []
+    net = sysfs / "class" / "net"
+    try:
+        names = sorted(os.listdir(net))
+    except OSError:
+        return []
+    for name in names:
+        base = net / name
+        dev = base / "device"
+        driver_link = dev / "driver"
+        nic: dict[str, Any] = {
+            "name": name,
+            "operstate": _read(base / "operstate"),
+            "mtu": _read_int(base / "mtu"),
+            "speed_mbps": _read_int(base / "speed"),   # -1 or unreadable when link is down
+            "virtual": not dev.exists(),
+        }
+        if driver_link.exists():
+            nic["driver"] = os.path.basename(os.path.realpath(driver_link))
+        if dev.exists():
+            nic["pci_address"] = os.path.basename(os.path.realpath(dev))
+            model = _pci_name(_read(dev / "vendor"), _read(dev / "device"))
+            if model:
+                nic["model"] = model
+        if use_ioctl:
+            info = ethtool_drvinfo(name)
+            nic.update({k: v for k, v in info.items() if k not in nic or not nic[k]})
+        if nic.get("speed_mbps") is not None and nic["speed_mbps"] < 0:
+            nic["speed_mbps"] = None
+        nics.append(nic)
+    return nics
+
+
+def probe_rdma(sysfs: Path) -> list[dict[str, Any]]:
+    devices = []
+    root = sysfs / "class" / "infiniband"
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    for name in names:
+        base = root / name
+        dev: dict[str, Any] = {
+            "name": name,
+            "fw_ver": _read(base / "fw_ver"),
+            "node_type": _read(base / "node_type"),
+            "hca_type": _read(base / "hca_type"),
+            "ports": [],
+        }
+        driver = base / "device" / "driver"
+        if driver.exists():
+            dev["driver"] = os.path.basename(os.path.realpath(driver))
+        try:
+            ports = sorted(os.listdir(base / "ports"), key=lambda p: int(p) if p.isdigit() else 0)
+        except OSError:
+            ports = []
+        for port in ports:
+            pbase = base / "ports" / port
+            netdevs = []
+            try:
+                netdevs = sorted(os.listdir(pbase / "gid_attrs" / "ndevs"))
+            except OSError:
+                pass
+            ndev = _read(pbase / "gid_attrs" / "ndevs" / "0") if netdevs else None
+            dev["ports"].append({
+                "port": int(port) if port.isdigit() else port,
+                "state": _read(pbase / "state"),
+                "phys_state": _read(pbase / "phys_state"),
+                "link_layer": _read(pbase / "link_layer"),
+                "rate": _read(pbase / "rate"),
+                "netdev": ndev,
+            })
+        devices.append(dev)
+    return devices
+
+
+def _dist_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _dpkg_version(package: str) -> str | None:
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package],
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def probe_versions() -> dict[str, str | None]:
+    """Versions from package metadata: nothing heavy (torch, pyverbs) is imported here."""
+    return {
+        "netbench": __version__,
+        "python": platform.python_version(),
+        "torch": _dist_version("torch"),
+        "nccl": _dist_version("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"),
+        "rdma_core": _dpkg_version("rdma-core"),
+        "pyverbs": ("present" if importlib.util.find_spec("pyverbs") else None),
+        "pyarrow": _dist_version("pyarrow"),
+    }
+
+
+def _cpu_model(proc: Path) -> str | None:
+    text = _read(proc / "cpuinfo") or ""
+    for line in text.splitlines():
+        if line.lower().startswith(("model name", "hardware", "cpu model")):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or None
+
+
+def _os_name() -> str | None:
+    text = _read(Path("/etc/os-release")) or ""
+    for line in text.splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return None
+
+
+def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The full fingerprint; ``sysfs_root`` (or NETBENCH_SYSFS_ROOT) replaces /sys."""
+    root = Path(sysfs_root or os.environ.get("NETBENCH_SYSFS_ROOT") or "/sys")
+    live = root == Path("/sys")
+    try:
+        import psutil
+        memory = psutil.virtual_memory().total
+        physical = psutil.cpu_count(logical=False)
+    except Exception:
+        memory, physical = None, None
+    uname = platform.uname()
+    return {
+        "host": socket.gethostname(),
+        "kernel": uname.release,
+        "os": _os_name(),
+        "arch": uname.machine,
+        "cpu_model": _cpu_model(Path("/proc")),
+        "cpu_cores": os.cpu_count(),
+        "cpu_physical_cores": physical,
+        "memory_bytes": memory,
+        "sysfs_root": str(root),
+        "nics": probe_nics(root, use_ioctl=live),
+        "rdma_devices": probe_rdma(root),
+        "versions": probe_versions(),
+    }
+
+
+def nic_summary(env: dict[str, Any], device: str | None) -> str | None:
+    """One line naming the NIC a result came from: model, driver, firmware, link speed."""
+    for nic in env.get("nics", []):
+        if nic["name"] == device:
+            parts = [nic.get("model") or ("virtual" if nic.get("virtual") else None),
+                     nic.get("driver"), nic.get("driver_version") and
+                     f"drv {nic['driver_version']}", nic.get("firmware") and
+                     f"fw {nic['firmware']}",
+                     nic.get("speed_mbps") and f"{nic['speed_mbps']} Mb/s",
+                     nic.get("mtu") and f"mtu {nic['mtu']}"]
+            return f"{device}: " + ", ".join(p for p in parts if p)
+    return None

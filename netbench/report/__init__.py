@@ -1,0 +1,1 @@
+"""Presentation: console progress and tables, dashboards."""

@@ -1,0 +1,132 @@
+"""Console presentation: progress while running, the summary table after.
+
+On a terminal, a live line with a bar and the elapsed time; elsewhere (CI logs, pipes, or
+CI=true), plain lines, one when a case starts and one when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TextIO
+
+from netbench import stats
+from netbench.api import Case, format_size
+
+
+def format_value(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 1e5:
+        return f"{value:.4g}" if magnitude >= 1e9 else f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+class Reporter:
+    def __init__(self, stream: TextIO | None = None, interactive: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        if interactive is None:
+            interactive = self.stream.isatty() and not os.environ.get("CI")
+        self.interactive = interactive
+        self._total = 0
+        self._fraction: float | None = None
+        self._label = ""
+        self._started = 0.0
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    def start_run(self, run_id: str, suite: str, n_cases: int, label: str) -> None:
+        self._total = n_cases
+        tag = f", label {label!r}" if label else ""
+        self._write(f"netbench run {run_id}: {suite}, {n_cases} case(s){tag}\n")
+
+    def start_case(self, index: int, case: Case) -> None:
+        self._label = f"[{index + 1:>{len(str(self._total))}}/{self._total}] {case.describe()}"
+        self._fraction = None
+        self._started = time.monotonic()
+        if self.interactive:
+            self._stop.clear()
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+        else:
+            self._write(self._label + "\n")
+
+    def progress(self, fraction: float) -> None:
+        self._fraction = min(max(fraction, 0.0), 1.0)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.2):
+            elapsed = time.monotonic() - self._started
+            bar = ""
+            if self._fraction is not None:
+                filled = int(self._fraction * 20)
+                bar = f" [{'#' * filled}{'.' * (20 - filled)}] {self._fraction:4.0%}"
+            self._write(f"\r\x1b[K{self._label}{bar} {elapsed:5.1f}s")
+
+    def end_case(self, index: int, planned: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+        elapsed = time.monotonic() - self._started
+        if self._ticker is not None:
+            self._stop.set()
+            self._ticker.join()
+            self._ticker = None
+            self._write("\r\x1b[K")
+        status = rows[0]["status"] if rows else "failed"
+        if status == "ok":
+            first = rows[0]
+            outcome = f"ok  {first['metric']} {format_value(first['value'])} {first['unit']}"
+        else:
+            outcome = f"{status}: {rows[0]['reason']}"
+        prefix = self._label if self.interactive else "   "
+        self._write(f"{prefix} -> {outcome} ({elapsed:.1f} s)\n")
+
+
+def _varying_params(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per benchmark, the params whose values differ between its cases in these rows."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    for row in rows:
+        params = json.loads(row["params"] or "{}")
+        per = seen.setdefault(row["benchmark"], {})
+        for key, value in params.items():
+            per.setdefault(key, set()).add(json.dumps(value))
+    return {bench: sorted(k for k, vals in per.items() if len(vals) > 1 and k != "msg_size")
+            for bench, per in seen.items()}
+
+
+def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One line per metric per case: value, mean ± 95% CI of the raw samples, unit."""
+    varying = _varying_params(rows)
+    header = ("case", "size", "metric", "value", "mean±95%CI (n)", "unit")
+    table: list[tuple[str, ...]] = []
+    for row in rows:
+        params = json.loads(row["params"] or "{}")
+        case = row["benchmark"] + "".join(f" {k}={params[k]}" for k in varying[row["benchmark"]])
+        size = format_size(int(row["msg_size"])) if row["msg_size"] is not None else ""
+        if row["status"] != "ok":
+            table.append((case, size, row["status"].upper(), "-", "", row["reason"] or ""))
+            continue
+        spread = ""
+        samples = row.get("samples")
+        if samples is not None and len(samples) >= 2:
+            spread = (f"{format_value(stats.mean(samples))}±"
+                      f"{format_value(stats.ci95_halfwidth(samples))} ({row['n_samples']})")
+        table.append((case, size, row["metric"], format_value(row["value"]), spread,
+                      row["unit"]))
+    widths = [max(len(header[i]), *(len(r[i]) for r in table)) if table else len(header[i])
+              for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in table:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return "\n".join(lines)

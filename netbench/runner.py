@@ -1,0 +1,228 @@
+"""Run: each planned case with a timeout, progress, fallbacks, and a row per metric stored.
+
+Every case runs in a worker thread while the main thread watches the clock and Ctrl-C: a
+timeout or an interrupt sets ``ctx.cancelled`` and fires the benchmark's cancel callbacks
+(which shut its sockets down), so a blocked benchmark returns promptly. The run's Parquet file
+is rewritten after every case, so whatever happens next, finished rows are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from netbench import peer as peer_mod
+from netbench.api import Benchmark, Case, ClientSession, Measurement
+from netbench.errors import NetbenchError
+from netbench.probe import nic_summary
+from netbench.report.console import Reporter
+from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
+from netbench.suite import Plan, PlannedCase
+
+CANCEL_GRACE = 10.0   # after a timeout fires, how long a benchmark gets to unwind
+
+
+class _CaseContext:
+    """What one case's ``run`` sees: the env, the peer, cancellation, progress."""
+
+    def __init__(self, env: Mapping[str, Any], peer: str | None,
+                 connect: Callable[[], ClientSession], deadline: float,
+                 progress: Callable[[float], None]) -> None:
+        self.env = env
+        self.peer = peer
+        self.cancelled = threading.Event()
+        self._connect = connect
+        self._deadline = deadline
+        self._progress = progress
+        self._cancel_callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def connect(self) -> ClientSession:
+        if self.cancelled.is_set():
+            raise NetbenchError("case cancelled")
+        session = self._connect()
+        self.on_cancel(session.channel.close)
+        return session
+
+    def remaining(self) -> float:
+        return self._deadline - time.monotonic()
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._cancel_callbacks.append(callback)
+            fire_now = self.cancelled.is_set()
+        if fire_now:
+            callback()
+
+    def progress(self, fraction: float) -> None:
+        self._progress(fraction)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled.set()
+            callbacks = list(self._cancel_callbacks)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                pass
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    path: Path | None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False
+    fallbacks: list[str] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        keys = {(r["case_index"]) for r in self.rows if r["status"] == status}
+        return len(keys)
+
+
+class Runner:
+    def __init__(self, store: ResultStore, env: Mapping[str, Any], label: str = "",
+                 peer: str | None = None, reporter: Reporter | None = None) -> None:
+        self.store, self.env, self.label, self.peer = store, env, label, peer
+        self.reporter = reporter or Reporter()
+        self._loopback: peer_mod.LoopbackServer | None = None
+
+    # --- peers ---
+
+    def _connect(self) -> ClientSession:
+        if self.peer:
+            return peer_mod.connect(self.peer)
+        if self._loopback is None:
+            self._loopback = peer_mod.LoopbackServer()
+        return peer_mod.connect(self._loopback.address)
+
+    # --- the run ---
+
+    def run(self, plan: Plan) -> RunResult:
+        self.store.check_writable()
+        started = datetime.now(UTC)
+        run_id = uuid.uuid4().hex[:12]
+        path = self.store.path_for(run_id, started.isoformat())
+        result = RunResult(run_id, path)
+        base = {
+            "schema_version": SCHEMA_VERSION, "run_id": run_id, "label": self.label,
+            "started_at": started, "host": self.env.get("host"), "suite": plan.suite,
+            "env_kernel": self.env.get("kernel"), "env_os": self.env.get("os"),
+            "env_cpu": self.env.get("cpu_model"),
+            "env_json": json.dumps(self.env, sort_keys=True, default=str),
+            **{f"env_{k}": self.env.get("versions", {}).get(k)
+               for k in ("netbench", "python", "torch", "nccl", "rdma_core")},
+        }
+        if any(p.bench.needs_peer for p in plan.cases) and not self.peer:
+            result.fallbacks.append("no --peer given: peer benchmarks ran against a loopback "
+                                    "netbench server on this host (127.0.0.1); they measure "
+                                    "the host's TCP stack, not a NIC")
+        self.reporter.start_run(run_id, plan.suite, len(plan.cases), self.label)
+        try:
+            for index, planned in enumerate(plan.cases):
+                self.reporter.start_case(index, planned.case)
+                try:
+                    rows = self._run_case(index, planned, base)
+                except KeyboardInterrupt:
+                    result.interrupted = True
+                    result.rows.extend(self._status_rows(index, planned, base, "failed",
+                                                         "interrupted by the user"))
+                    self.store.write_run(path, result.rows)
+                    break
+                result.rows.extend(rows)
+                self.store.write_run(path, result.rows)
+                self.reporter.end_case(index, planned, rows)
+        finally:
+            if self._loopback is not None:
+                self._loopback.stop()
+        return result
+
+    def _run_case(self, index: int, planned: PlannedCase,
+                  base: Mapping[str, Any]) -> list[dict[str, Any]]:
+        bench, case = planned.bench, planned.case
+        reason = bench.available(self.env)
+        if reason:
+            return self._status_rows(index, planned, base, "skipped", reason)
+        ctx = _CaseContext(self.env, self.peer, self._connect,
+                           time.monotonic() + planned.timeout, self.reporter.progress)
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["measurement"] = bench.run(case, ctx)
+            except NetbenchError as exc:
+                outcome["error"] = str(exc)
+            except Exception as exc:  # a plugin bug: keep the run going, say where it broke
+                frame = traceback.extract_tb(exc.__traceback__)[-1]
+                outcome["error"] = (f"internal error in {bench.name}: {type(exc).__name__}: "
+                                    f"{exc} ({Path(frame.filename).name}:{frame.lineno})")
+
+        worker = threading.Thread(target=work, name=f"case-{index}", daemon=True)
+        worker.start()
+        try:
+            worker.join(planned.timeout)
+        except KeyboardInterrupt:
+            ctx.cancel()
+            worker.join(CANCEL_GRACE)
+            raise
+        if worker.is_alive():
+            ctx.cancel()
+            worker.join(CANCEL_GRACE)
+            return self._status_rows(index, planned, base, "failed",
+                                     f"timed out after {planned.timeout:g} s")
+        if "error" in outcome:
+            return self._status_rows(index, planned, base, "failed", outcome["error"])
+        return self._metric_rows(index, planned, base, outcome["measurement"])
+
+    def _common(self, index: int, bench: Benchmark, case: Case, base: Mapping[str, Any],
+                device: str | None = None, transport: str | None = None) -> dict[str, Any]:
+        peer = self.peer if self.peer else ("loopback" if bench.needs_peer else None)
+        return {
+            **base, "peer": peer, "case_index": index, "benchmark": bench.name,
+            "family": bench.family, "op": bench.op, "transport": transport or bench.transport,
+            "device": device, "msg_size": case.msg_size, "params": params_json(case.params),
+            "env_nic": nic_summary(dict(self.env), device), "env_rdma_device": None,
+            "env_gpu": None,
+        }
+
+    def _status_rows(self, index: int, planned: PlannedCase, base: Mapping[str, Any],
+                     status: str, reason: str) -> list[dict[str, Any]]:
+        return [{**self._common(index, planned.bench, planned.case, base), "metric": None,
+                 "value": None, "unit": None, "better": None, "n_samples": None,
+                 "samples": None, "status": status, "reason": reason}]
+
+    def _metric_rows(self, index: int, planned: PlannedCase, base: Mapping[str, Any],
+                     m: Measurement) -> list[dict[str, Any]]:
+        bench = planned.bench
+        declared = {metric.name for metric in bench.metrics}
+        undeclared = set(m.values) - declared
+        if undeclared:
+            return self._status_rows(index, planned, base, "failed",
+                                     f"{bench.name} reported undeclared metrics: "
+                                     f"{', '.join(sorted(undeclared))}")
+        common = self._common(index, bench, planned.case, base, m.device, m.transport)
+        if m.peer:
+            common["peer"] = m.peer
+        default_n = max((len(s) for s in m.samples.values()), default=None)
+        rows = []
+        for metric in bench.metrics:
+            if metric.name not in m.values:
+                continue
+            samples = m.samples.get(metric.name)
+            rows.append({
+                **common, "metric": metric.name, "value": clean_value(m.values[metric.name]),
+                "unit": metric.unit, "better": metric.better,
+                "n_samples": len(samples) if samples is not None else default_n,
+                "samples": thin(samples) if samples is not None else None,
+                "status": "ok", "reason": m.note or None,
+            })
+        return rows

@@ -1,0 +1,79 @@
+"""Summary statistics, kept apart from presentation (as pytest-benchmark does).
+
+``latency_summary`` follows perftest's conventions exactly, so netbench's figures line up with
+ib_*_lat: sort the samples, drop the two largest (perftest's LAT_MEASURE_TAIL), take the median
+of the rest as "typical", average and population stdev over the rest, p99 and p99.9 at index
+ceil(n * q) of the sorted samples, and max as the sample just past the kept ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+PERFTEST_TAIL = 2
+
+# Two-sided 95% Student t quantiles for 1..30 degrees of freedom; beyond that, the normal 1.96.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def median_sorted(values: Sequence[float]) -> float:
+    n = len(values)
+    if n == 0:
+        raise ValueError("median of no values")
+    mid = n // 2
+    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
+def mean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("mean of no values")
+    return math.fsum(values) / len(values)
+
+
+def stdev(values: Sequence[float], sample: bool = True) -> float:
+    """Standard deviation; ``sample=False`` divides by n as perftest does."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    avg = mean(values)
+    return math.sqrt(math.fsum((v - avg) ** 2 for v in values) / (n - 1 if sample else n))
+
+
+def ci95_halfwidth(values: Sequence[float]) -> float:
+    """Half-width of the 95% confidence interval of the mean (Student t)."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
+    return t * stdev(values) / math.sqrt(n)
+
+
+def latency_summary(samples: Sequence[float]) -> dict[str, float]:
+    """min, p50 (typical), avg, stdev, p99, p99.9, max as perftest computes them."""
+    ordered = sorted(samples)
+    if not ordered:
+        raise ValueError("no latency samples")
+    kept = len(ordered) - PERFTEST_TAIL if len(ordered) > PERFTEST_TAIL + 1 else len(ordered)
+    body = ordered[:kept]
+    last = len(ordered) - 1
+
+    def at_quantile(q: float) -> float:
+        return ordered[min(math.ceil(kept * q), last)]
+
+    return {
+        "min": ordered[0],
+        "p50": median_sorted(body),
+        "avg": mean(body),
+        "stdev": stdev(body, sample=False),
+        "p99": at_quantile(0.99),
+        "p99.9": at_quantile(0.999),
+        "max": ordered[min(kept, last)],
+    }
+
+
+def interval_summary(values: Sequence[float]) -> dict[str, float]:
+    """mean, stdev and 95% CI half-width of per-interval rates (bandwidth samples)."""
+    return {"mean": mean(values), "stdev": stdev(values), "ci95": ci95_halfwidth(values)}

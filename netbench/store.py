@@ -1,0 +1,129 @@
+"""The Parquet result store: one file per run, written atomically, schema-versioned.
+
+``pandas.read_parquet("results/")`` loads every run ever stored: files are flat in one
+folder, all with the same schema; temporary files start with "." so readers skip them. The run
+file is rewritten (atomically) after every case, so a run that dies halfway keeps what it
+finished.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from netbench.errors import NetbenchError
+
+SCHEMA_VERSION = 1
+MAX_STORED_SAMPLES = 100_000   # beyond this, samples are thinned evenly; n_samples stays true
+
+# (column, arrow type name) in file order; env_* columns flatten the fingerprint.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("schema_version", "int32"), ("run_id", "string"), ("label", "string"),
+    ("started_at", "timestamp"), ("host", "string"), ("peer", "string"), ("suite", "string"),
+    ("case_index", "int32"), ("benchmark", "string"), ("family", "string"), ("op", "string"),
+    ("transport", "string"), ("device", "string"), ("msg_size", "int64"), ("params", "string"),
+    ("metric", "string"), ("value", "float64"), ("unit", "string"), ("better", "string"),
+    ("n_samples", "int64"), ("samples", "list<double>"), ("status", "string"),
+    ("reason", "string"), ("env_kernel", "string"), ("env_os", "string"),
+    ("env_cpu", "string"), ("env_nic", "string"), ("env_rdma_device", "string"),
+    ("env_gpu", "string"), ("env_netbench", "string"), ("env_python", "string"),
+    ("env_torch", "string"), ("env_nccl", "string"), ("env_rdma_core", "string"),
+    ("env_json", "string"),
+)
+
+
+def arrow_schema() -> Any:
+    import pyarrow as pa
+
+    types = {"int32": pa.int32(), "int64": pa.int64(), "float64": pa.float64(),
+             "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"),
+             "list<double>": pa.list_(pa.float64())}
+    return pa.schema([(name, types[kind]) for name, kind in COLUMNS],
+                     metadata={"netbench_schema_version": str(SCHEMA_VERSION)})
+
+
+def params_json(params: Mapping[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def thin(samples: Sequence[float], limit: int = MAX_STORED_SAMPLES) -> list[float]:
+    if len(samples) <= limit:
+        return [float(s) for s in samples]
+    step = len(samples) / limit
+    return [float(samples[int(i * step)]) for i in range(limit)]
+
+
+def clean_value(value: float | None) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+class ResultStore:
+    """A results folder: ``<dir>/<started>-<run_id>.parquet``, one file per run."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def check_writable(self) -> None:
+        """Fail before measuring anything if results could not be kept."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.directory, prefix=".probe-"):
+                pass
+        except OSError as exc:
+            raise NetbenchError(f"results directory {self.directory} cannot be written: "
+                                f"{exc.strerror or exc}") from None
+
+    def path_for(self, run_id: str, started_at: str) -> Path:
+        stamp = started_at.replace(":", "").replace("-", "")[:15]
+        return self.directory / f"{stamp}-{run_id}.parquet"
+
+    def write_run(self, path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Atomically (re)write one run's file with every row so far."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = arrow_schema()
+        table = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            pq.write_table(table, tmp, compression="zstd")
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise NetbenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+    def files(self) -> list[Path]:
+        try:
+            return sorted(p for p in self.directory.glob("*.parquet")
+                          if not p.name.startswith((".", "_")))
+        except OSError:
+            return []
+
+    def read(self) -> Any:
+        """Every readable run as one DataFrame; a corrupt or foreign file is skipped, named."""
+        import pandas as pd
+        import pyarrow.parquet as pq
+
+        frames = []
+        for path in self.files():
+            try:
+                table = pq.read_table(path)
+            except Exception as exc:
+                warnings.warn(f"skipping {path}: not a readable Parquet file ({exc})",
+                              stacklevel=2)
+                continue
+            if "schema_version" not in table.column_names or "metric" not in table.column_names:
+                warnings.warn(f"skipping {path}: not a netbench result file", stacklevel=2)
+                continue
+            frames.append(table.to_pandas())
+        if not frames:
+            return pd.DataFrame(columns=[name for name, _ in COLUMNS])
+        return pd.concat(frames, ignore_index=True)

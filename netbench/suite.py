@@ -1,0 +1,135 @@
+"""Plan: a suite file (TOML) or one benchmark with -p params -> the list of cases to run.
+
+Suite format::
+
+    [suite]
+    name = "ci"
+    description = "what this suite is for"
+
+    [[case]]
+    benchmark = "tcp.stream"     # required
+    timeout = 60                 # optional, seconds for each case it expands to
+    msg_size = ["64K", "1M"]     # every other key is a param of that benchmark
+    streams = [1, 2]
+
+Every error names the file, the line and the key, and nothing runs until the whole suite is
+valid.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from netbench import registry
+from netbench.api import Benchmark, Case
+from netbench.errors import NetbenchError, UsageError
+
+DEFAULT_TIMEOUT = 300.0
+_CASE_KEYS = ("benchmark", "timeout")
+
+
+@dataclass(frozen=True)
+class PlannedCase:
+    case: Case
+    bench: Benchmark
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    suite: str            # suite name, or the benchmark name for a single run
+    cases: list[PlannedCase]
+
+
+def plan_single(name: str, raw_params: Mapping[str, Any],
+                timeout: float | None = None) -> Plan:
+    bench = registry.get(name)
+    cases = bench.expand(raw_params)
+    return Plan(name, [PlannedCase(c, bench, timeout or DEFAULT_TIMEOUT) for c in cases])
+
+
+def parse_cli_params(items: list[str]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"-p {item!r}: expected key=value")
+        params[key.strip()] = value.strip()
+    return params
+
+
+def _line_of(lines: list[str], case_index: int | None, key: str | None) -> int | None:
+    """1-based line of ``key`` inside the n-th [[case]] (or of that header), best effort."""
+    start = 0
+    if case_index is not None:
+        headers = [i for i, line in enumerate(lines) if re.match(r"\s*\[\[\s*case\s*\]\]", line)]
+        if case_index >= len(headers):
+            return None
+        start = headers[case_index]
+        if key is None:
+            return start + 1
+    for i in range(start + (1 if case_index is not None else 0), len(lines)):
+        line = lines[i]
+        if case_index is not None and re.match(r"\s*\[", line):
+            break
+        if re.match(rf"\s*\"?{re.escape(key or '')}\"?\s*=", line):
+            return i + 1
+    return None
+
+
+def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read suite {path}: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    lines = text.splitlines()
+
+    def fail(message: str, case_index: int | None = None, key: str | None = None) -> None:
+        line = _line_of(lines, case_index, key)
+        where = f"{path}:{line}" if line else str(path)
+        raise UsageError(f"{where}: {message}")
+
+    for key in data:
+        if key not in ("suite", "case"):
+            fail(f"unknown table or key {key!r}; a suite has [suite] and [[case]] entries",
+                 None, key)
+    meta = data.get("suite", {})
+    if not isinstance(meta, dict):
+        fail("'suite' must be a table", None, "suite")
+    name = str(meta.get("name", path.stem))
+    entries = data.get("case", [])
+    if not isinstance(entries, list) or not entries:
+        fail("no [[case]] entries: nothing to run")
+    planned: list[PlannedCase] = []
+    for index, entry in enumerate(entries):
+        bench_name = entry.get("benchmark")
+        if not isinstance(bench_name, str):
+            fail("case has no 'benchmark' key", index)
+        try:
+            bench = registry.get(bench_name)
+        except NetbenchError as exc:
+            fail(str(exc), index, "benchmark")
+        case_timeout = entry.get("timeout", timeout or DEFAULT_TIMEOUT)
+        if isinstance(case_timeout, bool) or not isinstance(case_timeout, (int, float)) or (
+                case_timeout <= 0):
+            fail(f"timeout must be a positive number of seconds, not {case_timeout!r}", index,
+                 "timeout")
+        raw = {k: v for k, v in entry.items() if k not in _CASE_KEYS}
+        for key, value in raw.items():
+            try:
+                bench.param_spec(key).parse(value)
+            except UsageError as exc:
+                fail(f"key {key!r}: {exc}", index, key)
+        planned.extend(PlannedCase(c, bench, float(timeout or case_timeout))
+                       for c in bench.expand(raw))
+    return Plan(name, planned)

@@ -1,0 +1,105 @@
+"""The control protocol: length-prefixed JSON objects, bounded in size, never pickled.
+
+Each message is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON that
+must decode to an object. Anything else (oversized, truncated, not JSON, not an object) is a
+PeerError naming what was wrong; the server answers it and keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any
+
+from netbench.errors import PeerError
+
+MAX_MESSAGE = 1 << 20   # 1 MiB: room for a run's interval series, small enough to be harmless
+PROTOCOL = 1
+_HEADER = struct.Struct("!I")
+
+
+class Channel:
+    """One framed-JSON conversation over a connected TCP socket."""
+
+    def __init__(self, sock: socket.socket, peer_name: str) -> None:
+        self.sock = sock
+        self.peer_name = peer_name
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+        if len(data) > MAX_MESSAGE:
+            raise PeerError(f"message to {self.peer_name} too large ({len(data)} bytes)")
+        try:
+            self.sock.sendall(_HEADER.pack(len(data)) + data)
+        except OSError as exc:
+            raise PeerError(f"lost connection to {self.peer_name}: {exc}") from None
+
+    def recv(self, timeout: float | None) -> dict[str, Any]:
+        """The next message; PeerError on timeout, EOF or a malformed frame."""
+        self.sock.settimeout(timeout)
+        (length,) = _HEADER.unpack(self._read_exact(_HEADER.size, timeout))
+        if length > MAX_MESSAGE:
+            raise PeerError(f"{self.peer_name} sent a {length}-byte message; the limit is "
+                            f"{MAX_MESSAGE}")
+        body = self._read_exact(length, timeout)
+        try:
+            message = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise PeerError(f"{self.peer_name} sent a message that is not JSON") from None
+        if not isinstance(message, dict):
+            raise PeerError(f"{self.peer_name} sent JSON that is not an object")
+        return message
+
+    def request(self, message: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Send and wait for the reply; a reply carrying ``error`` raises it."""
+        self.send(message)
+        return self.expect(timeout)
+
+    def expect(self, timeout: float | None) -> dict[str, Any]:
+        reply = self.recv(timeout)
+        if reply.get("error"):
+            raise PeerError(f"{self.peer_name}: {reply['error']}")
+        return reply
+
+    def _read_exact(self, n: int, timeout: float | None) -> bytes:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            try:
+                chunk = self.sock.recv_into(view[got:], n - got)
+            except TimeoutError:
+                raise PeerError(f"{self.peer_name} did not answer within {timeout:g} s") from None
+            except OSError as exc:
+                raise PeerError(f"lost connection to {self.peer_name}: {exc}") from None
+            if chunk == 0:
+                raise PeerError(f"{self.peer_name} closed the connection")
+            got += chunk
+        return bytes(buf)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def parse_hostport(text: str, default_port: int) -> tuple[str, int]:
+    """'host', 'host:port', '[v6]:port' -> (host, port), with a clear error for junk."""
+    from netbench.errors import UsageError
+
+    host, port_text = text, None
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest.startswith(":"):
+            port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    if not host:
+        raise UsageError(f"peer {text!r}: missing host; use HOST or HOST:PORT")
+    if port_text is None:
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError(f"peer {text!r}: port must be 1-65535")
+    return host, int(port_text)
