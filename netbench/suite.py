@@ -91,7 +91,9 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+        where = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        prefix = f"{path}:{where.group(1)}:{where.group(2)}" if where else str(path)
+        raise UsageError(f"{prefix}: not valid TOML: {exc}") from None
     lines = text.splitlines()
 
     def fail(message: str, case_index: int | None = None, key: str | None = None) -> None:

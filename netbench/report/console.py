@@ -104,29 +104,65 @@ def _varying_params(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
             for bench, per in seen.items()}
 
 
+def _grid(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(header[i]), *(len(r[i]) for r in body)) for i in range(len(header))]
+    lines = ["  ".join(h.rjust(w) if i else h.ljust(w)
+                       for i, (h, w) in enumerate(zip(header, widths))).rstrip()]
+    for r in body:
+        lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    return lines
+
+
 def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """One line per metric per case: value, mean ± 95% CI of the raw samples, unit."""
+    """Per benchmark, one line per case and one column per metric (unit in the header).
+
+    Where a metric has raw samples, the headline column also gets its mean ± 95% CI.
+    """
     varying = _varying_params(rows)
-    header = ("case", "size", "metric", "value", "mean±95%CI (n)", "unit")
-    table: list[tuple[str, ...]] = []
+    cases: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for row in rows:
-        params = json.loads(row["params"] or "{}")
-        case = row["benchmark"] + "".join(f" {k}={params[k]}" for k in varying[row["benchmark"]])
-        size = format_size(int(row["msg_size"])) if row["msg_size"] is not None else ""
-        if row["status"] != "ok":
-            table.append((case, size, row["status"].upper(), "-", "", row["reason"] or ""))
-            continue
-        spread = ""
-        samples = row.get("samples")
-        if samples is not None and len(samples) >= 2:
-            spread = (f"{format_value(stats.mean(samples))}±"
-                      f"{format_value(stats.ci95_halfwidth(samples))} ({row['n_samples']})")
-        table.append((case, size, row["metric"], format_value(row["value"]), spread,
-                      row["unit"]))
-    widths = [max(len(header[i]), *(len(r[i]) for r in table)) if table else len(header[i])
-              for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    for r in table:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    return "\n".join(lines)
+        cases.setdefault((row["benchmark"], row["case_index"]), []).append(row)
+    out: list[str] = []
+    for bench in dict.fromkeys(row["benchmark"] for row in rows):
+        bench_cases = [v for (b, _), v in cases.items() if b == bench]
+        order: list[str] = []          # declared order, merged across cases
+        units: dict[str, str] = {}
+        for case_rows in bench_cases:
+            previous = None
+            for row in case_rows:
+                if row["status"] != "ok":
+                    continue
+                name = row["metric"]
+                if name not in units:
+                    units[name] = row["unit"]
+                    order.insert(order.index(previous) + 1 if previous else 0, name)
+                previous = name
+        metrics = {name: units[name] for name in order}
+        keys = varying[bench]
+        header = [bench, *keys, *(f"{m} [{u}]" for m, u in metrics.items())]
+        body, notes = [], []
+        for case_rows in bench_cases:
+            first = case_rows[0]
+            params = json.loads(first["params"] or "{}")
+            size = format_size(int(first["msg_size"])) if first["msg_size"] is not None else ""
+            cells = [size or "-", *(str(params.get(k, "")) for k in keys)]
+            if first["status"] != "ok":
+                body.append([*cells, *(["-"] * len(metrics))])
+                notes.append(f"  {first['status']} ({size}): {first['reason']}")
+                continue
+            by_metric = {r["metric"]: r for r in case_rows}
+            for metric in metrics:
+                row = by_metric.get(metric)
+                cell = format_value(row["value"]) if row else "-"
+                samples = row.get("samples") if row else None
+                if samples is not None and len(samples) >= 2 and metric != "lat_p50":
+                    cell += f" ±{format_value(stats.ci95_halfwidth(samples))}"
+                cells.append(cell)
+            body.append(cells)
+        out.extend(_grid(header, body))
+        out.extend(notes)
+        out.append("")
+    if any(r.get("samples") is not None for r in rows if r["status"] == "ok"):
+        out.append("± is the 95% confidence interval of the mean of the per-interval samples")
+    return "\n".join(out).rstrip()

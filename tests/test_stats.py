@@ -1,0 +1,47 @@
+import math
+import random
+import statistics
+
+import pytest
+
+from netbench import stats
+
+
+def test_latency_summary_follows_perftest_conventions():
+    # 12 samples, sorted 1..12: perftest drops the 2 largest (kept = 10 -> 1..10).
+    samples = [12, 3, 1, 10, 5, 4, 2, 9, 8, 7, 6, 11]
+    s = stats.latency_summary(samples)
+    assert s["min"] == 1
+    assert s["p50"] == 5.5                    # even count: mean of the middle two of 1..10
+    assert s["avg"] == 5.5
+    assert s["stdev"] == pytest.approx(math.sqrt(8.25))   # population stdev of 1..10
+    assert s["p99"] == 11                     # sorted[ceil(10 * 0.99)] = sorted[10]
+    assert s["p99.9"] == 11
+    assert s["max"] == 11                     # sorted[kept]: perftest's reported max
+
+
+def test_latency_summary_large_sample_percentiles():
+    rng = random.Random(7)
+    samples = [rng.expovariate(1.0) for _ in range(100_000)]
+    s = stats.latency_summary(samples)
+    ordered = sorted(samples)
+    kept = ordered[:-2]
+    assert s["p50"] == pytest.approx(statistics.median(kept))
+    assert s["p99"] == ordered[math.ceil(len(kept) * 0.99)]
+    assert s["min"] <= s["p50"] <= s["avg"] <= s["p99"] <= s["p99.9"] <= s["max"]
+
+
+def test_latency_summary_tiny_inputs():
+    assert stats.latency_summary([4.0])["p50"] == 4.0
+    with pytest.raises(ValueError):
+        stats.latency_summary([])
+
+
+def test_ci95_uses_student_t_for_small_samples():
+    values = [10.0, 12.0, 11.0, 13.0, 9.0]
+    expected = 2.776 * statistics.stdev(values) / math.sqrt(5)
+    assert stats.ci95_halfwidth(values) == pytest.approx(expected)
+    many = [float(i % 7) for i in range(1000)]
+    assert stats.ci95_halfwidth(many) == pytest.approx(
+        1.96 * statistics.stdev(many) / math.sqrt(1000))
+    assert math.isnan(stats.ci95_halfwidth([1.0]))

@@ -1,0 +1,77 @@
+import os
+from datetime import UTC, datetime
+
+import pandas as pd
+import pytest
+
+from netbench.errors import NetbenchError
+from netbench.store import COLUMNS, SCHEMA_VERSION, ResultStore, params_json, thin
+
+
+def _row(run_id: str, metric: str, value: float, **extra):
+    row = {name: None for name, _ in COLUMNS}
+    row.update(schema_version=SCHEMA_VERSION, run_id=run_id, label="lbl",
+               started_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), benchmark="tcp.stream",
+               family="tcp", op="stream", metric=metric, value=value, unit="Gbit/s",
+               better="higher", status="ok", case_index=0, params=params_json({"b": 1, "a": 2}),
+               samples=[1.0, 2.0])
+    row.update(extra)
+    return row
+
+
+def test_runs_round_trip_through_pandas_read_parquet(tmp_path):
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    store.write_run(store.path_for("run1", "2026-01-02T03:04:05"), [_row("run1", "goodput", 9.5)])
+    store.write_run(store.path_for("run2", "2026-01-02T03:05:05"),
+                    [_row("run2", "goodput", 8.0), _row("run2", "cpu", 50.0, samples=None)])
+    # A writer's temp file must never be picked up by readers.
+    (tmp_path / ".x.parquet.tmp").write_bytes(b"partial")
+    df = pd.read_parquet(tmp_path)
+    assert sorted(df["run_id"].unique()) == ["run1", "run2"]
+    assert len(df) == 3
+    assert list(df.columns) == [name for name, _ in COLUMNS]
+    assert str(df["started_at"].dt.tz) == "UTC"
+    assert df.loc[df.metric == "goodput", "value"].tolist() == [9.5, 8.0]
+    assert list(df.loc[0, "samples"]) == [1.0, 2.0]
+    assert df.loc[0, "params"] == '{"a":2,"b":1}'      # sorted keys, canonical JSON
+
+
+def test_rewrite_is_atomic_and_replaces(tmp_path):
+    store = ResultStore(tmp_path)
+    path = store.path_for("r", "2026-01-01T00:00:00")
+    store.write_run(path, [_row("r", "a", 1.0)])
+    store.write_run(path, [_row("r", "a", 1.0), _row("r", "b", 2.0)])
+    assert len(pd.read_parquet(path)) == 2
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_unwritable_results_dir_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    with pytest.raises(NetbenchError, match="cannot be written"):
+        ResultStore(blocker / "results").check_writable()
+    if os.geteuid() != 0:       # root ignores permission bits
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        with pytest.raises(NetbenchError, match="cannot be written"):
+            ResultStore(ro).check_writable()
+
+
+def test_corrupt_or_foreign_files_are_skipped_with_a_warning(tmp_path):
+    store = ResultStore(tmp_path)
+    store.write_run(store.path_for("ok", "2026-01-01T00:00:00"), [_row("ok", "a", 1.0)])
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
+    pd.DataFrame({"x": [1]}).to_parquet(tmp_path / "foreign.parquet")
+    with pytest.warns(UserWarning) as caught:
+        df = store.read()
+    assert df["run_id"].tolist() == ["ok"]
+    text = " ".join(str(w.message) for w in caught)
+    assert "broken.parquet" in text and "foreign.parquet" in text
+
+
+def test_thin_keeps_bounded_evenly_spaced_samples():
+    data = list(range(250_000))
+    out = thin(data, 1000)
+    assert len(out) == 1000 and out[0] == 0 and out[-1] >= 249_000
+    assert thin([1, 2, 3]) == [1.0, 2.0, 3.0]
