@@ -7,6 +7,7 @@ the measured round trip, as sockperf and netperf TCP_RR report it.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import struct
@@ -78,8 +79,10 @@ def _interface_of(sock: socket.socket) -> str:
 
 
 def _stall_error(exc: OSError, what: str) -> PeerError:
-    if isinstance(exc, BlockingIOError) or exc.errno == 11:
+    if isinstance(exc, BlockingIOError) or exc.errno == errno.EAGAIN:
         return PeerError(f"peer stopped {what} for {STALL_TIMEOUT:g} s")
+    if exc.errno in (errno.ECONNRESET, errno.EPIPE):
+        return PeerError(f"the peer vanished while {what} ({exc.strerror})")
     return PeerError(f"data connection failed while {what}: {exc.strerror or exc}")
 
 

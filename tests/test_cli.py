@@ -1,0 +1,124 @@
+"""The real CLI in subprocesses: happy paths and every kind of bad input."""
+
+import json
+import socket
+import time
+
+import pandas as pd
+from conftest import assert_clean_error, netbench
+
+
+def test_list_shows_params_defaults_and_availability():
+    proc = netbench("list")
+    assert proc.returncode == 0, proc.stderr
+    for name in ("tcp.stream", "tcp.rr", "mem.copy"):
+        assert name in proc.stdout
+    assert "msg_size = 128K" in proc.stdout and "ready" in proc.stdout
+    data = json.loads(netbench("list", "--json").stdout)
+    stream = next(b for b in data["benchmarks"] if b["name"] == "tcp.stream")
+    assert stream["available"] is True
+    assert {"name": "goodput", "unit": "Gbit/s", "better": "higher"} in stream["metrics"]
+    assert any(p["name"] == "streams" and p["default"] == 1 for p in stream["params"])
+
+
+def test_probe_json_has_fingerprint():
+    env = json.loads(netbench("probe", "--json").stdout)
+    for key in ("host", "kernel", "cpu_model", "cpu_cores", "memory_bytes", "nics",
+                "rdma_devices", "versions"):
+        assert key in env
+    assert any(n["name"] == "lo" and n["mtu"] for n in env["nics"])
+    assert env["versions"]["netbench"] and env["versions"]["python"]
+    human = netbench("probe")
+    assert human.returncode == 0 and "kernel" in human.stdout and "rdma" in human.stdout
+
+
+def test_run_stream_loopback_stores_rows_read_back_by_pandas(tmp_path):
+    proc = netbench("run", "tcp.stream", "-p", "duration=0.5", "-p", "warmup=0.2",
+                    "-p", "msg_size=64K,128K", "--results", str(tmp_path), "--label",
+                    "before-driver-update", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    good = [r for r in rows if r["metric"] == "goodput"]
+    assert [r["msg_size"] for r in good] == [65536, 131072]
+    assert all(r["value"] > 0.05 and r["unit"] == "Gbit/s" and r["better"] == "higher"
+               for r in good)
+    assert all(r["peer"] == "loopback" and r["device"] == "lo" for r in rows)
+    assert "fallback: no --peer given" in proc.stderr
+    df = pd.read_parquet(tmp_path)
+    assert set(df["label"]) == {"before-driver-update"}
+    assert len(df) == len(rows)
+    assert df["run_id"].nunique() == 1
+    cpu = df[df.metric == "cpu_per_gbit"]
+    assert (cpu["value"] > 0).all() and set(cpu["better"]) == {"lower"}
+    env = json.loads(df["env_json"].iloc[0])
+    assert env["kernel"] == df["env_kernel"].iloc[0]
+    # per-interval samples are stored with the goodput rows
+    assert all(len(s) >= 3 for s in df.loc[df.metric == "goodput", "samples"])
+
+
+def test_run_rr_latency_percentiles_are_ordered(tmp_path):
+    proc = netbench("run", "tcp.rr", "-p", "iterations=2000", "-p", "warmup=100",
+                    "--results", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    v = {r["metric"]: r for r in json.loads(proc.stdout)}
+    order = ["lat_min", "lat_p50", "lat_p99", "lat_p99.9", "lat_max"]
+    assert [v[m]["value"] for m in order] == sorted(v[m]["value"] for m in order)
+    assert v["lat_p50"]["unit"] == "us (half RTT)" and v["lat_p50"]["n_samples"] == 2000
+    assert len(v["lat_p50"]["samples"]) == 2000
+    assert v["tps"]["value"] > 100
+
+
+def test_unknown_benchmark_and_params():
+    assert_clean_error(netbench("run", "tcp.nope"), "unknown benchmark 'tcp.nope'",
+                       "tcp.stream")
+    assert_clean_error(netbench("run", "tcp.stream", "-p", "colour=red"),
+                       "has no param 'colour'", "streams")
+    assert_clean_error(netbench("run", "tcp.stream", "-p", "streams=many"),
+                       "param streams: bad value 'many'", "an integer")
+    assert_clean_error(netbench("run", "tcp.stream", "-p", "direction=up"),
+                       "one of forward, reverse, both")
+    assert_clean_error(netbench("run", "tcp.stream", "-p", "novalue"), "expected key=value")
+
+
+def test_malformed_suite_file_names_file_line_key(tmp_path):
+    suite = tmp_path / "bad.toml"
+    suite.write_text('[[case]]\nbenchmark = "tcp.rr"\niterations = "lots"\n')
+    proc = netbench("run", str(suite), "--results", str(tmp_path))
+    assert_clean_error(proc, f"{suite}:3:", "iterations")
+    assert proc.returncode == 2
+
+
+def test_unreachable_peer_fails_fast_and_clearly(tmp_path):
+    with socket.socket() as s:          # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    proc = netbench("run", "tcp.stream", "--peer", f"127.0.0.1:{port}", "--results",
+                    str(tmp_path))
+    assert time.monotonic() - start < 20
+    assert_clean_error(proc, "cannot reach netbench serve", "refused")
+    df = pd.read_parquet(tmp_path)
+    assert df["status"].tolist() == ["failed"] and df["peer"].tolist() == [f"127.0.0.1:{port}"]
+    assert_clean_error(netbench("run", "tcp.rr", "--peer", "no-such-host.invalid",
+                                "--results", str(tmp_path)), "cannot resolve peer")
+    assert_clean_error(netbench("run", "tcp.rr", "--peer", "host:99999"), "port must be")
+
+
+def test_unwritable_results_dir(tmp_path):
+    blocker = tmp_path / "f"
+    blocker.write_text("x")
+    assert_clean_error(netbench("run", "mem.copy", "--results", str(blocker / "sub")),
+                       "cannot be written")
+
+
+def test_serve_port_in_use():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = netbench("serve", "--port", str(port), timeout=20)
+    assert_clean_error(proc, f"port {port}", "already in use")
+
+
+def test_serve_binds_loopback_by_default(server):
+    assert server.host == "127.0.0.1"

@@ -1,0 +1,88 @@
+"""Runs that go wrong: a peer that dies, a case that overruns, Ctrl-C. Finished rows are kept."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+from conftest import ROOT, ServeProcess, assert_clean_error, netbench, wait_for
+
+SUITE = """
+[[case]]
+benchmark = "mem.copy"
+msg_size = "1M"
+iterations = 3
+
+[[case]]
+benchmark = "tcp.stream"
+duration = 8
+warmup = 0
+"""
+
+
+def _suite(tmp_path):
+    path = tmp_path / "two.toml"
+    path.write_text(SUITE)
+    return path
+
+
+def _start_run(args, tmp_path):
+    return subprocess.Popen([sys.executable, "-m", "netbench", "run", *args, "--results",
+                             str(tmp_path / "res")], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _stored(tmp_path):
+    return pd.read_parquet(tmp_path / "res")
+
+
+def test_peer_dying_mid_run_fails_clearly_and_keeps_finished_rows(tmp_path):
+    server = ServeProcess()
+    try:
+        run = _start_run([str(_suite(tmp_path)), "--peer", server.address], tmp_path)
+        # wait until the stream is under way (the mem.copy row is stored first)
+        assert wait_for(lambda: (tmp_path / "res").exists() and any(
+            p.suffix == ".parquet" for p in (tmp_path / "res").iterdir()), 30)
+        time.sleep(1.5)
+        server.proc.kill()
+        start = time.monotonic()
+        out, err = run.communicate(timeout=60)
+        assert time.monotonic() - start < 30
+    finally:
+        server.stop()
+    proc = subprocess.CompletedProcess(run.args, run.returncode, out, err)
+    assert_clean_error(proc, "tcp.stream")
+    df = _stored(tmp_path)
+    assert df.loc[df.benchmark == "mem.copy", "status"].eq("ok").all()
+    failed = df[df.benchmark == "tcp.stream"]
+    assert failed["status"].tolist() == ["failed"]
+    reason = failed["reason"].iloc[0]
+    assert any(word in reason for word in ("reset", "closed", "peer", "Broken pipe")), reason
+
+
+def test_case_timeout_is_enforced(tmp_path):
+    start = time.monotonic()
+    proc = netbench("run", "tcp.stream", "-p", "duration=30", "--timeout", "2", "--results",
+                    str(tmp_path))
+    assert time.monotonic() - start < 20
+    assert_clean_error(proc, "timed out after 2 s")
+    assert pd.read_parquet(tmp_path)["status"].tolist() == ["failed"]
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
+    run = _start_run([str(_suite(tmp_path))], tmp_path)
+    assert wait_for(lambda: (tmp_path / "res").exists() and any(
+        p.suffix == ".parquet" for p in (tmp_path / "res").iterdir()), 30)
+    time.sleep(1.0)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=30)
+    assert run.returncode == 130, err
+    assert "Traceback" not in err
+    assert "interrupted; finished rows were kept" in err
+    df = _stored(tmp_path)
+    assert df.loc[df.benchmark == "mem.copy", "status"].eq("ok").all()
+    assert df.loc[df.benchmark == "tcp.stream", "reason"].tolist() == ["interrupted by the user"]
+    # the loopback server the run started is gone with it
+    assert subprocess.run(["pgrep", "-f", "netbench serve --bind 127.0.0.1 --port 0"],
+                          capture_output=True).returncode != 0

@@ -1,0 +1,73 @@
+"""Third-party plugins register through the same entry-point group as the built-ins."""
+
+import json
+import os
+import textwrap
+
+from conftest import netbench
+
+from netbench import registry
+
+PLUGIN = '''
+from netbench.api import Benchmark, Measurement, Metric, Param
+
+
+class Echo(Benchmark):
+    name = "demo.echo"
+    transport = "none"
+    description = "third-party demo"
+    metrics = (Metric("value", "x", "higher"),)
+    params = (Param("level", "int", 3, "the value to report", minimum=0),)
+
+    def available(self, env):
+        return None if env.get("kernel") else "no kernel?"
+
+    def run(self, case, ctx):
+        return Measurement({"value": float(case.params["level"])})
+
+
+class NeedsHardware(Benchmark):
+    name = "demo.hw"
+    transport = "none"
+    metrics = (Metric("value", "x", "higher"),)
+
+    def available(self, env):
+        return "no demo hardware on this host (plug one in)"
+'''
+
+
+def _install_plugin(tmp_path):
+    (tmp_path / "demo_plugin.py").write_text(textwrap.dedent(PLUGIN))
+    dist = tmp_path / "demo_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[netbench.benchmarks]\ndemo.echo = demo_plugin:Echo\n"
+        "demo.hw = demo_plugin:NeedsHardware\ndemo.broken = demo_plugin:Missing\n")
+    return dict(os.environ, PYTHONPATH=str(tmp_path))
+
+
+def test_builtins_come_from_entry_points():
+    names = set(registry.all_benchmarks())
+    assert {"tcp.stream", "tcp.rr", "mem.copy"} <= names
+
+
+def test_third_party_plugin_lists_runs_and_skips(tmp_path):
+    env = _install_plugin(tmp_path)
+    listing = json.loads(netbench("list", "--json", env=env).stdout)
+    names = {b["name"]: b for b in listing["benchmarks"]}
+    assert names["demo.echo"]["available"] is True
+    assert names["demo.hw"]["reason"] == "no demo hardware on this host (plug one in)"
+    assert "demo.broken" in listing["broken_plugins"]
+    run = netbench("run", "demo.echo", "-p", "level=7", "--json", "--results",
+                   str(tmp_path / "r"), env=env)
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads(run.stdout)
+    assert row["value"] == 7.0 and row["family"] == "demo" and row["op"] == "echo"
+    skipped = netbench("run", "demo.hw", "--json", "--results", str(tmp_path / "r"), env=env)
+    assert skipped.returncode == 0
+    (row,) = json.loads(skipped.stdout)
+    assert row["status"] == "skipped" and "plug one in" in row["reason"]
+    assert "skipped: demo.hw: no demo hardware" in skipped.stderr
+    broken = netbench("run", "demo.broken", env=env)
+    assert broken.returncode == 2 and "failed to load" in broken.stderr
