@@ -19,10 +19,15 @@ from netbench import stats
 from netbench.errors import CaseTimeout, NetbenchError, PeerError, UsageError
 from netbench.wire import Channel
 
+try:  # timed socket loops in C; None where the extension was not built (no compiler)
+    from netbench import _fastloop as fastloop
+except ImportError:
+    fastloop = None
+
 __all__ = [
     "Benchmark", "Case", "CaseTimeout", "Channel", "Context", "CpuMeter", "Measurement",
     "Metric", "NetbenchError", "Param", "PeerError", "ServerSession", "UsageError",
-    "format_size", "parse_size", "stats",
+    "fastloop", "format_size", "parse_size", "stats",
 ]
 
 Better = Literal["higher", "lower"]
@@ -106,6 +111,8 @@ class Param:
     minimum: float | None = None
     maximum: float | None = None
     sweep: bool = False
+    pattern: str | None = None     # kind "str": the value must match this regex in full
+    pattern_help: str = ""         # how to describe what ``pattern`` accepts
 
     def accepted(self) -> str:
         """Human description of accepted values, for error messages and `netbench list`."""
@@ -116,7 +123,8 @@ class Param:
         elif self.kind == "bool":
             text = "true or false"
         else:
-            text = {"int": "an integer", "float": "a number", "str": "text"}[self.kind]
+            text = {"int": "an integer", "float": "a number",
+                    "str": self.pattern_help or "text"}[self.kind]
         bounds = []
         if self.minimum is not None:
             bounds.append(f">= {_fmt_bound(self, self.minimum)}")
@@ -186,7 +194,10 @@ class Param:
             return text
         if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
             raise ValueError("not text")
-        return str(raw)
+        text = str(raw).strip()
+        if self.pattern is not None and not re.fullmatch(self.pattern, text):
+            raise ValueError("wrong format")
+        return text
 
 
 def _fmt_bound(param: Param, value: float) -> str:

@@ -95,6 +95,7 @@ class Runner:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.reporter = reporter or Reporter()
         self._loopback: peer_mod.LoopbackServer | None = None
+        self._loopback_error = "no --peer given and no loopback server running"
 
     # --- peers ---
 
@@ -102,7 +103,7 @@ class Runner:
         if self.peer:
             return peer_mod.connect(self.peer)
         if self._loopback is None:
-            self._loopback = peer_mod.LoopbackServer()
+            raise NetbenchError(self._loopback_error)
         return peer_mod.connect(self._loopback.address)
 
     # --- the run ---
@@ -123,6 +124,11 @@ class Runner:
                for k in ("netbench", "python", "torch", "nccl", "rdma_core")},
         }
         if any(p.bench.needs_peer for p in plan.cases) and not self.peer:
+            # Started here, from the main thread, so it never inherits a case's CPU pinning.
+            try:
+                self._loopback = peer_mod.LoopbackServer()
+            except NetbenchError as exc:
+                self._loopback_error = str(exc)
             result.fallbacks.append("no --peer given: peer benchmarks ran against a loopback "
                                     "netbench server on this host (127.0.0.1); they measure "
                                     "the host's TCP stack, not a NIC")

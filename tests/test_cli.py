@@ -122,3 +122,29 @@ def test_serve_port_in_use():
 
 def test_serve_binds_loopback_by_default(server):
     assert server.host == "127.0.0.1"
+
+
+def test_rr_python_fallback_loops_agree_with_c_loops():
+    """Both timing loops (C fast path and the Python fallback) measure real round trips."""
+    import socket
+    import threading
+
+    from netbench.benchmarks import tcp
+
+    a, b = socket.socketpair()
+    try:
+        echo = threading.Thread(target=tcp.TcpRr._echo, args=(b, 100), daemon=True)
+        echo.start()
+        rtts, elapsed = tcp.TcpRr._ping_pong_python(a, 100, 500, 50, 0)
+        assert len(rtts) == 500 and all(r > 0 for r in rtts) and elapsed > 0
+        rtts, _ = tcp.TcpRr._ping_pong_python(a, 100, 0, 5, int(0.2e9))
+        assert len(rtts) > 10
+        if tcp.fastloop is not None:
+            data, elapsed_ns = tcp.fastloop.rr_client(a.fileno(), 100, 300, 10, 0)
+            assert len(data) == 300 * 8 and elapsed_ns > 0
+        a.shutdown(socket.SHUT_WR)
+        echo.join(5)
+        assert not echo.is_alive()
+    finally:
+        a.close()
+        b.close()

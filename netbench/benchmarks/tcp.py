@@ -14,7 +14,8 @@ import struct
 import threading
 import time
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from netbench.api import (
@@ -28,12 +29,16 @@ from netbench.api import (
     PeerError,
     ServerSession,
     UsageError,
+    fastloop,
     stats,
 )
 
 SETUP_TIMEOUT = 15.0      # to open data connections and agree to start
 STALL_TIMEOUT = 10.0      # a data socket that moves nothing this long means the peer is gone
 MAX_SERIES = 20_000       # interval samples per run, keeps the result message bounded
+
+_AFFINITY = Param("affinity", "str", "", "pin the client[,server] to CPU ids (iperf3 -A n,m)",
+                  pattern=r"(\d+(,\d+)?)?", pattern_help="'', 'C' or 'C,S' (CPU ids)")
 
 _CPU_METRICS = (
     Metric("cpu_client", "%core", "lower", "client process CPU, 100 = one core busy"),
@@ -46,6 +51,29 @@ def _set_stall_timeout(sock: socket.socket, seconds: float) -> None:
     tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+
+
+def _affinity(params: Mapping[str, Any], side: int) -> int | None:
+    parts = [int(p) for p in params["affinity"].split(",") if p]
+    return parts[side] if side < len(parts) else None
+
+
+@contextmanager
+def _pinned(cpu: int | None) -> Iterator[None]:
+    """Pin the calling thread (and the threads it starts) to one CPU for a benchmark."""
+    if cpu is None:
+        yield
+        return
+    old = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError as exc:
+        raise UsageError(f"affinity: cannot pin to CPU {cpu} ({exc.strerror}); this host "
+                         f"allows CPUs {','.join(map(str, sorted(old)))}") from None
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
 
 
 def _prepare(socks: Sequence[socket.socket], window: int) -> None:
@@ -192,11 +220,30 @@ def _sum_series(a: Sequence[float], b: Sequence[float]) -> list[float]:
     return [x + y for x, y in zip(a, b)]
 
 
-class TcpStream(Benchmark):
-    name = "tcp.stream"
+class _TcpBenchmark(Benchmark):
+    """Both ends run pinned where ``affinity`` says; the subclasses do the work."""
+
     transport = "tcp"
-    description = "bulk TCP goodput counted by the receiver (iperf3-style), with CPU cost"
     needs_peer = True
+
+    def run(self, case: Case, ctx: Context) -> Measurement:
+        with _pinned(_affinity(case.params, 0)):
+            return self._run(case, ctx)
+
+    def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
+        with _pinned(_affinity(params, 1)):
+            self._serve(params, session)
+
+    def _run(self, case: Case, ctx: Context) -> Measurement:
+        raise NotImplementedError
+
+    def _serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
+        raise NotImplementedError
+
+
+class TcpStream(_TcpBenchmark):
+    name = "tcp.stream"
+    description = "bulk TCP goodput counted by the receiver (iperf3-style), with CPU cost"
     metrics = (
         Metric("goodput", "Gbit/s", "higher", "receiver-counted payload rate, all directions"),
         Metric("goodput_fwd", "Gbit/s", "higher", "client to server"),
@@ -220,6 +267,7 @@ class TcpStream(Benchmark):
               maximum=60),
         Param("window", "size", 0, "socket buffer size, 0 = system default (iperf3 -w)",
               minimum=0, maximum=1 << 30),
+        _AFFINITY,
     )
 
     @staticmethod
@@ -235,7 +283,7 @@ class TcpStream(Benchmark):
             raise UsageError(f"tcp.stream: (warmup + duration) / interval exceeds {MAX_SERIES} "
                              "samples; raise interval")
 
-    def run(self, case: Case, ctx: Context) -> Measurement:
+    def _run(self, case: Case, ctx: Context) -> Measurement:
         params = case.params
         self._check(params)
         fwd, rev = self._split(params)
@@ -285,7 +333,7 @@ class TcpStream(Benchmark):
                                   + float(server_cpu["process_cpu_s"])) / moved_gbit
         return Measurement(values, samples, device=device)
 
-    def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
+    def _serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
         self._check(params)
         fwd, rev = self._split(params)
         session.channel.send({"ok": True})
@@ -321,11 +369,9 @@ def _send_rest(send: Callable[..., int], data: memoryview, sent: int) -> None:
         sent += send(data[sent:])
 
 
-class TcpRr(Benchmark):
+class TcpRr(_TcpBenchmark):
     name = "tcp.rr"
-    transport = "tcp"
     description = "TCP request/response latency, half the round trip (sockperf ping-pong)"
-    needs_peer = True
     metrics = (
         *(Metric(f"lat_{q}", "us (half RTT)", "lower", f"{q} of half the round trip")
           for q in ("min", "p50", "avg", "stdev", "p99", "p99.9", "max")),
@@ -341,9 +387,10 @@ class TcpRr(Benchmark):
               minimum=0, maximum=3600),
         Param("warmup", "int", 1_000, "untimed round trips first", minimum=0,
               maximum=10_000_000),
+        _AFFINITY,
     )
 
-    def run(self, case: Case, ctx: Context) -> Measurement:
+    def _run(self, case: Case, ctx: Context) -> Measurement:
         params = case.params
         size = params["msg_size"]
         session = ctx.connect()
@@ -373,20 +420,36 @@ class TcpRr(Benchmark):
         values["tps"] = len(rtts_ns) / elapsed
         values["cpu_client"] = client_cpu["process_pct"]
         values["cpu_server"] = float(far["cpu"]["process_pct"])
-        return Measurement(values, {"lat_p50": half_us}, device=device)
+        note = "" if fastloop else "timed in a Python loop (C fast path not built): adds ~1 us"
+        return Measurement(values, {"lat_p50": half_us}, device=device, note=note)
 
     @staticmethod
     def _ping_pong(sock: socket.socket, size: int,
                    params: Mapping[str, Any]) -> tuple[array, float]:
-        """The timed loop, kept flat: every bytecode here is inside the measured latency."""
+        """Timed round trips in ns, and the seconds they took (the C loop where built)."""
+        duration_ns = int(params["duration"] * 1e9)
+        if fastloop is not None:
+            try:
+                data, elapsed_ns = fastloop.rr_client(sock.fileno(), size, params["iterations"],
+                                                      params["warmup"], duration_ns)
+            except ConnectionError:
+                raise PeerError("peer closed the connection mid-run") from None
+            rtts = array("q")
+            rtts.frombytes(data)
+            return rtts, elapsed_ns / 1e9
+        return TcpRr._ping_pong_python(sock, size, params["iterations"], params["warmup"],
+                                       duration_ns)
+
+    @staticmethod
+    def _ping_pong_python(sock: socket.socket, size: int, iterations: int, warm: int,
+                          duration_ns: int) -> tuple[array, float]:
+        """Fallback loop, kept flat: every bytecode here is inside the measured latency."""
         payload = memoryview(os.urandom(size))
         view = memoryview(bytearray(size))
         send, recv_into, clock = sock.send, sock.recv_into, time.perf_counter_ns
         rtts = array("q")
         append = rtts.append
-        duration = params["duration"]
-        end_ns = clock() + int(duration * 1e9) if duration > 0 else 0
-        iterations, warm = params["iterations"], params["warmup"]
+        end_ns = clock() + duration_ns if duration_ns > 0 else 0
         start = clock()
         while True:
             t0 = clock()
@@ -400,6 +463,8 @@ class TcpRr(Benchmark):
             if warm:
                 warm -= 1
                 start = t1
+                if end_ns and not warm:
+                    end_ns = t1 + duration_ns
                 continue
             append(t1 - t0)
             if end_ns:
@@ -409,7 +474,22 @@ class TcpRr(Benchmark):
                 break
         return rtts, (clock() - start) / 1e9
 
-    def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
+    @staticmethod
+    def _echo(sock: socket.socket, size: int) -> None:
+        if fastloop is not None:
+            fastloop.rr_echo(sock.fileno(), size)
+            return
+        view = memoryview(bytearray(size))
+        send, recv_into = sock.send, sock.recv_into
+        while True:
+            got = recv_into(view)
+            if got != size and not _recv_rest(recv_into, view, got, size):
+                return
+            sent = send(view)
+            if sent != size:
+                _send_rest(send, view, sent)
+
+    def _serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
         size = params["msg_size"]
         session.channel.send({"ok": True})
         (sock,) = session.accept_data(1, SETUP_TIMEOUT)
@@ -417,16 +497,8 @@ class TcpRr(Benchmark):
             _prepare([sock], 0)
             session.channel.send({"go": True})
             meter = CpuMeter()
-            view = memoryview(bytearray(size))
-            send, recv_into = sock.send, sock.recv_into
             try:
-                while True:
-                    got = recv_into(view)
-                    if got != size and not _recv_rest(recv_into, view, got, size):
-                        break
-                    sent = send(view)
-                    if sent != size:
-                        _send_rest(send, view, sent)
+                self._echo(sock, size)
             except OSError as exc:
                 raise _stall_error(exc, "echoing") from None
             session.channel.send({"ok": True, "cpu": meter.stop()})
