@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from netbench import __version__
@@ -288,20 +288,25 @@ def connect(peer: str, timeout: float = 10.0) -> ClientSession:
     return ClientSession(host, port, timeout)
 
 
-class LoopbackServer:
-    """The CI fallback: a ``netbench serve`` on 127.0.0.1 in its own process.
+class ServerProcess:
+    """A ``netbench serve`` in its own process; ``address`` is where it listens.
 
-    Its own process, so the far end has its own interpreter (no shared GIL) and its CPU time
-    is counted apart from the client's, exactly as with a real peer.
+    The runner's loopback fallback uses one on 127.0.0.1: its own process, so the far end has
+    its own interpreter (no shared GIL) and its CPU time is counted apart from the client's,
+    exactly as with a real peer. ``prefix`` runs it under another command (ip netns exec ...).
     """
 
-    def __init__(self, start_timeout: float = 30.0) -> None:
+    def __init__(self, bind: str = "127.0.0.1", port: int = 0, prefix: Sequence[str] = (),
+                 start_timeout: float = 30.0, stderr: Any = subprocess.DEVNULL) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "netbench", "serve", "--bind", "127.0.0.1", "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-            env=env, text=True)
+            [*prefix, sys.executable, "-m", "netbench", "serve", "--bind", bind,
+             "--port", str(port)],
+            stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, env=env,
+            text=True)
         self.address = self._wait_for_port(start_timeout)
+        self.host, port_text = self.address.rsplit(":", 1)
+        self.port = int(port_text)
 
     def _wait_for_port(self, timeout: float) -> str:
         assert self.proc.stdout is not None
@@ -310,9 +315,11 @@ class LoopbackServer:
         marker = "listening on "
         if marker not in line:
             self.stop()
-            raise NetbenchError("the loopback netbench server did not start within "
-                                f"{timeout:g} s")
+            raise NetbenchError(f"netbench serve did not start within {timeout:g} s")
         return line.split(marker, 1)[1].split()[0]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -94,7 +94,7 @@ class Runner:
                  peer: str | None = None, reporter: Reporter | None = None) -> None:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.reporter = reporter or Reporter()
-        self._loopback: peer_mod.LoopbackServer | None = None
+        self._loopback: peer_mod.ServerProcess | None = None
         self._loopback_error = "no --peer given and no loopback server running"
 
     # --- peers ---
@@ -126,7 +126,7 @@ class Runner:
         if any(p.bench.needs_peer for p in plan.cases) and not self.peer:
             # Started here, from the main thread, so it never inherits a case's CPU pinning.
             try:
-                self._loopback = peer_mod.LoopbackServer()
+                self._loopback = peer_mod.ServerProcess()
             except NetbenchError as exc:
                 self._loopback_error = str(exc)
             result.fallbacks.append("no --peer given: peer benchmarks ran against a loopback "

@@ -1,9 +1,7 @@
-"""Shared helpers: run the real CLI in a subprocess, start a real `netbench serve`."""
+"""Shared helpers: run the real CLI in a subprocess; a real `netbench serve` fixture."""
 
 from __future__ import annotations
 
-import os
-import select
 import subprocess
 import sys
 import time
@@ -11,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from netbench.peer import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,35 +31,9 @@ def assert_clean_error(proc: subprocess.CompletedProcess, *needles: str) -> None
         assert needle in errors[0], errors[0]
 
 
-class ServeProcess:
-    def __init__(self, *extra: str, prefix: tuple[str, ...] = ()) -> None:
-        self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "netbench", "serve", "--port", "0", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        ready, _, _ = select.select([self.proc.stdout], [], [], 20)
-        line = self.proc.stdout.readline() if ready else ""
-        assert "listening on" in line, line + self.proc.stderr.read()
-        self.address = line.split("listening on ", 1)[1].strip()
-        self.host, port = self.address.rsplit(":", 1)
-        self.port = int(port)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 @pytest.fixture
-def server() -> Iterator[ServeProcess]:
-    srv = ServeProcess()
+def server() -> Iterator[ServerProcess]:
+    srv = ServerProcess()
     yield srv
     srv.stop()
 

@@ -6,7 +6,9 @@ import sys
 import time
 
 import pandas as pd
-from conftest import ROOT, ServeProcess, assert_clean_error, netbench, wait_for
+from conftest import ROOT, assert_clean_error, netbench, wait_for
+
+from netbench.peer import ServerProcess
 
 SUITE = """
 [[case]]
@@ -38,7 +40,7 @@ def _stored(tmp_path):
 
 
 def test_peer_dying_mid_run_fails_clearly_and_keeps_finished_rows(tmp_path):
-    server = ServeProcess()
+    server = ServerProcess()
     try:
         run = _start_run([str(_suite(tmp_path)), "--peer", server.address], tmp_path)
         # wait until the stream is under way (the mem.copy row is stored first)

@@ -13,6 +13,8 @@ import sys
 import pytest
 from conftest import ROOT
 
+from netbench.peer import ServerProcess
+
 RATE_MBIT = 200
 
 
@@ -56,22 +58,15 @@ def shaped_pair():
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 def test_goodput_matches_tbf_rate(shaped_pair, tmp_path, direction):
     ns_a, ns_b, dev_a = shaped_pair
-    server = subprocess.Popen(["ip", "netns", "exec", ns_b, sys.executable, "-m", "netbench",
-                               "serve", "--bind", "10.203.0.2", "--port", "0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    server = ServerProcess(bind="10.203.0.2", prefix=("ip", "netns", "exec", ns_b))
     try:
-        line = server.stdout.readline()
-        assert "listening on 10.203.0.2:" in line, line
-        peer = line.split("listening on ", 1)[1].strip()
         proc = subprocess.run(
             ["ip", "netns", "exec", ns_a, sys.executable, "-m", "netbench", "run",
-             "tcp.stream", "--peer", peer, "-p", "duration=3", "-p", "warmup=1",
+             "tcp.stream", "--peer", server.address, "-p", "duration=3", "-p", "warmup=1",
              "-p", f"direction={direction}", "--results", str(tmp_path), "--json"],
             capture_output=True, text=True, timeout=120, cwd=ROOT)
     finally:
-        server.kill()
-        server.wait()
+        server.stop()
     assert proc.returncode == 0, proc.stderr
     rows = {r["metric"]: r for r in json.loads(proc.stdout)}
     goodput_mbit = rows["goodput"]["value"] * 1000
@@ -80,4 +75,4 @@ def test_goodput_matches_tbf_rate(shaped_pair, tmp_path, direction):
           f"= {ratio:.3f}")
     assert 0.90 <= ratio <= 1.0
     assert rows["goodput"]["device"] == dev_a
-    assert rows["goodput"]["peer"] == peer
+    assert rows["goodput"]["peer"] == server.address
