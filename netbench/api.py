@@ -9,14 +9,16 @@ The harness (runner, store, CLI) does everything else.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
 from netbench import stats
-from netbench.errors import CaseTimeout, NetbenchError, PeerError, UsageError
+from netbench.errors import CaseTimeout, NetbenchError, PeerError, SkipCase, UsageError
 from netbench.wire import Channel
 
 try:  # timed socket loops in C; None where the extension was not built (no compiler)
@@ -26,7 +28,7 @@ except ImportError:
 
 __all__ = [
     "Benchmark", "Case", "CaseTimeout", "Channel", "Context", "CpuMeter", "Measurement",
-    "Metric", "NetbenchError", "Param", "PeerError", "ServerSession", "UsageError",
+    "Metric", "NetbenchError", "Param", "PeerError", "ServerSession", "SkipCase", "UsageError",
     "fastloop", "format_size", "parse_size", "stats",
 ]
 
@@ -113,6 +115,7 @@ class Param:
     sweep: bool = False
     pattern: str | None = None     # kind "str": the value must match this regex in full
     pattern_help: str = ""         # how to describe what ``pattern`` accepts
+    all_range: tuple[int, int] | None = None   # kind "size": what the value "all" sweeps
 
     def accepted(self) -> str:
         """Human description of accepted values, for error messages and `netbench list`."""
@@ -134,12 +137,17 @@ class Param:
             text += " " + " and ".join(bounds)
         if self.sweep:
             text += "; a list sweeps" + (" (or a range 1K..1M)" if self.kind == "size" else "")
+            if self.all_range:
+                lo, hi = (format_size(v) for v in self.all_range)
+                text += f"; all = {lo}..{hi}"
         return text
 
     def parse(self, raw: Any) -> Any:
         """Validate one raw value (CLI text or TOML value); a sweep param returns a list."""
         if self.sweep:
             items = _split_list(raw)
+            if self.all_range and isinstance(raw, str) and raw.strip() == "all":
+                raw = f"{self.all_range[0]}..{self.all_range[1]}"
             if self.kind == "size" and isinstance(raw, str) and ".." in raw:
                 try:
                     items = _size_range(raw)
@@ -306,6 +314,7 @@ class Benchmark:
     metrics: ClassVar[tuple[Metric, ...]] = ()
     params: ClassVar[tuple[Param, ...]] = ()
     needs_peer: ClassVar[bool] = False     # run() calls ctx.connect()
+    headline: ClassVar[str | None] = None  # the metric progress lines show (default: first)
 
     @property
     def family(self) -> str:
@@ -339,6 +348,17 @@ class Benchmark:
                 return param
         known = ", ".join(p.name for p in self.params) or "none"
         raise UsageError(f"{self.name} has no param {name!r}; its params: {known}")
+
+    def describe(self, case: Case) -> str:
+        """The case in one line: its size and the params that differ from the defaults."""
+        shown = []
+        for param in self.params:
+            value = case.params.get(param.name, param.default)
+            if param.name != "msg_size" and value == param.default:
+                continue
+            shown.append(f"{param.name}="
+                         f"{format_size(value) if param.kind == 'size' else value}")
+        return " ".join([self.name, *shown])
 
     def resolve_params(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults overlaid with validated user values (sweep params stay lists)."""
@@ -375,40 +395,42 @@ class Benchmark:
         return out
 
 
+def _host_cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole host from /proc/stat; (0, 0) where unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+    return sum(fields) - idle, sum(fields)
+
+
 class CpuMeter:
     """CPU time of this process (all threads) and of the whole host over an interval.
 
     ``process_pct`` is in percent of one core (100 = one core fully busy), as iperf3 reports.
+    Standard library only, so it costs nothing where Python is slow (the soft-RoCE VM).
     """
 
     def __init__(self) -> None:
-        import psutil  # netbench's own dependency; imported here to keep `import api` light
-
-        self._proc = psutil.Process()
-        self._psutil = psutil
         self.start()
 
     def start(self) -> None:
-        import time
-
         self._t0 = time.monotonic()
-        self._p0 = self._proc.cpu_times()
-        self._h0 = self._psutil.cpu_times()
+        self._p0 = os.times()
+        self._h0 = _host_cpu_times()
 
     def stop(self) -> dict[str, float]:
-        import time
-
         wall = max(time.monotonic() - self._t0, 1e-9)
-        p1, h1 = self._proc.cpu_times(), self._psutil.cpu_times()
+        p1, h1 = os.times(), _host_cpu_times()
         proc_s = (p1.user - self._p0.user) + (p1.system - self._p0.system)
-        busy0 = sum(self._h0) - self._h0.idle - getattr(self._h0, "iowait", 0.0)
-        busy1 = sum(h1) - h1.idle - getattr(h1, "iowait", 0.0)
-        total = max(sum(h1) - sum(self._h0), 1e-9)
+        total = h1[1] - self._h0[1]
         return {
             "wall_s": wall,
             "process_cpu_s": proc_s,
             "process_pct": 100.0 * proc_s / wall,
-            "host_pct": 100.0 * (busy1 - busy0) / total,
+            "host_pct": 100.0 * (h1[0] - self._h0[0]) / total if total > 0 else float("nan"),
         }
 
 

@@ -104,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from netbench.probe import probe
     from netbench.report.console import Reporter, summary_table
     from netbench.runner import Runner
-    from netbench.store import ResultStore
+    from netbench.store import JsonlStore, ResultStore
     from netbench.suite import load_suite, parse_cli_params, plan_single
 
     params = parse_cli_params(args.param or [])
@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan = load_suite(target, args.timeout)
     else:
         plan = plan_single(target, params, args.timeout)
-    store = ResultStore(args.results)
+    store = JsonlStore(args.jsonl) if args.jsonl else ResultStore(args.results)
     store.check_writable()
     if args.peer:
         from netbench.wire import parse_hostport
@@ -147,6 +147,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         more = f" (and {len(failed) - 1} more failed)" if len(failed) > 1 else ""
         err.write(f"netbench: error: {first['benchmark']}: {first['reason']}{more}\n")
         return 1
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from netbench.store import ResultStore, import_jsonl
+
+    store = ResultStore(args.results)
+    for source in args.files:
+        for path in import_jsonl(source, store):
+            print(f"imported {source} -> {path}")
     return 0
 
 
@@ -196,7 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="seconds allowed per case (default 300)")
     p.add_argument("--json", action="store_true", help="print the stored rows as JSON on stdout")
     p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")
+    p.add_argument("--jsonl", metavar="FILE", help="write rows as JSON lines instead of Parquet "
+                   "(lean: no pyarrow); store them later with `netbench import`")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("import", help="store rows from `run --jsonl` files as Parquet runs")
+    p.add_argument("files", nargs="+", help="JSON-lines files written by `netbench run --jsonl`")
+    p.add_argument("--results", default="results", help="results directory (default results/)")
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("serve", help="answer benchmarks from a peer (like iperf3 -s)")
     p.add_argument("--bind", default="127.0.0.1",

@@ -22,3 +22,7 @@ class PeerError(NetbenchError):
 
 class CaseTimeout(NetbenchError):
     """A case ran past its timeout."""
+
+
+class SkipCase(NetbenchError):
+    """Raised by a benchmark's run() when this case cannot run here; becomes a skipped row."""

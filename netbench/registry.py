@@ -7,7 +7,8 @@ module and one entry-point line. A plugin that fails to import is reported, not 
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 
 from netbench.api import Benchmark
 from netbench.errors import UsageError
@@ -15,11 +16,30 @@ from netbench.errors import UsageError
 GROUP = "netbench.benchmarks"
 
 
+def _source_tree_entry_points() -> list[EntryPoint]:
+    """netbench's own entry points read from pyproject.toml, when running from a checkout that
+    was never installed (e.g. /usr/bin/python3 with PYTHONPATH in the soft-RoCE VM)."""
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    try:
+        table = tomllib.loads(pyproject.read_text())["project"]["entry-points"][GROUP]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return []
+    return [EntryPoint(name, value, GROUP) for name, value in table.items()]
+
+
+def _entry_points() -> list[EntryPoint]:
+    found = list(entry_points(group=GROUP))
+    installed = any(ep.dist is not None and ep.dist.name == "netbench" for ep in found)
+    return found if installed else found + _source_tree_entry_points()
+
+
 @lru_cache(maxsize=1)
 def _load() -> tuple[dict[str, Benchmark], dict[str, str]]:
     found: dict[str, Benchmark] = {}
     broken: dict[str, str] = {}
-    for ep in entry_points(group=GROUP):
+    for ep in _entry_points():
         try:
             cls = ep.load()
             bench = cls()

@@ -21,7 +21,7 @@ from typing import Any
 
 from netbench import peer as peer_mod
 from netbench.api import Benchmark, Case, ClientSession, Measurement
-from netbench.errors import NetbenchError
+from netbench.errors import NetbenchError, SkipCase
 from netbench.probe import nic_summary
 from netbench.report.console import Reporter
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
@@ -135,7 +135,8 @@ class Runner:
         self.reporter.start_run(run_id, plan.suite, len(plan.cases), self.label)
         try:
             for index, planned in enumerate(plan.cases):
-                self.reporter.start_case(index, planned.case)
+                self.reporter.start_case(index, planned.case,
+                                         planned.bench.describe(planned.case))
                 try:
                     rows = self._run_case(index, planned, base)
                 except KeyboardInterrupt:
@@ -165,6 +166,8 @@ class Runner:
         def work() -> None:
             try:
                 outcome["measurement"] = bench.run(case, ctx)
+            except SkipCase as exc:
+                outcome["skip"] = str(exc)
             except NetbenchError as exc:
                 outcome["error"] = str(exc)
             except Exception as exc:  # a plugin bug: keep the run going, say where it broke
@@ -185,6 +188,8 @@ class Runner:
             worker.join(CANCEL_GRACE)
             return self._status_rows(index, planned, base, "failed",
                                      f"timed out after {planned.timeout:g} s")
+        if "skip" in outcome:
+            return self._status_rows(index, planned, base, "skipped", outcome["skip"])
         if "error" in outcome:
             return self._status_rows(index, planned, base, "failed", outcome["error"])
         return self._metric_rows(index, planned, base, outcome["measurement"])

@@ -127,3 +127,72 @@ class ResultStore:
         if not frames:
             return pd.DataFrame(columns=[name for name, _ in COLUMNS])
         return pd.concat(frames, ignore_index=True)
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+class JsonlStore:
+    """Rows as JSON lines in one file, for places where pyarrow cannot or should not load (the
+    soft-RoCE VM, where Python runs ~50x slower). ``netbench import`` turns it into Parquet."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.file = Path(path)
+
+    def check_writable(self) -> None:
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.file.parent, prefix=".probe-"):
+                pass
+        except OSError as exc:
+            raise NetbenchError(f"cannot write {self.file}: {exc.strerror or exc}") from None
+
+    def path_for(self, run_id: str, started_at: str) -> Path:
+        return self.file
+
+    def write_run(self, path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            with open(tmp, "w") as f:
+                for row in rows:
+                    f.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise NetbenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Path]:
+    """Store rows written by JsonlStore as Parquet runs (one file per run id)."""
+    from datetime import datetime
+
+    source = Path(source)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    names = {name for name, _ in COLUMNS}
+    try:
+        lines = source.read_text().splitlines()
+    except OSError as exc:
+        raise NetbenchError(f"cannot read {source}: {exc.strerror or exc}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            row["started_at"] = datetime.fromisoformat(row["started_at"])
+        except (ValueError, KeyError, TypeError):
+            raise NetbenchError(f"{source}:{number}: not a netbench result row") from None
+        unknown = set(row) - names
+        if unknown or row.get("schema_version") != SCHEMA_VERSION:
+            raise NetbenchError(f"{source}:{number}: not a schema-{SCHEMA_VERSION} row "
+                                f"(unknown keys: {', '.join(sorted(unknown)) or 'none'})")
+        runs.setdefault(row["run_id"], []).append({**{n: None for n in names}, **row})
+    if not runs:
+        raise NetbenchError(f"{source}: no rows to import")
+    store.check_writable()
+    written = []
+    for run_id, rows in runs.items():
+        path = store.path_for(run_id, rows[0]["started_at"].isoformat())
+        store.write_run(path, rows)
+        written.append(path)
+    return written

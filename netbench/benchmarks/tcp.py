@@ -243,6 +243,7 @@ class _TcpBenchmark(Benchmark):
 
 class TcpStream(_TcpBenchmark):
     name = "tcp.stream"
+    headline = "goodput"
     description = "bulk TCP goodput counted by the receiver (iperf3-style), with CPU cost"
     metrics = (
         Metric("goodput", "Gbit/s", "higher", "receiver-counted payload rate, all directions"),
@@ -371,6 +372,7 @@ def _send_rest(send: Callable[..., int], data: memoryview, sent: int) -> None:
 
 class TcpRr(_TcpBenchmark):
     name = "tcp.rr"
+    headline = "lat_p50"
     description = "TCP request/response latency, half the round trip (sockperf ping-pong)"
     metrics = (
         *(Metric(f"lat_{q}", "us (half RTT)", "lower", f"{q} of half the round trip")

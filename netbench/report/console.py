@@ -52,8 +52,9 @@ class Reporter:
         tag = f", label {label!r}" if label else ""
         self._write(f"netbench run {run_id}: {suite}, {n_cases} case(s){tag}\n")
 
-    def start_case(self, index: int, case: Case) -> None:
-        self._label = f"[{index + 1:>{len(str(self._total))}}/{self._total}] {case.describe()}"
+    def start_case(self, index: int, case: Case, description: str | None = None) -> None:
+        text = description or case.describe()
+        self._label = f"[{index + 1:>{len(str(self._total))}}/{self._total}] {text}"
         self._fraction = None
         self._started = time.monotonic()
         if self.interactive:
@@ -84,7 +85,8 @@ class Reporter:
             self._write("\r\x1b[K")
         status = rows[0]["status"] if rows else "failed"
         if status == "ok":
-            first = rows[0]
+            wanted = getattr(getattr(planned, "bench", None), "headline", None)
+            first = next((r for r in rows if r["metric"] == wanted), rows[0])
             outcome = f"ok  {first['metric']} {format_value(first['value'])} {first['unit']}"
         else:
             outcome = f"{status}: {rows[0]['reason']}"

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Boot a throw-away VM with Debian's stock kernel, give it a real soft-RoCE (rdma_rxe) device,
+# run a command there, and power off. For hosts whose own kernel has no RDMA (CONFIG_INFINIBAND
+# unset), like this project's CI. The VM sees the host's / read-only over virtio-9p (so the
+# repository, /usr/bin/python3 and Debian's python3-pyverbs are all there), with throw-away
+# overlays on /tmp /var /etc /root, and $OUT shared read-write for results.
+#
+#   tools/softroce/run-vm.sh CMD [ARGS...]     # CMD runs in the guest after rxe0 is up
+#
+# Env: OUT (default /tmp/netbench-softroce/out), VCPUS=2 (with 1, busy-polling peers starve),
+#      MEM=1G, VM_TIMEOUT=900 s, SKIP_INSTALL=1 to skip apt.
+# Under TCG emulation (no usable KVM) Python runs ~50x slower than on the host; numbers from
+# this VM are functional checks of the verbs code, never performance figures.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+WORK=${WORK:-/tmp/netbench-softroce}
+OUT=${OUT:-$WORK/out}
+VCPUS=${VCPUS:-2}
+MEM=${MEM:-1G}
+VM_TIMEOUT=${VM_TIMEOUT:-900}
+mkdir -p "$WORK" "$OUT"
+T0=$(date +%s)
+
+if [ "${SKIP_INSTALL:-0}" != 1 ]; then
+  # INITRD=No: the kernel package's initramfs (~19 s to build) is not used here.
+  export DEBIAN_FRONTEND=noninteractive INITRD=No
+  need=""
+  for pkg in qemu-system-x86 linux-image-amd64 kmod busybox-static cpio iproute2 rdma-core \
+             ibverbs-providers ibverbs-utils perftest python3-pyverbs; do
+    dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need="$need $pkg"
+  done
+  if [ -n "$need" ]; then
+    [ "$(id -u)" = 0 ] || { echo "run-vm: needs root to install:$need"; exit 2; }
+    apt-get -o DPkg::Lock::Timeout=300 update -qq
+    apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $need >/dev/null
+  fi
+fi
+
+# The newest Debian kernel with both an image and an rdma_rxe module.
+KVER=$(ls /lib/modules | sort -V | while read -r k; do
+  [ -f "/boot/vmlinuz-$k" ] && [ -n "$(find "/lib/modules/$k" -name 'rdma_rxe.ko*' | head -1)" ] \
+    && echo "$k"; done | tail -1)
+[ -n "$KVER" ] || { echo "run-vm: no /boot/vmlinuz-* with an rdma_rxe module"; exit 2; }
+
+# Hardware KVM only with vmx/svm and a /dev/kvm that is not PVM (PVM cannot boot Debian's
+# kernel: '-cpu host' aborts on MSR 0x10a); otherwise TCG software emulation.
+ACCEL=tcg CPU=max
+if [ -w /dev/kvm ] && grep -qwE 'vmx|svm' /proc/cpuinfo && [ ! -d /sys/module/kvm_pvm ]; then
+  ACCEL=kvm CPU=host
+fi
+
+# A tiny initramfs: busybox plus the modules that mount the host's / over virtio-9p.
+IRD=$WORK/initramfs-$KVER
+rm -rf "$IRD"; mkdir -p "$IRD"/{bin,mods,proc,sys,dev,newroot}
+cp /bin/busybox "$IRD/bin/busybox"
+MODS="netfs fscache 9pnet 9p virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci 9pnet_virtio overlay"
+for m in $MODS; do
+  src=$(modinfo -k "$KVER" -n "$m" 2>/dev/null) || continue   # some are built in
+  case "$src" in *.ko) cp "$src" "$IRD/mods/$m.ko" ;; *.ko.xz) xz -dc "$src" > "$IRD/mods/$m.ko" ;; esac
+done
+cat > "$IRD/init" <<EOF
+#!/bin/busybox sh
+B=/bin/busybox
+\$B mount -t proc proc /proc; \$B mount -t sysfs sys /sys; \$B mount -t devtmpfs dev /dev
+for m in $MODS; do [ -f /mods/\$m.ko ] && \$B insmod /mods/\$m.ko; done
+\$B mount -t 9p -o trans=virtio,version=9p2000.L,access=any,msize=512000,ro hostroot /newroot || { echo "mount root failed"; \$B poweroff -f; }
+for d in proc sys dev; do \$B mount --move /\$d /newroot/\$d; done
+\$B mount -t tmpfs -o mode=755 run /newroot/run
+for d in tmp var etc root; do
+  \$B mkdir -p /newroot/run/ov/\$d/u /newroot/run/ov/\$d/w
+  \$B mount -t overlay -o lowerdir=/newroot/\$d,upperdir=/newroot/run/ov/\$d/u,workdir=/newroot/run/ov/\$d/w ov_\$d /newroot/\$d
+done
+\$B mount -t devpts devpts /newroot/dev/pts 2>/dev/null; \$B mkdir -p /newroot/dev/shm; \$B mount -t tmpfs shm /newroot/dev/shm
+\$B mount -t 9p -o trans=virtio,version=9p2000.L,access=any,msize=512000 out /newroot$OUT || echo "mount out failed"
+\$B cp /cmd.sh /newroot/run/cmd.sh
+exec \$B switch_root /newroot /bin/sh /run/cmd.sh
+EOF
+GUEST_CMD="$HERE/guest.sh"
+for a in "$@"; do GUEST_CMD+=" $(printf '%q' "$a")"; done
+cat > "$IRD/cmd.sh" <<EOF
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root OUT=$OUT
+hostname softroce-vm
+cd $(pwd)
+$GUEST_CMD
+echo \$? > $OUT/guest_rc
+sync
+echo o > /proc/sysrq-trigger
+sleep 30
+EOF
+chmod +x "$IRD/init"
+(cd "$IRD" && find . | cpio -o -H newc --quiet | gzip -1) > "$WORK/initramfs-$KVER.cpio.gz"
+rm -f "$OUT/guest_rc"
+echo "[host] kernel $KVER, accel $ACCEL, $VCPUS vCPU, $MEM, prepared in $(( $(date +%s) - T0 )) s"
+set +e
+timeout "$VM_TIMEOUT" qemu-system-x86_64 -nodefaults -no-user-config -display none -no-reboot \
+  -machine q35,accel=$ACCEL -cpu $CPU -smp "$VCPUS" -m "$MEM" \
+  -kernel "/boot/vmlinuz-$KVER" -initrd "$WORK/initramfs-$KVER.cpio.gz" \
+  -append "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init" \
+  -fsdev local,id=r,path=/,security_model=none,readonly=on,multidevs=remap \
+  -device virtio-9p-pci,fsdev=r,mount_tag=hostroot \
+  -fsdev local,id=o,path="$OUT",security_model=none,multidevs=remap \
+  -device virtio-9p-pci,fsdev=o,mount_tag=out \
+  -serial stdio -monitor none 2>&1 | tee "$OUT/vm.log"
+vm_rc=${PIPESTATUS[0]}
+set -e
+guest_rc=$(cat "$OUT/guest_rc" 2>/dev/null || echo 99)
+echo "[host] VM done in $(( $(date +%s) - T0 )) s; qemu rc=$vm_rc, guest rc=$guest_rc"
+[ "$vm_rc" = 0 ] && [ "$guest_rc" = 0 ]
