@@ -1,12 +1,15 @@
 # Two commands do all set-up on a fresh machine: `make bench` and `make test`.
-PYTHON ?= python3
+# Debian's python3-pyverbs exists only for the distribution's Python: where it is installed,
+# build the venv from that Python (with its site-packages) so the RDMA benchmarks can run.
+PYTHON ?= $(shell /usr/bin/python3 -c 'import pyverbs, ensurepip' >/dev/null 2>&1 \
+            && echo /usr/bin/python3 || echo python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.netbench-installed
 LABEL  ?= ci
 SUITE  ?= suites/ci.toml
 
-.PHONY: setup sysdeps bench test lint bench-compare clean
+.PHONY: setup sysdeps bench test lint bench-compare bench-softroce clean
 
 # System tools the tests and reference comparisons use; installed when we are root with apt,
 # otherwise reported (tests that need them skip and say why).
@@ -24,7 +27,7 @@ sysdeps:
 	fi
 
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
@@ -41,6 +44,15 @@ lint: $(STAMP)
 
 bench-compare: sysdeps $(STAMP)
 	$(BIN)/python bench/vs_reference.py
+
+# RDMA on a real soft-RoCE device for hosts whose kernel has none (this project's CI): boots a
+# throw-away VM with Debian's stock kernel, runs suites/rdma-ci.toml there (loopback and through
+# `netbench serve`) plus the perftest cross-check, and imports the rows into results/.
+SOFTROCE_OUT ?= /tmp/netbench-softroce/out
+bench-softroce: $(STAMP)
+	rm -rf $(SOFTROCE_OUT) && mkdir -p $(SOFTROCE_OUT)
+	OUT=$(SOFTROCE_OUT) tools/softroce/run-vm.sh tools/softroce/in-vm.sh
+	$(BIN)/netbench import $(SOFTROCE_OUT)/*.jsonl --results results
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -421,7 +421,7 @@ class CpuMeter:
         self._p0 = os.times()
         self._h0 = _host_cpu_times()
 
-    def stop(self) -> dict[str, float]:
+    def stop(self) -> dict[str, float | None]:
         wall = max(time.monotonic() - self._t0, 1e-9)
         p1, h1 = os.times(), _host_cpu_times()
         proc_s = (p1.user - self._p0.user) + (p1.system - self._p0.system)
@@ -430,7 +430,7 @@ class CpuMeter:
             "wall_s": wall,
             "process_cpu_s": proc_s,
             "process_pct": 100.0 * proc_s / wall,
-            "host_pct": 100.0 * (h1[0] - self._h0[0]) / total if total > 0 else float("nan"),
+            "host_pct": 100.0 * (h1[0] - self._h0[0]) / total if total > 0 else None,
         }
 
 

@@ -134,9 +134,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in result.fallbacks:
         err.write(f"fallback: {note}\n")
     failed = [r for r in result.rows if r["status"] == "failed"]
+    skipped: dict[str, list[str]] = {}
     for row in result.rows:
         if row["status"] == "skipped":
-            err.write(f"skipped: {row['benchmark']}: {row['reason']}\n")
+            skipped.setdefault(row["reason"], []).append(row["benchmark"])
+    for reason, names in skipped.items():
+        err.write(f"skipped: {', '.join(dict.fromkeys(names))}"
+                  f"{f' ({len(names)} cases)' if len(names) > 1 else ''}: {reason}\n")
     counts = ", ".join(f"{result.count(s)} {s}" for s in ("ok", "skipped", "failed"))
     err.write(f"stored {len(result.rows)} rows ({counts} cases) in {result.path}\n")
     if result.interrupted:
@@ -160,12 +164,37 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rxe(args: argparse.Namespace) -> int:
+    from netbench import softroce
+
+    if args.action == "add":
+        netdev = softroce.add(args.netdev, args.name)
+        print(f"created soft-RoCE device {args.name} on {netdev} (emulated: functional "
+              "figures only); remove it with `netbench rxe del`")
+    elif args.action == "del":
+        name = args.netdev if args.netdev != "auto" else args.name
+        softroce.remove(name)
+        print(f"removed {name}")
+    else:
+        devices = softroce.soft_devices()
+        for name, parent in devices.items():
+            print(f"{name} on {parent}")
+        if not devices:
+            print("no soft RDMA devices")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from netbench import registry
     from netbench.peer import Server
 
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="netbench serve: %(message)s", stream=sys.stderr)
+    # Our own handler: libraries imported later (pyverbs) may configure the root logger.
+    log = logging.getLogger("netbench.serve")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("netbench serve: %(message)s"))
+    log.addHandler(handler)
+    log.propagate = False
+    log.setLevel(logging.WARNING if args.quiet else logging.INFO)
     server = Server(registry.get, bind=args.bind, port=args.port)
     host, port = server.listen()
     print(f"netbench serve listening on {host}:{port}", flush=True)
@@ -214,6 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", help="JSON-lines files written by `netbench run --jsonl`")
     p.add_argument("--results", default="results", help="results directory (default results/)")
     p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("rxe", help="soft-RoCE: add, delete or list emulated RDMA devices")
+    p.add_argument("action", choices=("add", "del", "list"))
+    p.add_argument("netdev", nargs="?", default="auto",
+                   help="add: the network interface (default: first one up, else lo); "
+                   "del: the device name")
+    p.add_argument("--name", default="rxe0", help="device name (default rxe0)")
+    p.set_defaults(func=cmd_rxe)
 
     p = sub.add_parser("serve", help="answer benchmarks from a peer (like iperf3 -s)")
     p.add_argument("--bind", default="127.0.0.1",

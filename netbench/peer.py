@@ -152,8 +152,13 @@ class Server:
                 channel.send({"error": f"expected hello or data, got op {op!r}"})
         except PeerError as exc:
             log.info("client %s dropped: %s", name, exc)
-        except Exception:  # a bug in a benchmark's far end must not take the server down
+        except Exception as exc:  # a bug in a benchmark's far end must not take the server down
             log.exception("client %s: internal error", name)
+            try:
+                channel.send({"error": f"internal error in netbench serve: "
+                                       f"{type(exc).__name__}: {exc}"})
+            except PeerError:
+                pass
         finally:
             if owned:
                 channel.close()
@@ -288,6 +293,17 @@ def connect(peer: str, timeout: float = 10.0) -> ClientSession:
     return ClientSession(host, port, timeout)
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the parent dies, so a killed run leaves no server."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class ServerProcess:
     """A ``netbench serve`` in its own process; ``address`` is where it listens.
 
@@ -303,7 +319,7 @@ class ServerProcess:
             [*prefix, sys.executable, "-m", "netbench", "serve", "--bind", bind,
              "--port", str(port)],
             stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, env=env,
-            text=True)
+            text=True, preexec_fn=_die_with_parent)
         self.address = self._wait_for_port(start_timeout)
         self.host, port_text = self.address.rsplit(":", 1)
         self.port = int(port_text)

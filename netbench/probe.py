@@ -132,11 +132,15 @@ def probe_rdma(sysfs: Path) -> list[dict[str, Any]]:
         return []
     for name in names:
         base = root / name
+        parent = _read(base / "parent")          # software devices (rxe, siw) have one
         dev: dict[str, Any] = {
             "name": name,
-            "fw_ver": _read(base / "fw_ver"),
+            "fw_ver": _read(base / "fw_ver") or None,
             "node_type": _read(base / "node_type"),
+            "node_desc": _read(base / "node_desc"),
             "hca_type": _read(base / "hca_type"),
+            "parent_netdev": parent,
+            "emulated": parent is not None or (_read(base / "node_desc") or "") in ("rxe", "siw"),
             "ports": [],
         }
         driver = base / "device" / "driver"
@@ -251,4 +255,22 @@ def nic_summary(env: dict[str, Any], device: str | None) -> str | None:
                      nic.get("speed_mbps") and f"{nic['speed_mbps']} Mb/s",
                      nic.get("mtu") and f"mtu {nic['mtu']}"]
             return f"{device}: " + ", ".join(p for p in parts if p)
+    return None
+
+
+def rdma_summary(env: dict[str, Any], device: str | None) -> str | None:
+    """One line naming the RDMA device a result came from ("mlx5_0:1" or "rxe0")."""
+    if not device:
+        return None
+    name, _, port_text = device.partition(":")
+    for dev in env.get("rdma_devices", []):
+        if dev["name"] != name:
+            continue
+        port = next((p for p in dev["ports"] if str(p["port"]) == (port_text or "1")), None)
+        parts = [dev.get("hca_type") or dev.get("node_desc"),
+                 dev.get("fw_ver") and f"fw {dev['fw_ver']}",
+                 port and port.get("link_layer"), port and port.get("rate"),
+                 port and port.get("state"),
+                 dev.get("emulated") and f"emulated on {dev.get('parent_netdev') or '?'}"]
+        return f"{device}: " + ", ".join(str(p) for p in parts if p)
     return None

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from netbench import peer as peer_mod
+from netbench import softroce
 from netbench.api import Benchmark, Case, ClientSession, Measurement
 from netbench.errors import NetbenchError, SkipCase
-from netbench.probe import nic_summary
+from netbench.probe import nic_summary, probe, rdma_summary
 from netbench.report.console import Reporter
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
 from netbench.suite import Plan, PlannedCase
@@ -114,6 +115,7 @@ class Runner:
         run_id = uuid.uuid4().hex[:12]
         path = self.store.path_for(run_id, started.isoformat())
         result = RunResult(run_id, path)
+        created_rxe = self._softroce(plan, result) if plan.softroce else None
         base = {
             "schema_version": SCHEMA_VERSION, "run_id": run_id, "label": self.label,
             "started_at": started, "host": self.env.get("host"), "suite": plan.suite,
@@ -151,7 +153,27 @@ class Runner:
         finally:
             if self._loopback is not None:
                 self._loopback.stop()
+            if created_rxe:
+                try:
+                    softroce.remove(created_rxe)
+                except NetbenchError as exc:
+                    result.fallbacks.append(f"could not remove {created_rxe}: {exc}")
         return result
+
+    def _softroce(self, plan: Plan, result: RunResult) -> str | None:
+        """The suite asks for soft-RoCE: make an rxe device when there is no RDMA device."""
+        if self.env.get("rdma_devices"):
+            return None
+        try:
+            netdev = softroce.add(plan.softroce or "auto", "rxe0")
+        except NetbenchError as exc:
+            self.env = {**self.env, "softroce_error": str(exc)}
+            result.fallbacks.append(f"no RDMA device, and soft-RoCE could not be set up: {exc}")
+            return None
+        self.env = probe(self.env.get("sysfs_root"))
+        result.fallbacks.append(f"no RDMA device: created soft-RoCE rxe0 on {netdev} for this "
+                                "run (removed afterwards); its figures are emulated")
+        return "rxe0"
 
     def _run_case(self, index: int, planned: PlannedCase,
                   base: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -201,7 +223,8 @@ class Runner:
             **base, "peer": peer, "case_index": index, "benchmark": bench.name,
             "family": bench.family, "op": bench.op, "transport": transport or bench.transport,
             "device": device, "msg_size": case.msg_size, "params": params_json(case.params),
-            "env_nic": nic_summary(dict(self.env), device), "env_rdma_device": None,
+            "env_nic": nic_summary(dict(self.env), device),
+            "env_rdma_device": rdma_summary(dict(self.env), device),
             "env_gpu": None,
         }
 

@@ -5,6 +5,7 @@ Suite format::
     [suite]
     name = "ci"
     description = "what this suite is for"
+    softroce = "auto"            # optional: no RDMA device? make an rxe one (root), remove after
 
     [[case]]
     benchmark = "tcp.stream"     # required
@@ -31,6 +32,7 @@ from netbench.errors import NetbenchError, UsageError
 
 DEFAULT_TIMEOUT = 300.0
 _CASE_KEYS = ("benchmark", "timeout")
+_SUITE_KEYS = ("name", "description", "softroce")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class PlannedCase:
 class Plan:
     suite: str            # suite name, or the benchmark name for a single run
     cases: list[PlannedCase]
+    softroce: str | None = None   # make an rxe device on this netdev ("auto") when none exists
 
 
 def plan_single(name: str, raw_params: Mapping[str, Any],
@@ -108,6 +111,13 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
     meta = data.get("suite", {})
     if not isinstance(meta, dict):
         fail("'suite' must be a table", None, "suite")
+    for key in meta:
+        if key not in _SUITE_KEYS:
+            fail(f"unknown key {key!r} in [suite]; accepted: {', '.join(_SUITE_KEYS)}", None,
+                 key)
+    softroce = meta.get("softroce")
+    if softroce is not None and not (isinstance(softroce, str) and softroce):
+        fail("softroce must be a netdev name or \"auto\"", None, "softroce")
     name = str(meta.get("name", path.stem))
     entries = data.get("case", [])
     if not isinstance(entries, list) or not entries:
@@ -134,4 +144,4 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
                 fail(f"key {key!r}: {exc}", index, key)
         planned.extend(PlannedCase(c, bench, float(timeout or case_timeout))
                        for c in bench.expand(raw))
-    return Plan(name, planned)
+    return Plan(name, planned, softroce)

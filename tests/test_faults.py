@@ -6,6 +6,7 @@ import sys
 import time
 
 import pandas as pd
+import psutil
 from conftest import ROOT, assert_clean_error, netbench, wait_for
 
 from netbench.peer import ServerProcess
@@ -77,6 +78,8 @@ def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
     assert wait_for(lambda: (tmp_path / "res").exists() and any(
         p.suffix == ".parquet" for p in (tmp_path / "res").iterdir()), 30)
     time.sleep(1.0)
+    children = psutil.Process(run.pid).children(recursive=True)
+    assert children, "the loopback server should be running"
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=30)
     assert run.returncode == 130, err
@@ -86,5 +89,5 @@ def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
     assert df.loc[df.benchmark == "mem.copy", "status"].eq("ok").all()
     assert df.loc[df.benchmark == "tcp.stream", "reason"].tolist() == ["interrupted by the user"]
     # the loopback server the run started is gone with it
-    assert subprocess.run(["pgrep", "-f", "netbench serve --bind 127.0.0.1 --port 0"],
-                          capture_output=True).returncode != 0
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive

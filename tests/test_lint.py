@@ -26,5 +26,6 @@ def test_core_never_imports_benchmark_modules():
 def test_benchmarks_import_only_the_api():
     for path in (ROOT / "netbench" / "benchmarks").glob("*.py"):
         for line in path.read_text().splitlines():
-            if line.startswith(("from netbench", "import netbench")):
-                assert line.startswith("from netbench.api import"), f"{path.name}: {line}"
+            stripped = line.strip()
+            if stripped.startswith(("from netbench", "import netbench")):
+                assert stripped.startswith("from netbench.api import"), f"{path.name}: {line}"

@@ -57,7 +57,8 @@ def _common_params(iterations: int, warmup: int, sizes_default: int) -> tuple[Pa
               maximum=10_000_000),
         Param("tx_depth", "int", 128, "outstanding send WRs per QP (perftest -t)", minimum=1,
               maximum=16384),
-        Param("qps", "int", 1, "queue pairs (perftest -q)", minimum=1, maximum=256),
+        Param("qps", "int", 1, "queue pairs (perftest -q)", minimum=1, maximum=256,
+              sweep=True),
         Param("bidirectional", "bool", False, "both ends send at once (perftest -b)"),
         Param("mtu", "choice", "auto", "path MTU; auto = the port's active MTU",
               choices=("auto", "256", "512", "1024", "2048", "4096")),
@@ -86,21 +87,23 @@ class _Rdma(Benchmark):
     def available(self, env: Mapping[str, Any]) -> str | None:
         no_pyverbs = importlib.util.find_spec("pyverbs") is None
         if not env.get("rdma_devices"):
-            return NO_DEVICE_HINT + ("; and " + PYVERBS_HINT if no_pyverbs else "")
+            why = env.get("softroce_error")
+            return (f"no RDMA device, and soft-RoCE failed: {why}" if why else NO_DEVICE_HINT) + (
+                "; and " + PYVERBS_HINT if no_pyverbs else "")
         return PYVERBS_HINT if no_pyverbs else None
 
     def run(self, case: Case, ctx: Context) -> Measurement:
         params = case.params
         if params["mem"] == "gpu":
             raise SkipCase(_gpu_reason())
-        if params["bidirectional"] and self.verb == "read" and not self.name.endswith("_bw"):
+        if params["bidirectional"] and self.name.endswith("_lat"):
             raise SkipCase("bidirectional applies to bandwidth tests only")
         try:
             from . import _verbs as v
         except ImportError as exc:
             raise SkipCase(f"{PYVERBS_HINT} ({exc})") from None
         deadline = time.monotonic() + max(ctx.remaining() - 5.0, 1.0)
-        clock = v.Clock(deadline, ctx.cancelled, self.name)
+        clock = v.Clock(deadline, ctx.cancelled, self.verb.upper())
         meter = CpuMeter()
         if ctx.peer:
             result = self._run_remote(v, params, ctx, clock)
@@ -203,7 +206,7 @@ class _RdmaBw(_Rdma):
         owners = [(side.cq, sender, None)]
         if receiver is not None:
             owners.append((peer_side.cq, None, receiver))
-        v.drive(owners, clock, self.name)
+        v.drive(owners, clock, self.verb.upper())
 
     def _run_loopback(self, v: Any, params: Mapping[str, Any], clock: Any) -> Any:
         size, depth = params["msg_size"], self._depth(params)
@@ -225,7 +228,8 @@ class _RdmaBw(_Rdma):
             recv_b = v.Receiver(b, depth, source=send_a) if self.verb == "send" else None
             recv_a = (v.Receiver(a, depth, source=send_b)
                       if self.verb == "send" and send_b else None)
-            v.drive([(a.cq, send_a, recv_a), (b.cq, send_b, recv_b)], clock, self.name)
+            v.drive([(a.cq, send_a, recv_a), (b.cq, send_b, recv_b)], clock,
+                    self.verb.upper())
             values, rates = v.bandwidth(send_a, size)
             if send_b is not None:
                 values = self._combine(v, values, send_b, size)
@@ -270,10 +274,10 @@ class _RdmaBw(_Rdma):
             return False
 
         clock.interrupt = interrupt
-        v.drive([(side.cq, sender, receiver)], clock, self.name, wait_receivers=False)
+        v.drive([(side.cq, sender, receiver)], clock, self.verb.upper(), wait_receivers=False)
         inbox.channel.send({"kind": "sent", "count": sender.total_done() if sender else 0})
         if receiver is not None:
-            v.drive([(side.cq, None, receiver)], clock, self.name)
+            v.drive([(side.cq, None, receiver)], clock, self.verb.upper())
         sent = inbox.take("sent", max(clock.deadline - time.monotonic(), 1.0))
         if receiver is not None and receiver.got != int(sent["count"]):
             raise v.VerbsError(f"received {receiver.got} messages, peer sent {sent['count']}")
@@ -326,7 +330,7 @@ class _RdmaBw(_Rdma):
                                params["iterations"] + params["warmup"], depth, params["cq_mod"],
                                self._stop_at(params)) if params["bidirectional"] else None)
             session.channel.send({"ready": True})
-            clock = v.Clock(time.monotonic() + 3600, None, self.name)
+            clock = v.Clock(time.monotonic() + 3600, None, self.verb.upper())
             self._exchange(v, side, sender, receiver, Inbox(session.channel), clock)
             report: dict[str, Any] = {"kind": "report", "crc": side.crc()}
             if sender is not None:
@@ -428,7 +432,7 @@ class _RdmaLat(_Rdma):
                 inbox.poll()
                 return "done" in inbox.got
 
-            clock = v.Clock(time.monotonic() + 3600, None, self.name, client_done)
+            clock = v.Clock(time.monotonic() + 3600, None, self.verb.upper(), client_done)
             try:
                 if me is not None:
                     v.pingpong_server(me, 1 << 62, clock)

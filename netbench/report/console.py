@@ -151,7 +151,9 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
             cells = [size or "-", *(str(params.get(k, "")) for k in keys)]
             if first["status"] != "ok":
                 body.append([*cells, *(["-"] * len(metrics))])
-                notes.append(f"  {first['status']} ({size}): {first['reason']}")
+                note = f"  {first['status']}: {first['reason']}"
+                if note not in notes:
+                    notes.append(note)
                 continue
             by_metric = {r["metric"]: r for r in case_rows}
             for metric in metrics:

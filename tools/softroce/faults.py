@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""RDMA faults on a real rxe device, in the VM: each must end as one clear error line, with a
+non-zero exit, within a bounded time, and never a traceback.
+
+    faults.py DEVICE ADDR OUT_DIR
+
+Standard library only (Python is ~50x slower in the VM).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PY = [sys.executable, "-m", "netbench"]
+# A peer whose advertised rkey is wrong, so the device itself answers with a REM_ACCESS_ERR
+# completion: the far end is netbench serve with one field corrupted.
+BAD_RKEY_SERVER = (
+    "import sys; import netbench.benchmarks._verbs as v; orig = v.Endpoint.to_json\n"
+    "v.Endpoint.to_json = lambda self: {**orig(self), 'rkey': orig(self)['rkey'] ^ 0x5a5a}\n"
+    "from netbench.cli import main; sys.exit(main(sys.argv[1:]))\n")
+
+
+def run(args: list[str], out: Path, timeout: float = 180) -> tuple[int, str, float]:
+    start = time.monotonic()
+    proc = subprocess.run([*PY, "run", *args, "--jsonl", str(out / "faults.jsonl")],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    return proc.returncode, proc.stderr, time.monotonic() - start
+
+
+def serve(addr: str, port: int, code: str | None = None) -> subprocess.Popen:
+    cmd = ([sys.executable, "-c", code] if code else PY) + ["serve", "--bind", addr, "--port",
+                                                            str(port), "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((addr, port), 0.5).close()
+            return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("netbench serve did not start")
+
+
+def main() -> int:
+    device, addr, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    failures = 0
+
+    def expect(name: str, result: tuple[int, str, float], *needles: str,
+               limit: float = 120) -> None:
+        nonlocal failures
+        rc, err, seconds = result
+        line = next((ln for ln in err.splitlines() if ln.startswith("netbench: error:")), "")
+        ok = (rc != 0 and "Traceback" not in err and seconds < limit
+              and all(n in line for n in needles))
+        failures += not ok
+        print(f"  {'ok  ' if ok else 'FAIL'} {name}: rc={rc} in {seconds:.1f} s: "
+              f"{line or err.strip()[-300:]}")
+
+    print(f"RDMA faults on {device}")
+    expect("unknown device", run(["rdma.write_bw", "-p", "device=mlx5_9", "-p",
+                                  "iterations=10"], out), "unknown RDMA device 'mlx5_9'",
+           device)
+    expect("no such port", run(["rdma.write_lat", "-p", "port=2", "-p", "iterations=10"], out),
+           "has no port 2")
+    expect("GID index out of range", run(["rdma.read_lat", "-p", "gid_index=1000", "-p",
+                                          "iterations=10"], out), "GID index 1000")
+    expect("empty GID", run(["rdma.send_lat", "-p", "gid_index=5", "-p", "iterations=10"], out),
+           "GID index 5", "empty")
+    bad = serve(addr, 5302, BAD_RKEY_SERVER)
+    try:
+        expect("wrong rkey from the peer -> WC error by name",
+               run(["rdma.write_bw", "--peer", f"{addr}:5302", "-p", "iterations=50"], out),
+               "REM_ACCESS_ERR")
+    finally:
+        bad.kill()
+        bad.wait()
+    victim = serve(addr, 5303)
+    client = subprocess.Popen([*PY, "run", "rdma.write_bw", "--peer", f"{addr}:5303", "-p",
+                               "duration=60", "--timeout", "120", "--jsonl",
+                               str(out / "faults.jsonl")], cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    time.sleep(25)      # Python starts slowly in the VM: let the transfer get going
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    start = time.monotonic()
+    try:
+        _, err = client.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        _, err = client.communicate()
+    expect("peer killed mid-run", (client.returncode, err, time.monotonic() - start),
+           "rdma.write_bw", limit=130)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
