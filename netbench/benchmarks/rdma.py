@@ -192,6 +192,11 @@ class _RdmaBw(_Rdma):
     def _stop_at(self, params: Mapping[str, Any]) -> float:
         return time.perf_counter() + params["duration"] if params["duration"] else 0.0
 
+    @staticmethod
+    def _count(params: Mapping[str, Any]) -> int:
+        """Messages per QP to post: iterations, or unbounded when a duration decides."""
+        return 1 << 40 if params["duration"] else params["iterations"] + params["warmup"]
+
     def _fill(self, v: Any, side: Any, seed: int, size: int) -> None:
         side.fill(v.pattern(size, seed))
 
@@ -221,10 +226,10 @@ class _RdmaBw(_Rdma):
             self._fill(v, b, 2, size)
             self._warm(v, a, b_ep, b, params, clock)
             op, stop_at = self._opcode(v), self._stop_at(params)
-            send_a = v.Sender(a, b_ep, op, params["iterations"], depth, params["cq_mod"],
-                              stop_at)
-            send_b = (v.Sender(b, a_ep, op, params["iterations"], depth, params["cq_mod"],
-                               stop_at) if params["bidirectional"] else None)
+            count = 1 << 40 if params["duration"] else params["iterations"]
+            send_a = v.Sender(a, b_ep, op, count, depth, params["cq_mod"], stop_at)
+            send_b = (v.Sender(b, a_ep, op, count, depth, params["cq_mod"], stop_at)
+                      if params["bidirectional"] else None)
             recv_b = v.Receiver(b, depth, source=send_a) if self.verb == "send" else None
             recv_a = (v.Receiver(a, depth, source=send_b)
                       if self.verb == "send" and send_b else None)
@@ -297,7 +302,7 @@ class _RdmaBw(_Rdma):
             session.channel.send({"endpoint": side.endpoint().to_json()})
             session.channel.expect(SETUP_TIMEOUT)                       # far end is ready
             sender = v.Sender(side, remote, self._opcode(v),
-                              params["iterations"] + params["warmup"], depth, params["cq_mod"],
+                              self._count(params), depth, params["cq_mod"],
                               self._stop_at(params))
             inbox = Inbox(session.channel)
             self._exchange(v, side, sender, receiver, inbox, clock)
@@ -327,7 +332,7 @@ class _RdmaBw(_Rdma):
             self._fill(v, side, 2, size)
             receiver = v.Receiver(side, depth) if self.verb == "send" else None
             sender = (v.Sender(side, remote, self._opcode(v),
-                               params["iterations"] + params["warmup"], depth, params["cq_mod"],
+                               self._count(params), depth, params["cq_mod"],
                                self._stop_at(params)) if params["bidirectional"] else None)
             session.channel.send({"ready": True})
             clock = v.Clock(time.monotonic() + 3600, None, self.verb.upper())

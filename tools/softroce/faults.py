@@ -36,9 +36,9 @@ def run(args: list[str], out: Path, timeout: float = 180) -> tuple[int, str, flo
 
 def serve(addr: str, port: int, code: str | None = None) -> subprocess.Popen:
     cmd = ([sys.executable, "-c", code] if code else PY) + ["serve", "--bind", addr, "--port",
-                                                            str(port), "--quiet"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL,
-                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+                                                            str(port)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -88,7 +88,12 @@ def main() -> int:
                                "duration=60", "--timeout", "120", "--jsonl",
                                str(out / "faults.jsonl")], cwd=REPO, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
-    time.sleep(25)      # Python starts slowly in the VM: let the transfer get going
+    # Python starts slowly (and unevenly) in the VM: kill once the server logs the run.
+    assert victim.stderr is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "rdma.write_bw" not in victim.stderr.readline():
+        pass
+    time.sleep(5)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     start = time.monotonic()
