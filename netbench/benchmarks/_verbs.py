@@ -457,8 +457,11 @@ def bandwidth(sender: Sender, size: int) -> tuple[dict[str, float], list[float]]
         if n - prev_n >= window and t > prev_t:
             rates.append((n - prev_n) * size * 8 / (t - prev_t) / 1e9)
             prev_t, prev_n = t, n
+    if total - prev_n >= window // 2 and sender.t_last > prev_t:     # the tail counts too
+        rates.append((total - prev_n) * size * 8 / (sender.t_last - prev_t) / 1e9)
     avg = total * size * 8 / seconds / 1e9
-    return {"bw_avg": avg, "bw_peak": max(rates, default=avg),
+    # The whole run is itself a window: the peak is never below the average.
+    return {"bw_avg": avg, "bw_peak": max([*rates, avg]),
             "msg_rate": total / seconds / 1e6, "bytes": float(total * size),
             "seconds": seconds}, rates
 
