@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from netbench import stats
 from netbench.errors import CaseTimeout, NetbenchError, PeerError, SkipCase, UsageError
+from netbench.launch import launch_info
 from netbench.wire import Channel
 
 try:  # timed socket loops in C; None where the extension was not built (no compiler)
@@ -29,7 +30,7 @@ except ImportError:
 __all__ = [
     "Benchmark", "Case", "CaseTimeout", "Channel", "Context", "CpuMeter", "Measurement",
     "Metric", "NetbenchError", "Param", "PeerError", "ServerSession", "SkipCase", "UsageError",
-    "fastloop", "format_size", "parse_size", "stats",
+    "fastloop", "format_size", "launch_info", "parse_size", "stats",
 ]
 
 Better = Literal["higher", "lower"]
@@ -295,6 +296,7 @@ class Context(Protocol):
     env: Mapping[str, Any]
     peer: str | None          # HOST:PORT the user gave, or None for the loopback fallback
     cancelled: threading.Event
+    shared: dict[str, Any]    # lives for the whole run; values with close() are closed at its end
 
     def connect(self) -> ClientSession: ...
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -101,10 +102,11 @@ def _row_to_json(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from netbench.launch import collective_env, launch_info
     from netbench.probe import probe
     from netbench.report.console import Reporter, summary_table
     from netbench.runner import Runner
-    from netbench.store import JsonlStore, ResultStore
+    from netbench.store import JsonlStore, NullStore, ResultStore
     from netbench.suite import load_suite, parse_cli_params, plan_single
 
     params = parse_cli_params(args.param or [])
@@ -115,14 +117,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan = load_suite(target, args.timeout)
     else:
         plan = plan_single(target, params, args.timeout)
-    store = JsonlStore(args.jsonl) if args.jsonl else ResultStore(args.results)
+    launched = launch_info()
+    quiet = launched is not None and not launched.is_writer
+    if quiet:                       # rank 0 stores and reports the run; the others only run
+        store: Any = NullStore()
+    else:
+        store = JsonlStore(args.jsonl) if args.jsonl else ResultStore(args.results)
     store.check_writable()
     if args.peer:
         from netbench.wire import parse_hostport
         parse_hostport(args.peer, 1)
-    runner = Runner(store, probe(args.sysfs_root), label=args.label or "", peer=args.peer,
-                    reporter=Reporter())
+    reporter = Reporter(open(os.devnull, "w")) if quiet else Reporter()
+    env = probe(args.sysfs_root)
+    env["collective_env"] = collective_env()
+    if launched:
+        env["launcher"] = {"name": launched.launcher, "rank": launched.rank,
+                           "world_size": launched.world_size}
+    runner = Runner(store, env, label=args.label or "", peer=args.peer, reporter=reporter)
     result = runner.run(plan)
+    if quiet:
+        failed = [r for r in result.rows if r["status"] == "failed"]
+        for row in failed[:1]:
+            print(f"netbench: error: rank {launched.rank}: {row['benchmark']}: {row['reason']}",
+                  file=sys.stderr)
+        return 130 if result.interrupted else (1 if failed else 0)
     out = sys.stdout
     if args.json:
         json.dump([_row_to_json(r) for r in result.rows], out, default=str)

@@ -23,6 +23,7 @@ from netbench import peer as peer_mod
 from netbench import softroce
 from netbench.api import Benchmark, Case, ClientSession, Measurement
 from netbench.errors import NetbenchError, SkipCase
+from netbench.launch import launch_info
 from netbench.probe import nic_summary, probe, rdma_summary
 from netbench.report.console import Reporter
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
@@ -36,9 +37,10 @@ class _CaseContext:
 
     def __init__(self, env: Mapping[str, Any], peer: str | None,
                  connect: Callable[[], ClientSession], deadline: float,
-                 progress: Callable[[float], None]) -> None:
+                 progress: Callable[[float], None], shared: dict[str, Any]) -> None:
         self.env = env
         self.peer = peer
+        self.shared = shared
         self.cancelled = threading.Event()
         self._connect = connect
         self._deadline = deadline
@@ -96,6 +98,7 @@ class Runner:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.reporter = reporter or Reporter()
         self._loopback: peer_mod.ServerProcess | None = None
+        self._shared: dict[str, Any] = {}
         self._loopback_error = "no --peer given and no loopback server running"
 
     # --- peers ---
@@ -112,7 +115,9 @@ class Runner:
     def run(self, plan: Plan) -> RunResult:
         self.store.check_writable()
         started = datetime.now(UTC)
-        run_id = uuid.uuid4().hex[:12]
+        launched = launch_info()
+        # Under a launcher every rank derives the same id, so their rows belong to one run.
+        run_id = launched.run_id() if launched else uuid.uuid4().hex[:12]
         path = self.store.path_for(run_id, started.isoformat())
         result = RunResult(run_id, path)
         created_rxe = self._softroce(plan, result) if plan.softroce else None
@@ -151,6 +156,11 @@ class Runner:
                 self.store.write_run(path, result.rows)
                 self.reporter.end_case(index, planned, rows)
         finally:
+            for resource in self._shared.values():
+                closer = getattr(resource, "close", None)
+                if closer is not None:
+                    closer()
+            self._shared.clear()
             if self._loopback is not None:
                 self._loopback.stop()
             if created_rxe:
@@ -182,7 +192,8 @@ class Runner:
         if reason:
             return self._status_rows(index, planned, base, "skipped", reason)
         ctx = _CaseContext(self.env, self.peer, self._connect,
-                           time.monotonic() + planned.timeout, self.reporter.progress)
+                           time.monotonic() + planned.timeout, self.reporter.progress,
+                           self._shared)
         outcome: dict[str, Any] = {}
 
         def work() -> None:

@@ -196,3 +196,16 @@ def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Pat
         store.write_run(path, rows)
         written.append(path)
     return written
+
+
+class NullStore:
+    """For ranks other than 0 under a launcher: rank 0 writes the run, the others do not."""
+
+    def check_writable(self) -> None:
+        pass
+
+    def path_for(self, run_id: str, started_at: str) -> Path:
+        return Path(os.devnull)
+
+    def write_run(self, path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+        pass

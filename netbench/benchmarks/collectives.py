@@ -1,0 +1,319 @@
+"""Collectives through torch.distributed, measured as nccl-tests measures them.
+
+Each collective is one small class naming its operation; the harness in this module does the
+rest: spawn ``world_size`` ranks on this host (or run as one rank under torchrun / srun /
+mpirun), time, reduce per-rank times (avg and max), derive algbw and busbw with nccl-tests'
+factors, and fail the row when any element of the checked result is wrong. torch is imported
+only when a case runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from netbench.api import (
+    Benchmark,
+    Case,
+    Context,
+    Measurement,
+    Metric,
+    NetbenchError,
+    Param,
+    SkipCase,
+    UsageError,
+    format_size,
+    launch_info,
+)
+
+RANK_MEMORY = 400 << 20       # resident memory of one CPU rank (torch + gloo), measured ~330 MiB
+TORCH_HINT = ("torch is not installed: `pip install torch==2.13.0` (CPU, gloo) or a CUDA build "
+              "(nccl)")
+
+
+def _params(default_size: int) -> tuple[Param, ...]:
+    return (
+        Param("msg_size", "size", default_size, "bytes per operation (nccl-tests -b/-e; lists "
+              "and ranges sweep)", minimum=1, maximum=64 << 30, sweep=True),
+        Param("world_size", "int", 2, "ranks to spawn on this host (ignored under a launcher)",
+              minimum=2, maximum=1024),
+        Param("backend", "choice", "auto", "auto: nccl with enough GPUs, else gloo",
+              choices=("auto", "nccl", "gloo")),
+        Param("dtype", "choice", "float32", "element type (nccl-tests -d)",
+              choices=("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8",
+                       "uint8"), sweep=True),
+        Param("iterations", "int", 20, "timed operations (nccl-tests -n)", minimum=1,
+              maximum=1_000_000),
+        Param("warmup", "int", 5, "untimed operations first (nccl-tests -w)", minimum=1,
+              maximum=100_000),
+        Param("master_port", "int", 0, "rendezvous port for spawned ranks; 0 = a free one",
+              minimum=0, maximum=65535),
+        Param("pg_timeout", "float", 60.0, "seconds a rank waits for the others before failing",
+              minimum=1, maximum=3600),
+    )
+
+
+_REDUCE = Param("reduce_op", "choice", "sum", "reduction (nccl-tests -o)",
+                choices=("sum", "prod", "max", "min", "avg"))
+_ROOT = Param("root", "int", 0, "root rank (nccl-tests -r)", minimum=0, maximum=1023)
+_IN_PLACE = Param("in_place", "bool", False, "output aliases the input (nccl-tests checks both)")
+
+METRICS = (
+    Metric("time_us", "us", "lower", "time per operation, averaged over ranks"),
+    Metric("time_max_us", "us", "lower", "time per operation on the slowest rank"),
+    Metric("algbw", "GB/s", "higher", "bytes / time (nccl-tests algbw)"),
+    Metric("busbw", "GB/s", "higher", "algbw x the collective's bus factor (nccl-tests busbw)"),
+)
+
+
+class _Group:
+    """The spawned ranks of one run, kept for every case with the same shape."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[int, str, int, float], Any] = {}
+
+    def get(self, world: int, backend: str, port: int, timeout: float) -> Any:
+        from . import _ranks
+
+        key = (world, backend, port, timeout)
+        if key not in self.groups:
+            for old in self.groups.values():       # one set of ranks at a time on this host
+                old.close()
+            self.groups = {}
+            try:
+                self.groups[key] = _ranks.RankGroup(world, backend, port, timeout)
+            except _ranks.RankError as exc:
+                raise NetbenchError(f"could not start {world} {backend} ranks: {exc}") from None
+        return self.groups[key]
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            group.close()
+        self.groups = {}
+
+
+class _Collective(Benchmark):
+    """Shared harness; a subclass names its op and params, nothing else."""
+
+    transport = "gloo"          # the row's transport is the backend actually used
+    op: ClassVar[str]
+    metrics = METRICS
+    headline = "busbw"
+
+    def available(self, env: Mapping[str, Any]) -> str | None:
+        return None if importlib.util.find_spec("torch") else TORCH_HINT
+
+    def _spec(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return {"op": self.op, "bytes": params["msg_size"], "dtype": params["dtype"],
+                "iters": params["iterations"], "warmup": params["warmup"],
+                "reduce_op": params.get("reduce_op", "sum"), "root": params.get("root", 0),
+                "in_place": params.get("in_place", False)}
+
+    def run(self, case: Case, ctx: Context) -> Measurement:
+        params = case.params
+        launched = launch_info()
+        world = launched.world_size if launched else params["world_size"]
+        backend = _backend(params["backend"], world, launched is not None)
+        spec = self._spec(params)
+        if launched:
+            results = _run_in_process(spec, backend, launched, params["pg_timeout"])
+        else:
+            _check_host_can_run(world, backend)
+            group = ctx.shared.setdefault("coll.ranks", _Group()).get(
+                world, backend, params["master_port"], params["pg_timeout"])
+            from . import _ranks
+            try:
+                results = group.run(spec, max(ctx.remaining() - 5, 10))
+            except _ranks.RankError as exc:
+                ctx.shared.pop("coll.ranks").close()
+                raise NetbenchError(f"{backend} ranks failed: {exc}") from None
+        return self._measure(results, world, backend, params)
+
+    def _measure(self, results: list[dict[str, Any]], world: int, backend: str,
+                 params: Mapping[str, Any]) -> Measurement:
+        from . import _ranks
+
+        unsupported = [r for r in results if r["kind"] == "unsupported"]
+        if unsupported:
+            raise SkipCase(unsupported[0]["reason"])
+        wrong = sum(int(r["wrong"]) for r in results)
+        nbytes = int(results[0]["bytes"])
+        if wrong:
+            raise NetbenchError(f"{wrong} wrong element(s) in the {self.op} result "
+                                f"({format_size(nbytes)} {params['dtype']}, {world} ranks, "
+                                f"{backend}): the transport corrupted data")
+        times = [float(r["time_us"]) for r in results]
+        avg = sum(times) / len(times)
+        algbw = nbytes / (avg * 1e-6) / 1e9
+        values = {"time_us": avg, "time_max_us": max(times), "algbw": algbw,
+                  "busbw": algbw * _ranks.bus_factor(self.op, world)}
+        note = ""
+        if nbytes != params["msg_size"]:
+            note = (f"size rounded from {params['msg_size']} to {nbytes} bytes (a multiple of "
+                    f"the element size{' x world_size' if self.op in _SPLIT else ''}, as "
+                    "nccl-tests does)")
+        return Measurement(values, {"time_us": times}, device=f"{world} ranks",
+                           transport=backend, note=note)
+
+
+_SPLIT = ("all_gather", "reduce_scatter", "all_to_all")
+
+
+def _backend(requested: str, world: int, launched: bool) -> str:
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "nccl":
+        if not gpus:
+            raise SkipCase("backend nccl needs CUDA GPUs; torch sees none (use backend=gloo)")
+        if not launched and gpus < world:
+            raise UsageError(f"world_size {world} with nccl needs {world} GPUs on this host; "
+                             f"it has {gpus}")
+        return "nccl"
+    if requested == "gloo":
+        return "gloo"
+    return "nccl" if gpus and (launched or gpus >= world) else "gloo"
+
+
+def _check_host_can_run(world: int, backend: str) -> None:
+    if backend != "gloo":
+        return
+    try:
+        import psutil
+        available = psutil.virtual_memory().available
+    except ImportError:
+        return
+    if world * RANK_MEMORY > available:
+        raise UsageError(f"world_size {world} needs about {world * RANK_MEMORY >> 20} MiB for "
+                         f"its ranks; this host has {available >> 20} MiB free (lower "
+                         "world_size, or run under a launcher across hosts)")
+
+
+def _run_in_process(spec: Mapping[str, Any], backend: str, launched: Any,
+                    timeout: float) -> list[dict[str, Any]]:
+    """Under torchrun/srun/mpirun: this process is one rank; reduce timings collectively."""
+    from . import _ranks
+
+    try:
+        torch, dist, device = _ranks.init(backend, launched.rank, launched.world_size,
+                                          launched.local_rank, timeout)
+    except Exception as exc:
+        raise NetbenchError(f"init_process_group failed on rank {launched.rank}: "
+                            f"{str(exc).splitlines()[0][:300]}") from None
+    mine = _ranks.execute(torch, dist, spec, launched.rank, launched.world_size, device)
+    flag = torch.tensor([1.0 if mine["kind"] == "unsupported" else 0.0], device=device)
+    dist.all_reduce(flag)
+    if flag.item():
+        return [mine if mine["kind"] == "unsupported" else
+                {"kind": "unsupported", "reason": "another rank cannot run this case"}]
+    gathered = [None] * launched.world_size
+    dist.all_gather_object(gathered, mine)
+    return gathered
+
+
+class CollAllReduce(_Collective):
+    name = "coll.all_reduce"
+    op = "all_reduce"
+    description = "all_reduce, nccl-tests all_reduce_perf (busbw = algbw x 2(n-1)/n)"
+    params = (*_params(1 << 20), _REDUCE)
+
+
+class CollAllGather(_Collective):
+    name = "coll.all_gather"
+    op = "all_gather"
+    description = "all_gather into one tensor, all_gather_perf (busbw = algbw x (n-1)/n)"
+    params = (*_params(1 << 20), _IN_PLACE)
+
+
+class CollReduceScatter(_Collective):
+    name = "coll.reduce_scatter"
+    op = "reduce_scatter"
+    description = "reduce_scatter of one tensor, reduce_scatter_perf (busbw = algbw x (n-1)/n)"
+    params = (*_params(1 << 20), _REDUCE, _IN_PLACE)
+
+
+class CollBroadcast(_Collective):
+    name = "coll.broadcast"
+    op = "broadcast"
+    description = "broadcast from a root, broadcast_perf (busbw = algbw)"
+    params = (*_params(1 << 20), _ROOT)
+
+
+class CollReduce(_Collective):
+    name = "coll.reduce"
+    op = "reduce"
+    description = "reduce to a root, reduce_perf (busbw = algbw)"
+    params = (*_params(1 << 20), _REDUCE, _ROOT)
+
+
+class CollAllToAll(_Collective):
+    name = "coll.all_to_all"
+    op = "all_to_all"
+    description = "all_to_all of one tensor, alltoall_perf (busbw = algbw x (n-1)/n)"
+    params = _params(1 << 20)
+
+
+class CollSendRecv(_Collective):
+    name = "coll.send_recv"
+    op = "send_recv"
+    description = "ring send/recv to the next rank, sendrecv_perf (busbw = algbw)"
+    params = _params(1 << 20)
+
+
+class CollDdpSync(_Collective):
+    """What the fabric gives a training job: DDP's gradient all_reduce for one step."""
+
+    name = "coll.ddp_sync"
+    op = "ddp_sync"
+    description = ("a DDP step's gradient all_reduce (model size, dtype, 25 MB buckets) and "
+                   "the share of the step it costs")
+    headline = "comm_ms"
+    metrics = (
+        Metric("comm_ms", "ms", "lower", "gradient all_reduce time per step (all buckets)"),
+        Metric("busbw", "GB/s", "higher", "gradient bytes x 2(n-1)/n / comm time"),
+        Metric("comm_fraction", "ratio", "lower", "comm / (compute + exposed comm)"),
+        Metric("scaling_efficiency", "ratio", "higher",
+               "compute / (compute + exposed comm): throughput vs perfect scaling"),
+    )
+    params = (
+        Param("model_params", "int", 340_000_000, "parameters in the model (gradients)",
+              minimum=1, maximum=10**13, sweep=True),
+        Param("dtype", "choice", "bfloat16", "gradient dtype",
+              choices=("float32", "float16", "bfloat16"), sweep=True),
+        Param("bucket_mb", "float", 25.0, "DDP bucket_cap_mb (MiB per bucket)", minimum=0.01,
+              maximum=65536),
+        Param("compute_ms", "float", 100.0, "forward+backward compute time per step",
+              minimum=0, maximum=1e7),
+        Param("overlap", "float", 0.0, "share of comm hidden behind backward (0 = none, the "
+              "conservative bound; DDP overlaps part of it)", minimum=0, maximum=1),
+        *(p for p in _params(0) if p.name not in ("msg_size", "dtype")),
+    )
+
+    def _spec(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return {"op": "ddp_sync", "model_params": params["model_params"],
+                "dtype": params["dtype"], "bucket_bytes": int(params["bucket_mb"] * (1 << 20)),
+                "iters": params["iterations"], "warmup": params["warmup"]}
+
+    def _measure(self, results: list[dict[str, Any]], world: int, backend: str,
+                 params: Mapping[str, Any]) -> Measurement:
+        from . import _ranks
+
+        wrong = sum(int(r["wrong"]) for r in results)
+        if wrong:
+            raise NetbenchError(f"{wrong} wrong gradient element(s) after all_reduce "
+                                f"({world} ranks, {backend})")
+        times = [float(r["time_us"]) for r in results]
+        comm_ms = sum(times) / len(times) / 1e3
+        nbytes = int(results[0]["bytes"])
+        busbw = nbytes / (comm_ms * 1e-3) / 1e9 * _ranks.bus_factor("all_reduce", world)
+        compute = params["compute_ms"]
+        exposed = max(comm_ms - params["overlap"] * compute, 0.0)
+        step = compute + exposed
+        values = {"comm_ms": comm_ms, "busbw": busbw,
+                  "comm_fraction": exposed / step if step else 1.0,
+                  "scaling_efficiency": compute / step if step else 0.0}
+        note = (f"{results[0]['buckets']} buckets of {params['bucket_mb']:g} MiB; "
+                f"{params['overlap']:.0%} of comm assumed hidden behind {compute:g} ms compute")
+        return Measurement(values, {"comm_ms": [t / 1e3 for t in times]},
+                           device=f"{world} ranks", transport=backend, note=note)

@@ -1,0 +1,171 @@
+"""Collectives on real torch.distributed ranks (gloo on this CPU host)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import psutil
+import pytest
+from conftest import ROOT, assert_clean_error, netbench
+
+torch = pytest.importorskip("torch", reason="torch not installed (pip install torch==2.13.0)")
+
+ALL = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
+       "send_recv"]
+FACTOR = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "all_to_all": 0.5,
+          "broadcast": 1.0, "reduce": 1.0, "send_recv": 1.0}     # at world_size 2
+
+
+def _suite(tmp_path, body: str):
+    path = tmp_path / "s.toml"
+    path.write_text(body)
+    return path
+
+
+def test_every_collective_runs_checks_and_reports_nccl_tests_figures(tmp_path):
+    body = "".join(f'[[case]]\nbenchmark = "coll.{op}"\nmsg_size = ["4K", "256K"]\n'
+                   f'iterations = 5\nwarmup = 1\n' for op in ALL)
+    proc = netbench("run", str(_suite(tmp_path, body)), "--json", "--results",
+                    str(tmp_path / "r"), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert {r["status"] for r in rows} == {"ok"}
+    by = {}
+    for r in rows:
+        by.setdefault((r["benchmark"], r["msg_size"]), {})[r["metric"]] = r
+    for op in ALL:
+        case = by[(f"coll.{op}", 4096)]
+        algbw, busbw = case["algbw"]["value"], case["busbw"]["value"]
+        assert busbw == pytest.approx(algbw * FACTOR[op])
+        assert case["time_us"]["value"] <= case["time_max_us"]["value"]
+        assert algbw == pytest.approx(4096 / case["time_us"]["value"] / 1e3, rel=1e-6)
+        assert case["time_us"]["transport"] == "gloo"
+        assert len(case["time_us"]["samples"]) == 2          # one time per rank
+    df = pd.read_parquet(tmp_path / "r")
+    assert df["run_id"].nunique() == 1
+
+
+def test_sizes_that_do_not_divide_are_rounded_like_nccl_tests(tmp_path):
+    proc = netbench("run", "coll.all_gather", "-p", "msg_size=1001", "-p", "iterations=2",
+                    "--json", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)[0]
+    assert "size rounded from 1001 to 1000 bytes" in row["reason"]
+    assert row["msg_size"] == 1001
+
+
+def test_unsupported_op_or_dtype_is_a_skipped_row(tmp_path):
+    proc = netbench("run", "coll.all_reduce", "-p", "reduce_op=avg", "-p", "dtype=int32",
+                    "-p", "msg_size=1K", "--json", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row["status"] == "skipped"
+    assert "gloo cannot run all_reduce on int32 with avg" in row["reason"]
+    nccl = netbench("run", "coll.all_reduce", "-p", "backend=nccl", "--json", "--results",
+                    str(tmp_path))
+    if not torch.cuda.is_available():
+        (row,) = json.loads(nccl.stdout)
+        assert row["status"] == "skipped" and "needs CUDA GPUs" in row["reason"]
+
+
+def test_world_size_beyond_the_host(tmp_path):
+    assert_clean_error(netbench("run", "coll.all_reduce", "-p", "world_size=1000",
+                                "--results", str(tmp_path)), "world_size 1000 needs about")
+
+
+def test_rendezvous_port_in_use_fails_within_the_timeout(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        start = time.monotonic()
+        proc = netbench("run", "coll.broadcast", "-p", f"master_port={port}", "-p",
+                        "pg_timeout=10", "--results", str(tmp_path), timeout=200)
+    assert time.monotonic() - start < 120
+    assert_clean_error(proc, "could not start 2 gloo ranks")
+
+
+def test_a_rank_dying_mid_run_ends_the_run_with_a_clear_error(tmp_path):
+    run = subprocess.Popen([sys.executable, "-m", "netbench", "run", "coll.all_reduce", "-p",
+                            "msg_size=4M", "-p", "iterations=100000", "-p", "pg_timeout=15",
+                            "--results", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    ranks = []
+    deadline = time.monotonic() + 60
+    while len(ranks) < 2 and time.monotonic() < deadline:
+        ranks = [p for p in psutil.Process(run.pid).children(recursive=True)
+                 if "netbench.benchmarks._ranks" in " ".join(p.cmdline())]
+        time.sleep(0.2)
+    time.sleep(5)                       # ranks up and timing
+    ranks[1].kill()
+    start = time.monotonic()
+    out, err = run.communicate(timeout=120)
+    assert time.monotonic() - start < 60
+    proc = subprocess.CompletedProcess(run.args, run.returncode, out, err)
+    assert_clean_error(proc, "gloo ranks failed")
+    assert "rank 1 exited" in err or "rank 0" in err
+    assert pd.read_parquet(tmp_path)["status"].tolist() == ["failed"]
+    assert not [p for p in psutil.Process(os.getpid()).children(recursive=True)
+                if "netbench.benchmarks._ranks" in " ".join(p.cmdline())]
+
+
+def test_under_torchrun_ranks_share_one_run_and_only_rank_0_stores(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         "--master_port", str(29400 + os.getpid() % 500), "-m", "netbench", "run",
+         "coll.all_reduce", "-p", "msg_size=64K", "-p", "iterations=5", "--results",
+         str(tmp_path), "--label", "torchrun"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1", NCCL_DEBUG="WARN"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    files = list(tmp_path.glob("*.parquet"))
+    assert len(files) == 1
+    df = pd.read_parquet(tmp_path)
+    assert set(df["status"]) == {"ok"} and set(df["label"]) == {"torchrun"}
+    assert set(df["device"]) == {"2 ranks"}
+    env = json.loads(df["env_json"].iloc[0])
+    assert env["launcher"] == {"name": "torchrun", "rank": 0, "world_size": 2}
+    assert "MASTER_PORT" in env["collective_env"]
+
+
+def test_ddp_sync_answers_what_the_fabric_costs_a_step(tmp_path):
+    proc = netbench("run", "coll.ddp_sync", "-p", "model_params=2000000", "-p",
+                    "bucket_mb=1", "-p", "compute_ms=50", "-p", "iterations=3", "-p",
+                    "warmup=1", "--json", "--results", str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    v = {r["metric"]: r for r in json.loads(proc.stdout)}
+    comm = v["comm_ms"]["value"]
+    assert comm > 0
+    assert v["scaling_efficiency"]["value"] == pytest.approx(50 / (50 + comm))
+    assert v["comm_fraction"]["value"] == pytest.approx(comm / (50 + comm))
+    assert "4 buckets of 1 MiB" in v["comm_ms"]["reason"]     # 2M bf16 = 4 MB
+
+
+def test_wrong_results_are_counted_and_fail_the_row():
+    """The checker itself, on a one-rank gloo group: corrupt the output, count the damage."""
+    import torch.distributed as dist
+
+    from netbench.benchmarks import _ranks
+    from netbench.benchmarks.collectives import CollAllReduce
+    from netbench.errors import NetbenchError
+
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        spec = {"op": "all_reduce", "bytes": 64, "dtype": "float32", "reduce_op": "sum"}
+        case = _ranks._Case(torch, dist, spec, 0, 1, torch.device("cpu"))
+        case.fill()
+        case.run()
+        assert case.wrong() == 0
+        case.out[3] = 42
+        case.out[7] = -1
+        assert case.wrong() == 2
+    finally:
+        dist.destroy_process_group()
+    bad = [{"kind": "result", "time_us": 10.0, "wrong": 2, "bytes": 64}] * 2
+    with pytest.raises(NetbenchError, match="4 wrong element"):
+        CollAllReduce()._measure(bad, 2, "gloo", {"msg_size": 64, "dtype": "float32"})
