@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.netbench-installed
 LABEL  ?= ci
 SUITE  ?= suites/ci.toml
 
-.PHONY: setup sysdeps bench test lint bench-compare bench-softroce clean
+.PHONY: setup sysdeps bench test lint bench-compare bench-softroce gpu-check clean
 
 # System tools the tests and reference comparisons use; installed when we are root with apt,
 # otherwise reported (tests that need them skip and say why).
@@ -26,9 +26,12 @@ sysdeps:
 	  else echo "missing system packages:$$missing (tests that need them will skip)"; fi; \
 	fi
 
+# torch for the collectives (gloo on CPU, nccl on GPUs); TORCH_SPEC= skips it (coll.* then
+# skip with the reason). torch==2.13.0 resolves to the CPU build this project's machines carry.
+TORCH_SPEC ?= torch==2.13.0
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]' $(TORCH_SPEC)
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -44,6 +47,11 @@ lint: $(STAMP)
 
 bench-compare: sysdeps $(STAMP)
 	$(BIN)/python bench/vs_reference.py
+	$(BIN)/python bench/coll_vs_torch.py
+
+# On a GPU machine: every GPU check in one go, each figure beside its reference.
+gpu-check: $(STAMP)
+	$(BIN)/python bench/gpu_check.py
 
 # RDMA on a real soft-RoCE device for hosts whose kernel has none (this project's CI): boots a
 # throw-away VM with Debian's stock kernel, runs suites/rdma-ci.toml there (loopback and through

@@ -168,5 +168,6 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         out.extend(notes)
         out.append("")
     if any(r.get("samples") is not None for r in rows if r["status"] == "ok"):
-        out.append("± is the 95% confidence interval of the mean of the per-interval samples")
+        out.append("± is the 95% confidence interval of the mean of the stored samples "
+                   "(per interval, per window or per rank)")
     return "\n".join(out).rstrip()
