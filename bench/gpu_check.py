@@ -43,7 +43,8 @@ def nccl_tests_busbw(gpus: int) -> dict[int, float]:
     for line in out.splitlines():
         cols = line.split()
         if len(cols) > 8 and re.fullmatch(r"\d+", cols[0]):
-            figures[int(cols[0])] = float(cols[7])      # size count type redop root time algbw busbw
+            # columns: size count type redop root time algbw busbw ...
+            figures[int(cols[0])] = float(cols[7])
     return figures
 
 
