@@ -172,6 +172,49 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from netbench.analysis import compare as cmp
+    from netbench.report.console import format_value
+    from netbench.store import ResultStore
+
+    frame = ResultStore(args.results).read()
+    base, base_desc = cmp.select(frame, args.baseline, args.results)
+    cand, cand_desc = cmp.select(frame, args.candidate, args.results)
+    thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds)
+    try:
+        verdicts = cmp.compare(base, cand, thresholds, args.alpha)
+    except NetbenchError as exc:
+        print(f"netbench: error: {exc}", file=sys.stderr)
+        return 2
+    changes = cmp.env_changes(base, cand)
+    if args.json:
+        print(cmp.to_json(verdicts, changes))
+    else:
+        print(f"baseline:  {base_desc}\ncandidate: {cand_desc}")
+        header = ("benchmark", "case", "metric", "baseline", "candidate", "change", "p",
+                  "verdict")
+        body = []
+        for v in verdicts:
+            params = json.loads(v.params)
+            case = " ".join(f"{k}={params[k]}" for k in sorted(params)
+                            if k in ("msg_size", "streams", "direction", "qps", "dtype",
+                                     "world_size", "bidirectional", "model_params"))
+            body.append((v.benchmark, case, f"{v.metric} [{v.unit}]",
+                         format_value(v.baseline), format_value(v.candidate),
+                         f"{v.change:+.1%}", "-" if v.p_value is None else f"{v.p_value:.3f}",
+                         v.verdict.upper() if v.verdict == "regressed" else v.verdict))
+        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
+        for row in (header, *body):
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        counts = {k: sum(v.verdict == k for v in verdicts)
+                  for k in ("regressed", "improved", "unchanged")}
+        print(", ".join(f"{n} {k}" for k, n in counts.items()))
+        print("environment changes:" if changes else "environment: no differences recorded")
+        for what, a, b in changes:
+            print(f"  {what}: {a if a is not None else '-'} -> {b if b is not None else '-'}")
+    return 1 if any(v.verdict == "regressed" for v in verdicts) else 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from netbench.store import ResultStore, import_jsonl
 
@@ -256,6 +299,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jsonl", metavar="FILE", help="write rows as JSON lines instead of Parquet "
                    "(lean: no pyarrow); store them later with `netbench import`")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compare", help="regression verdicts: baseline vs candidate (exit 1 "
+                       "when anything regressed)")
+    p.add_argument("baseline", help="a label, a run id, or a results directory")
+    p.add_argument("candidate", help="a label, a run id, or a results directory")
+    p.add_argument("--results", default="results", help="store holding labels and run ids")
+    p.add_argument("--threshold", action="append", metavar="METRIC=VALUE",
+                   help="relative change that counts, e.g. bw_avg=3%% or tcp.rr:lat_p99=0.1 "
+                   "(default 5%%); repeatable")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML file with a [thresholds] table")
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="significance level of the Mann-Whitney test on raw samples")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("import", help="store rows from `run --jsonl` files as Parquet runs")
     p.add_argument("files", nargs="+", help="JSON-lines files written by `netbench run --jsonl`")

@@ -1,0 +1,1 @@
+"""Analyse: regression verdicts (compare) and acceptance checks (accept)."""

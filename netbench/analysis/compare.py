@@ -1,0 +1,224 @@
+"""Regression verdicts: baseline vs candidate, metric by metric, direction-aware.
+
+Cases match on (benchmark, params, metric). Each metric's stored direction (``better``) decides
+whether a change is a regression or an improvement; a change counts only when it exceeds the
+metric's threshold and, where both sides kept raw samples, when a Mann-Whitney U test says it
+is unlikely to be noise. Alongside, what changed in the environment (driver, firmware, kernel,
+NCCL, link): the first question after an update.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from netbench.errors import NetbenchError, UsageError
+
+DEFAULT_THRESHOLD = 0.05
+KEY = ["benchmark", "params", "metric"]
+
+
+@dataclass
+class Verdict:
+    benchmark: str
+    params: str
+    msg_size: int | None
+    metric: str
+    unit: str
+    better: str
+    baseline: float
+    candidate: float
+    change: float              # relative, (candidate - baseline) / |baseline|
+    threshold: float
+    p_value: float | None      # Mann-Whitney U, two-sided; None without samples
+    verdict: str               # regressed | improved | unchanged
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected)."""
+    n1, n2 = len(a), len(b)
+    combined = sorted([(x, 0) for x in a] + [(x, 1) for x in b])
+    ranks = [0.0] * len(combined)
+    ties = 0.0
+    i = 0
+    while i < len(combined):
+        j = i
+        while j + 1 < len(combined) and combined[j + 1][0] == combined[i][0]:
+            j += 1
+        rank = (i + j) / 2 + 1
+        for k in range(i, j + 1):
+            ranks[k] = rank
+        t = j - i + 1
+        ties += t ** 3 - t
+        i = j + 1
+    r1 = sum(r for r, (_, side) in zip(ranks, combined) if side == 0)
+    u = r1 - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    sigma2 = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if sigma2 <= 0:
+        return 1.0
+    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(sigma2)
+    return max(min(math.erfc(max(z, 0) / math.sqrt(2)), 1.0), 0.0)
+
+
+# --- thresholds ----------------------------------------------------------------------------------
+
+def parse_threshold(text: str) -> float:
+    text = str(text).strip()
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise UsageError(f"threshold {text!r}: use a fraction (0.05) or a percentage (5%)") \
+            from None
+
+
+def load_thresholds(flags: Sequence[str], path: str | None) -> dict[str, float]:
+    """``metric=5%`` or ``benchmark:metric=0.1`` flags, and a TOML ``[thresholds]`` table."""
+    out: dict[str, float] = {}
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{path}: not valid TOML: {exc}") from None
+        table = data.get("thresholds")
+        if not isinstance(table, dict):
+            raise UsageError(f"{path}: needs a [thresholds] table (metric = 0.05, ...)")
+        for key, value in table.items():
+            out[key] = parse_threshold(value)
+    for flag in flags:
+        key, sep, value = flag.partition("=")
+        if not sep:
+            raise UsageError(f"--threshold {flag!r}: expected METRIC=VALUE, e.g. bw_avg=3%")
+        out[key.strip()] = parse_threshold(value)
+    return out
+
+
+def threshold_for(thresholds: Mapping[str, float], benchmark: str, metric: str) -> float:
+    for key in (f"{benchmark}:{metric}", metric, benchmark, "default"):
+        if key in thresholds:
+            return thresholds[key]
+    return DEFAULT_THRESHOLD
+
+
+# --- selecting the two sides ---------------------------------------------------------------------
+
+def select(frame: Any, ref: str, store_dir: str) -> tuple[Any, str]:
+    """Rows for a label, a run id, or a results directory; with a description of the choice."""
+    from netbench.store import ResultStore
+
+    path = Path(ref)
+    if path.is_dir():
+        rows = ResultStore(path).read()
+        if rows.empty:
+            raise NetbenchError(f"{ref}: no netbench results in this directory")
+        return rows, f"directory {ref}"
+    if frame.empty:
+        raise NetbenchError(f"no results in {store_dir}: run `netbench run` first")
+    by_run = frame[frame["run_id"] == ref]
+    if not by_run.empty:
+        return by_run, f"run {ref}"
+    by_label = frame[frame["label"] == ref]
+    if not by_label.empty:
+        runs = sorted(set(by_label["run_id"]))
+        return by_label, f"label {ref!r} ({len(runs)} run{'s' if len(runs) > 1 else ''})"
+    labels = sorted({str(x) for x in frame["label"] if x})
+    raise UsageError(f"{ref!r} is not a results directory, run id or label in {store_dir}; "
+                     f"labels there: {', '.join(labels[:20]) or 'none'}")
+
+
+def _pooled(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Per (benchmark, params, metric): median value over runs, pooled samples."""
+    ok = rows[rows["status"] == "ok"]
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for key, group in ok.groupby(KEY, sort=False):
+        values = sorted(float(v) for v in group["value"] if v is not None and not math.isnan(v))
+        if not values:
+            continue
+        samples: list[float] = []
+        for s in group["samples"]:
+            if s is not None and len(s):
+                samples.extend(float(x) for x in s)
+        first = group.iloc[0]
+        out[key] = {"value": values[len(values) // 2] if len(values) % 2 else
+                    (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2,
+                    "samples": samples, "unit": first["unit"], "better": first["better"],
+                    "msg_size": None if first["msg_size"] is None or (
+                        isinstance(first["msg_size"], float) and math.isnan(first["msg_size"]))
+                    else int(first["msg_size"])}
+    return out
+
+
+def compare(base: Any, cand: Any, thresholds: Mapping[str, float],
+            alpha: float = 0.05) -> list[Verdict]:
+    a, b = _pooled(base), _pooled(cand)
+    common = [k for k in a if k in b]
+    if not common:
+        raise NetbenchError("the two sides have no case in common (same benchmark, params and "
+                            "metric); nothing to compare", ) from None
+    verdicts = []
+    for key in common:
+        x, y = a[key], b[key]
+        bench, params, metric = key
+        threshold = threshold_for(thresholds, bench, metric)
+        change = (y["value"] - x["value"]) / abs(x["value"]) if x["value"] else (
+            0.0 if y["value"] == x["value"] else math.inf)
+        p = (mann_whitney_p(x["samples"], y["samples"])
+             if len(x["samples"]) >= 3 and len(y["samples"]) >= 3 else None)
+        verdict = "unchanged"
+        if abs(change) > threshold and (p is None or p < alpha):
+            worse = change < 0 if x["better"] == "higher" else change > 0
+            verdict = "regressed" if worse else "improved"
+        verdicts.append(Verdict(bench, params, x["msg_size"], metric, x["unit"], x["better"],
+                                x["value"], y["value"], change, threshold, p, verdict))
+    return verdicts
+
+
+# --- what changed in the environment -------------------------------------------------------------
+
+def _env(rows: Any) -> dict[str, Any]:
+    texts = [t for t in rows["env_json"] if t]
+    return json.loads(texts[-1]) if texts else {}
+
+
+def _flatten(env: Mapping[str, Any]) -> dict[str, str]:
+    flat: dict[str, str] = {}
+    for key in ("kernel", "os", "cpu_model"):
+        if env.get(key):
+            flat[key] = str(env[key])
+    for name, version in (env.get("versions") or {}).items():
+        if version:
+            flat[f"{name} version"] = str(version)
+    for nic in env.get("nics") or []:
+        for field in ("driver", "driver_version", "firmware", "speed_mbps", "mtu", "model"):
+            if nic.get(field) is not None:
+                flat[f"{nic['name']} {field}"] = str(nic[field])
+    for dev in env.get("rdma_devices") or []:
+        if dev.get("fw_ver"):
+            flat[f"{dev['name']} firmware"] = str(dev["fw_ver"])
+        for port in dev.get("ports") or []:
+            for field in ("rate", "state", "link_layer"):
+                if port.get(field):
+                    flat[f"{dev['name']}:{port['port']} {field}"] = str(port[field])
+    for key, value in (env.get("collective_env") or {}).items():
+        flat[f"env {key}"] = str(value)
+    return flat
+
+
+def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]]:
+    a, b = _flatten(_env(base)), _flatten(_env(cand))
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def to_json(verdicts: Sequence[Verdict], changes: Sequence[tuple[str, Any, Any]]) -> str:
+    return json.dumps({"verdicts": [asdict(v) for v in verdicts],
+                       "environment_changes": [{"what": k, "baseline": a, "candidate": b}
+                                               for k, a, b in changes]}, indent=2)
