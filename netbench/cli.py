@@ -215,6 +215,27 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if any(v.verdict == "regressed" for v in verdicts) else 0
 
 
+def cmd_accept(args: argparse.Namespace) -> int:
+    from netbench.analysis import accept
+    from netbench.store import ResultStore
+
+    spec = accept.load_spec(args.spec)
+    rows = accept.choose_run(ResultStore(args.results).read(), spec, args.run, args.label)
+    outcomes = accept.evaluate(spec, rows)
+    run_id = rows["run_id"].iloc[0]
+    print(f"acceptance: {spec.name}, run {run_id} ({rows['host'].iloc[0]}, "
+          f"label {rows['label'].iloc[0]!r})")
+    for o in outcomes:
+        measured = ", ".join(f"{c}: {v:.4g}" for c, v in o.measured) or "nothing measured"
+        print(f"  {'PASS' if o.passed else 'FAIL'}  {o.check.name}: expected "
+              f"{o.expected}; {measured}" + ("" if o.passed else f"\n        {o.message}"))
+    failed = sum(not o.passed for o in outcomes)
+    print(f"{len(outcomes) - failed} passed, {failed} failed")
+    if args.junit:
+        accept.junit(spec, outcomes, args.junit)
+    return 1 if failed else 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from netbench.store import ResultStore, import_jsonl
 
@@ -313,6 +334,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="significance level of the Mann-Whitney test on raw samples")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("accept", help="acceptance checks of a stored run against a spec "
+                       "(exit 1 on failure)")
+    p.add_argument("spec", help="TOML with [[check]] entries (a suite file may carry them)")
+    p.add_argument("--results", default="results", help="results directory (default results/)")
+    p.add_argument("--run", help="the run id to judge (default: the latest that measured the "
+                   "spec's benchmarks)")
+    p.add_argument("--label", help="judge the latest run with this label")
+    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML for CI systems")
+    p.set_defaults(func=cmd_accept)
 
     p = sub.add_parser("import", help="store rows from `run --jsonl` files as Parquet runs")
     p.add_argument("files", nargs="+", help="JSON-lines files written by `netbench run --jsonl`")

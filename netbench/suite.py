@@ -105,9 +105,9 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
         raise UsageError(f"{where}: {message}")
 
     for key in data:
-        if key not in ("suite", "case"):
-            fail(f"unknown table or key {key!r}; a suite has [suite] and [[case]] entries",
-                 None, key)
+        if key not in ("suite", "case", "accept", "check"):   # acceptance checks may ride along
+            fail(f"unknown table or key {key!r}; a suite has [suite] and [[case]] entries "
+                 "(and, for `netbench accept`, [accept] and [[check]])", None, key)
     meta = data.get("suite", {})
     if not isinstance(meta, dict):
         fail("'suite' must be a table", None, "suite")

@@ -1,0 +1,267 @@
+"""Acceptance checks: does this NIC / fabric / host meet its spec?
+
+A spec is TOML, and may be the suite file itself (``[[check]]`` entries beside ``[[case]]``)::
+
+    [accept]
+    line_rate = "probe"        # Gbit/s, or "probe": the link rate the run's fingerprint recorded
+
+    [[check]]
+    name = "write bandwidth at 1 MiB and above"
+    benchmark = "rdma.write_bw"
+    metric = "bw_avg"
+    msg_size_min = "1M"        # optional filters: msg_size_min/max, params = { qps = 1 }
+    min_line_rate = 0.90       # bounds: min, max, min_line_rate (a fraction of line_rate)
+
+Every matching row of the chosen run must pass; a check with no measured row fails, saying
+whether the benchmark was skipped (and why) or never ran.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+from netbench.api import parse_size
+from netbench.errors import NetbenchError, UsageError
+
+_CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
+               "max", "min_line_rate")
+
+
+@dataclass
+class Check:
+    name: str
+    benchmark: str
+    metric: str
+    min: float | None = None
+    max: float | None = None
+    min_line_rate: float | None = None
+    msg_size_min: int | None = None
+    msg_size_max: int | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    check: Check
+    passed: bool
+    measured: list[tuple[str, float]]      # (case, value)
+    expected: str
+    message: str
+
+
+@dataclass
+class Spec:
+    name: str
+    suite: str | None
+    line_rate: float | str | None
+    checks: list[Check]
+
+
+def _line(lines: list[str], index: int, key: str | None = None) -> str:
+    headers = [i for i, ln in enumerate(lines) if re.match(r"\s*\[\[\s*check\s*\]\]", ln)]
+    if index >= len(headers):
+        return ""
+    start = headers[index]
+    if key:
+        for i in range(start + 1, len(lines)):
+            if re.match(r"\s*\[", lines[i]):
+                break
+            if re.match(rf"\s*{re.escape(key)}\s*=", lines[i]):
+                return f":{i + 1}"
+    return f":{start + 1}"
+
+
+def load_spec(path: str | Path) -> Spec:
+    from netbench import registry
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    lines = text.splitlines()
+    entries = data.get("check")
+    if not isinstance(entries, list) or not entries:
+        raise UsageError(f"{path}: no [[check]] entries")
+    accept = data.get("accept", {})
+    benches = registry.all_benchmarks()
+    checks = []
+    for i, entry in enumerate(entries):
+        def fail(msg: str, key: str | None = None, i: int = i) -> None:
+            raise UsageError(f"{path}{_line(lines, i, key)}: {msg}")
+
+        for key in entry:
+            if key not in _CHECK_KEYS:
+                fail(f"unknown key {key!r}; accepted: {', '.join(_CHECK_KEYS)}", key)
+        name = entry.get("benchmark")
+        if name not in benches:
+            fail(f"unknown benchmark {name!r}; known: {', '.join(benches)}", "benchmark")
+        metric = entry.get("metric")
+        known = [m.name for m in benches[name].metrics]
+        if metric not in known:
+            fail(f"{name} has no metric {metric!r}; its metrics: {', '.join(known)}", "metric")
+        if not any(k in entry for k in ("min", "max", "min_line_rate")):
+            fail("a check needs a bound: min, max or min_line_rate")
+        try:
+            check = Check(
+                name=str(entry.get("name") or f"{name} {metric}"), benchmark=name, metric=metric,
+                min=_num(entry.get("min")), max=_num(entry.get("max")),
+                min_line_rate=_num(entry.get("min_line_rate")),
+                msg_size_min=parse_size(entry["msg_size_min"]) if "msg_size_min" in entry
+                else None,
+                msg_size_max=parse_size(entry["msg_size_max"]) if "msg_size_max" in entry
+                else None,
+                params=dict(entry.get("params") or {}))
+        except (TypeError, ValueError) as exc:
+            fail(str(exc))
+        checks.append(check)
+    line_rate = accept.get("line_rate")
+    if line_rate is not None and line_rate != "probe" and _num(line_rate) is None:
+        raise UsageError(f"{path}: line_rate must be a number (Gbit/s) or \"probe\"")
+    suite = (data.get("suite") or {}).get("name") if data.get("case") else None
+    return Spec(str(accept.get("name") or path.stem), suite, line_rate, checks)
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not a number")
+    return float(value)
+
+
+def choose_run(frame: Any, spec: Spec, run: str | None, label: str | None) -> Any:
+    """The run to judge: given by id or label, else the latest with the spec's benchmarks."""
+    if frame.empty:
+        raise NetbenchError("no results in the store: run the suite first")
+    if run:
+        rows = frame[frame["run_id"] == run]
+    elif label:
+        rows = frame[frame["label"] == label]
+        if not rows.empty:
+            latest = rows.sort_values("started_at")["run_id"].iloc[-1]
+            rows = rows[rows["run_id"] == latest]
+    else:
+        wanted = {c.benchmark for c in spec.checks}
+        candidates = frame[frame["benchmark"].isin(wanted)]
+        if spec.suite:
+            same_suite = candidates[candidates["suite"] == spec.suite]
+            candidates = same_suite if not same_suite.empty else candidates
+        if candidates.empty:
+            raise NetbenchError(f"no stored run measured {', '.join(sorted(wanted))}")
+        latest = candidates.sort_values("started_at")["run_id"].iloc[-1]
+        rows = frame[frame["run_id"] == latest]
+    if rows.empty:
+        raise NetbenchError(f"no stored run matches {run or label!r}")
+    return rows
+
+
+_RATE = re.compile(r"([\d.]+)\s*Gb/sec")
+
+
+def probed_line_rate(row: Mapping[str, Any]) -> float | None:
+    """Gbit/s of the link the row was measured on, from the run's fingerprint."""
+    env = json.loads(row.get("env_json") or "{}")
+    device = str(row.get("device") or "")
+    name, _, port = device.partition(":")
+    for dev in env.get("rdma_devices") or []:
+        if dev["name"] == name:
+            for p in dev.get("ports") or []:
+                if str(p.get("port")) == (port or "1"):
+                    match = _RATE.search(str(p.get("rate") or ""))
+                    if match:
+                        return float(match.group(1))
+    for nic in env.get("nics") or []:
+        if nic["name"] == name and nic.get("speed_mbps"):
+            return nic["speed_mbps"] / 1000.0
+    return None
+
+
+def evaluate(spec: Spec, rows: Any) -> list[Outcome]:
+    outcomes = []
+    for check in spec.checks:
+        mine = rows[rows["benchmark"] == check.benchmark]
+        skipped = mine[mine["status"] != "ok"]
+        ok = mine[(mine["status"] == "ok") & (mine["metric"] == check.metric)]
+        selected = []
+        for _, row in ok.iterrows():
+            size = row["msg_size"]
+            size = None if size is None or (isinstance(size, float) and math.isnan(size)) \
+                else int(size)
+            if check.msg_size_min is not None and (size is None or size < check.msg_size_min):
+                continue
+            if check.msg_size_max is not None and (size is None or size > check.msg_size_max):
+                continue
+            params = json.loads(row["params"] or "{}")
+            if any(params.get(k) != v for k, v in check.params.items()):
+                continue
+            selected.append(row)
+        outcomes.append(_judge(check, spec, selected, skipped))
+    return outcomes
+
+
+def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any) -> Outcome:
+    if not rows:
+        why = (f"{check.benchmark} was {skipped['status'].iloc[0]}: {skipped['reason'].iloc[0]}"
+               if not skipped.empty else f"no {check.benchmark} {check.metric} row in this run "
+               "matches the check")
+        return Outcome(check, False, [], _bounds(check, None), why)
+    measured, failures = [], []
+    bound_text = ""
+    for row in rows:
+        value = float(row["value"])
+        case = f"msg_size={row['msg_size']}" if row["msg_size"] is not None else "case"
+        measured.append((case, value))
+        low, high = check.min, check.max
+        if check.min_line_rate is not None:
+            rate = (probed_line_rate(row) if spec.line_rate in (None, "probe")
+                    else float(spec.line_rate))
+            if rate is None:
+                failures.append(f"{case}: line rate unknown (set [accept] line_rate)")
+                continue
+            low = max(low or -math.inf, check.min_line_rate * rate)
+            bound_text = f" ({check.min_line_rate:.0%} of {rate:g} Gbit/s)"
+        if low is not None and value < low:
+            failures.append(f"{case}: {value:.4g} < {low:.4g}{bound_text}")
+        if high is not None and value > high:
+            failures.append(f"{case}: {value:.4g} > {high:.4g}")
+    return Outcome(check, not failures, measured, _bounds(check, bound_text),
+                   "; ".join(failures) or "all measured values within bounds")
+
+
+def _bounds(check: Check, extra: str | None) -> str:
+    parts = []
+    if check.min is not None:
+        parts.append(f">= {check.min:g}")
+    if check.min_line_rate is not None:
+        parts.append(f">= {check.min_line_rate:.0%} of line rate{extra or ''}")
+    if check.max is not None:
+        parts.append(f"<= {check.max:g}")
+    return " and ".join(parts)
+
+
+def junit(spec: Spec, outcomes: list[Outcome], path: str | Path) -> None:
+    suite = ElementTree.Element("testsuite", name=spec.name, tests=str(len(outcomes)),
+                                failures=str(sum(not o.passed for o in outcomes)))
+    for outcome in outcomes:
+        case = ElementTree.SubElement(suite, "testcase", classname=spec.name,
+                                      name=outcome.check.name)
+        if not outcome.passed:
+            failure = ElementTree.SubElement(case, "failure", message=outcome.message)
+            failure.text = f"expected {outcome.expected}; measured " + ", ".join(
+                f"{c}={v:.4g}" for c, v in outcome.measured)
+    try:
+        ElementTree.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
+    except OSError as exc:
+        raise NetbenchError(f"cannot write {path}: {exc.strerror}") from None

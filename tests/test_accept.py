@@ -1,0 +1,104 @@
+"""netbench accept: spec checks with pass/fail per check, JUnit output, exit codes."""
+
+import json
+from datetime import UTC, datetime
+from xml.etree import ElementTree
+
+from conftest import assert_clean_error, netbench
+
+from netbench.store import COLUMNS, SCHEMA_VERSION, ResultStore, params_json
+
+ENV = json.dumps({"rdma_devices": [{"name": "mlx5_0", "fw_ver": "28.39", "ports": [
+    {"port": 1, "rate": "100 Gb/sec (4X EDR)", "state": "4: ACTIVE"}]}], "nics": []})
+
+
+def _store(tmp_path, bw_by_size, p99=1.8):
+    store = ResultStore(tmp_path / "res")
+    store.check_writable()
+    rows = []
+    for index, (size, bw) in enumerate(bw_by_size.items()):
+        for bench, metric, value, better in (("rdma.write_bw", "bw_avg", bw, "higher"),
+                                             ("rdma.send_lat", "lat_p99", p99, "lower")):
+            row = {name: None for name, _ in COLUMNS}
+            row.update(schema_version=SCHEMA_VERSION, run_id="run1", label="accept-nic",
+                       started_at=datetime.now(UTC), host="h1", benchmark=bench, metric=metric,
+                       value=value, better=better, unit="x", status="ok", case_index=index,
+                       msg_size=size, device="mlx5_0:1", params=params_json({"msg_size": size}),
+                       env_json=ENV, suite="nic")
+            rows.append(row)
+    store.write_run(store.path_for("run1", datetime.now(UTC).isoformat()), rows)
+    return tmp_path / "res"
+
+
+SPEC = """
+[accept]
+name = "nic"
+line_rate = "probe"
+
+[[check]]
+name = "bw"
+benchmark = "rdma.write_bw"
+metric = "bw_avg"
+msg_size_min = "1M"
+min_line_rate = 0.9
+
+[[check]]
+name = "tail"
+benchmark = "rdma.send_lat"
+metric = "lat_p99"
+max = 2.0
+"""
+
+
+def test_line_rate_from_the_fingerprint_and_junit(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    good = _store(tmp_path / "a", {65536: 50.0, 1 << 20: 95.0, 4 << 20: 96.0})
+    proc = netbench("accept", str(spec), "--results", str(good), "--junit",
+                    str(tmp_path / "a.xml"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS  bw" in proc.stdout and "(90% of 100 Gbit/s)" in proc.stdout
+    suite = ElementTree.parse(tmp_path / "a.xml").getroot()
+    assert suite.get("tests") == "2" and suite.get("failures") == "0"
+    bad = _store(tmp_path / "b", {1 << 20: 95.0, 4 << 20: 80.0}, p99=2.5)
+    proc = netbench("accept", str(spec), "--results", str(bad), "--junit",
+                    str(tmp_path / "b.xml"))
+    assert proc.returncode == 1
+    assert "4194304: 80 < 90" in proc.stdout and "2.5 > 2" in proc.stdout
+    failures = ElementTree.parse(tmp_path / "b.xml").getroot().findall(".//failure")
+    assert len(failures) == 2
+
+
+def test_accept_a_real_tcp_run_and_a_fixed_line_rate(tmp_path):
+    run = netbench("run", "tcp.stream", "-p", "duration=0.5", "--label", "lo",
+                   "--results", str(tmp_path / "r"))
+    assert run.returncode == 0, run.stderr
+    spec = tmp_path / "tcp.toml"
+    spec.write_text('[accept]\nline_rate = 1\n[[check]]\nbenchmark = "tcp.stream"\n'
+                    'metric = "goodput"\nmin_line_rate = 0.5\n[[check]]\n'
+                    'benchmark = "tcp.rr"\nmetric = "lat_p50"\nmax = 1000\n')
+    proc = netbench("accept", str(spec), "--results", str(tmp_path / "r"), "--label", "lo")
+    assert proc.returncode == 1                      # tcp.rr never ran: that check fails
+    assert "PASS  tcp.stream goodput" in proc.stdout
+    assert "no tcp.rr lat_p50 row in this run" in proc.stdout
+
+
+def test_spec_errors_name_what_is_wrong(tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[check]]\nbenchmark = "rdma.write_bw"\nmetric = "speed"\nmin = 1\n')
+    assert_clean_error(netbench("accept", str(spec)), "s.toml:3:", "has no metric 'speed'",
+                       "bw_avg")
+    spec.write_text('[[check]]\nbenchmark = "rdma.nope"\nmetric = "x"\nmin = 1\n')
+    assert_clean_error(netbench("accept", str(spec)), "unknown benchmark 'rdma.nope'")
+    spec.write_text('[[check]]\nbenchmark = "tcp.rr"\nmetric = "lat_p50"\n')
+    assert_clean_error(netbench("accept", str(spec)), "needs a bound")
+    spec.write_text('[[check]]\nbenchmark = "tcp.rr"\nmetric = "lat_p50"\nmax = 1\n')
+    assert_clean_error(netbench("accept", str(spec), "--results", str(tmp_path / "empty")),
+                       "no results in the store")
+
+
+def test_shipped_acceptance_spec_loads():
+    from netbench.analysis.accept import load_spec
+
+    spec = load_spec("suites/nic-acceptance.toml")
+    assert spec.suite == "nic-acceptance" and len(spec.checks) == 4
