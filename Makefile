@@ -13,7 +13,7 @@ SUITE  ?= suites/ci.toml
 
 # System tools the tests and reference comparisons use; installed when we are root with apt,
 # otherwise reported (tests that need them skip and say why).
-SYSTEM_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf
+SYSTEM_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf chromium:chromium
 sysdeps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do \
 	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
@@ -38,6 +38,7 @@ setup: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/netbench run $(SUITE) --label $(LABEL)
+	$(BIN)/netbench report --results results -o results/_dashboard.html
 
 test: sysdeps $(STAMP)
 	$(BIN)/python -m pytest -q

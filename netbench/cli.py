@@ -236,6 +236,30 @@ def cmd_accept(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from netbench.analysis import compare as cmp
+    from netbench.report import dashboard
+    from netbench.store import ResultStore
+
+    frame = ResultStore(args.results).read()
+    if frame.empty:
+        raise NetbenchError(f"no results in {args.results}: nothing to draw; run "
+                            "`netbench run` first")
+    verdicts, compared, run = [], "", args.run
+    if args.baseline or args.candidate:
+        if not (args.baseline and args.candidate):
+            raise UsageError("--baseline and --candidate go together")
+        base, base_desc = cmp.select(frame, args.baseline, args.results)
+        cand, cand_desc = cmp.select(frame, args.candidate, args.results)
+        verdicts = cmp.compare(base, cand, {})
+        compared = f"{base_desc} vs {cand_desc}"
+        run = run or cand["run_id"].iloc[-1]
+    info = dashboard.render(frame, args.output, run, verdicts, compared)
+    print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB): run {info['run']}, charts: "
+          f"{', '.join(info['charts']) or 'none'}")
+    return 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from netbench.store import ResultStore, import_jsonl
 
@@ -344,6 +368,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", help="judge the latest run with this label")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML for CI systems")
     p.set_defaults(func=cmd_accept)
+
+    p = sub.add_parser("report", help="one self-contained HTML dashboard (plotly, offline)")
+    p.add_argument("--results", default="results", help="results directory (default results/)")
+    p.add_argument("-o", "--output", default="results/_dashboard.html",
+                   help="output file (default results/_dashboard.html: the leading _ keeps "
+                   "pandas.read_parquet('results/') from tripping over it)")
+    p.add_argument("--run", help="the run to draw (default: the latest)")
+    p.add_argument("--baseline", help="with --candidate: add the comparison view")
+    p.add_argument("--candidate", help="label, run id or directory of the candidate")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("import", help="store rows from `run --jsonl` files as Parquet runs")
     p.add_argument("files", nargs="+", help="JSON-lines files written by `netbench run --jsonl`")
