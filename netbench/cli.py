@@ -177,9 +177,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from netbench.report.console import format_value
     from netbench.store import ResultStore
 
-    frame = ResultStore(args.results).read()
-    base, base_desc = cmp.select(frame, args.baseline, args.results)
-    cand, cand_desc = cmp.select(frame, args.candidate, args.results)
+    store = ResultStore(args.results)
+    base, base_desc = cmp.select(store, args.baseline)
+    cand, cand_desc = cmp.select(store, args.candidate)
     thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds)
     try:
         verdicts = cmp.compare(base, cand, thresholds, args.alpha)
@@ -220,7 +220,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from netbench.store import ResultStore
 
     spec = accept.load_spec(args.spec)
-    rows = accept.choose_run(ResultStore(args.results).read(), spec, args.run, args.label)
+    rows = accept.choose_run(ResultStore(args.results), spec, args.run, args.label)
     outcomes = accept.evaluate(spec, rows)
     run_id = rows["run_id"].iloc[0]
     print(f"acceptance: {spec.name}, run {run_id} ({rows['host'].iloc[0]}, "
@@ -241,20 +241,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     from netbench.report import dashboard
     from netbench.store import ResultStore
 
-    frame = ResultStore(args.results).read()
-    if frame.empty:
-        raise NetbenchError(f"no results in {args.results}: nothing to draw; run "
-                            "`netbench run` first")
+    store = ResultStore(args.results)
     verdicts, compared, run = [], "", args.run
     if args.baseline or args.candidate:
         if not (args.baseline and args.candidate):
             raise UsageError("--baseline and --candidate go together")
-        base, base_desc = cmp.select(frame, args.baseline, args.results)
-        cand, cand_desc = cmp.select(frame, args.candidate, args.results)
+        base, base_desc = cmp.select(store, args.baseline)
+        cand, cand_desc = cmp.select(store, args.candidate)
         verdicts = cmp.compare(base, cand, {})
         compared = f"{base_desc} vs {cand_desc}"
         run = run or cand["run_id"].iloc[-1]
-    info = dashboard.render(frame, args.output, run, verdicts, compared)
+    info = dashboard.render(store, args.output, run, verdicts, compared)
     print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB): run {info['run']}, charts: "
           f"{', '.join(info['charts']) or 'none'}")
     return 0

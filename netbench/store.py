@@ -48,6 +48,26 @@ def arrow_schema() -> Any:
                      metadata={"netbench_schema_version": str(SCHEMA_VERSION)})
 
 
+def _run_metadata(rows: list[Mapping[str, Any]]) -> dict[str, str]:
+    """Run-level facts kept in the file footer, so a store's index needs no column reads."""
+    if not rows:
+        return {"netbench_schema_version": str(SCHEMA_VERSION)}
+    first = rows[0]
+    started = first.get("started_at")
+    return {
+        "netbench_schema_version": str(SCHEMA_VERSION),
+        "netbench_run_id": str(first.get("run_id") or ""),
+        "netbench_label": str(first.get("label") or ""),
+        "netbench_started_at": started.isoformat() if hasattr(started, "isoformat")
+        else str(started),
+        "netbench_suite": str(first.get("suite") or ""),
+        "netbench_host": str(first.get("host") or ""),
+        "netbench_benchmarks": json.dumps(sorted({str(r["benchmark"]) for r in rows})),
+        "netbench_ok_benchmarks": json.dumps(sorted({str(r["benchmark"]) for r in rows
+                                                     if r.get("status") == "ok"})),
+    }
+
+
 def params_json(params: Mapping[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
 
@@ -90,8 +110,9 @@ class ResultStore:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        schema = arrow_schema()
-        table = pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
+        rows = [dict(r) for r in rows]
+        schema = arrow_schema().with_metadata(_run_metadata(rows))
+        table = pa.Table.from_pylist(rows, schema=schema)
         tmp = path.with_name(f".{path.name}.tmp")
         try:
             pq.write_table(table, tmp, compression="zstd")
@@ -107,25 +128,77 @@ class ResultStore:
         except OSError:
             return []
 
-    def read(self) -> Any:
-        """Every readable run as one DataFrame; a corrupt or foreign file is skipped, named."""
+    def runs(self) -> Any:
+        """One row per stored run (path, run_id, label, started_at, suite, host, benchmarks,
+        ok_benchmarks), from the files' footers: cheap even for a large store."""
         import pandas as pd
         import pyarrow.parquet as pq
 
-        frames = []
+        index = []
         for path in self.files():
             try:
-                table = pq.read_table(path)
+                meta = pq.read_schema(path).metadata or {}
             except Exception as exc:
                 warnings.warn(f"skipping {path}: not a readable Parquet file ({exc})",
                               stacklevel=2)
                 continue
-            if "schema_version" not in table.column_names or "metric" not in table.column_names:
+            info = {k.decode(): v.decode() for k, v in meta.items()
+                    if k.decode().startswith("netbench_")}
+            if "netbench_run_id" not in info:
+                info = self._metadata_from_columns(path)
+                if info is None:
+                    continue
+            index.append({"path": str(path), "run_id": info["netbench_run_id"],
+                          "label": info.get("netbench_label", ""),
+                          "started_at": pd.Timestamp(info["netbench_started_at"]),
+                          "suite": info.get("netbench_suite", ""),
+                          "host": info.get("netbench_host", ""),
+                          "benchmarks": json.loads(info.get("netbench_benchmarks", "[]")),
+                          "ok_benchmarks": json.loads(info.get("netbench_ok_benchmarks",
+                                                               "[]"))})
+        columns = ["path", "run_id", "label", "started_at", "suite", "host", "benchmarks",
+                   "ok_benchmarks"]
+        frame = pd.DataFrame(index, columns=columns)
+        return frame.sort_values("started_at", ignore_index=True) if index else frame
+
+    def _metadata_from_columns(self, path: Path) -> dict[str, str] | None:
+        """Files written before run metadata lived in the footer."""
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path, columns=["run_id", "label", "started_at", "suite",
+                                                 "host", "benchmark", "status"])
+        except Exception:
+            warnings.warn(f"skipping {path}: not a netbench result file", stacklevel=3)
+            return None
+        return _run_metadata(table.to_pylist())
+
+    def read(self, run_ids: Iterable[str] | None = None,
+             columns: list[str] | None = None) -> Any:
+        """Runs as one DataFrame (all, or the given run ids; all columns, or some); a corrupt
+        or foreign file is skipped with a warning naming it."""
+        import pandas as pd
+        import pyarrow.parquet as pq
+
+        paths = self.files()
+        if run_ids is not None:
+            wanted = set(run_ids)
+            paths = [p for p in paths if p.stem.rsplit("-", 1)[-1] in wanted]
+        frames = []
+        for path in paths:
+            try:
+                table = pq.read_table(path, columns=columns)
+            except Exception as exc:
+                warnings.warn(f"skipping {path}: not a readable Parquet file ({exc})",
+                              stacklevel=2)
+                continue
+            if columns is None and ("schema_version" not in table.column_names
+                                    or "metric" not in table.column_names):
                 warnings.warn(f"skipping {path}: not a netbench result file", stacklevel=2)
                 continue
             frames.append(table.to_pandas())
         if not frames:
-            return pd.DataFrame(columns=[name for name, _ in COLUMNS])
+            return pd.DataFrame(columns=columns or [name for name, _ in COLUMNS])
         return pd.concat(frames, ignore_index=True)
 
 

@@ -141,30 +141,26 @@ def _num(value: Any) -> float | None:
     return float(value)
 
 
-def choose_run(frame: Any, spec: Spec, run: str | None, label: str | None) -> Any:
+def choose_run(store: Any, spec: Spec, run: str | None, label: str | None) -> Any:
     """The run to judge: given by id or label, else the latest with the spec's benchmarks."""
-    if frame.empty:
-        raise NetbenchError("no results in the store: run the suite first")
+    index = store.runs()
+    if index.empty:
+        raise NetbenchError(f"no results in the store {store.directory}: run the suite first")
     if run:
-        rows = frame[frame["run_id"] == run]
+        chosen = index[index["run_id"] == run]
     elif label:
-        rows = frame[frame["label"] == label]
-        if not rows.empty:
-            latest = rows.sort_values("started_at")["run_id"].iloc[-1]
-            rows = rows[rows["run_id"] == latest]
+        chosen = index[index["label"] == label].tail(1)
     else:
         wanted = {c.benchmark for c in spec.checks}
-        candidates = frame[frame["benchmark"].isin(wanted)]
-        if spec.suite:
-            same_suite = candidates[candidates["suite"] == spec.suite]
-            candidates = same_suite if not same_suite.empty else candidates
-        if candidates.empty:
+        chosen = index[index["benchmarks"].map(lambda b: bool(wanted & set(b)))]
+        if spec.suite and (chosen["suite"] == spec.suite).any():
+            chosen = chosen[chosen["suite"] == spec.suite]
+        if chosen.empty:
             raise NetbenchError(f"no stored run measured {', '.join(sorted(wanted))}")
-        latest = candidates.sort_values("started_at")["run_id"].iloc[-1]
-        rows = frame[frame["run_id"] == latest]
-    if rows.empty:
+        chosen = chosen.tail(1)
+    if chosen.empty:
         raise NetbenchError(f"no stored run matches {run or label!r}")
-    return rows
+    return store.read(chosen["run_id"])
 
 
 _RATE = re.compile(r"([\d.]+)\s*Gb/sec")

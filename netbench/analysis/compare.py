@@ -111,8 +111,10 @@ def threshold_for(thresholds: Mapping[str, float], benchmark: str, metric: str) 
 
 # --- selecting the two sides ---------------------------------------------------------------------
 
-def select(frame: Any, ref: str, store_dir: str) -> tuple[Any, str]:
-    """Rows for a label, a run id, or a results directory; with a description of the choice."""
+def select(store: Any, ref: str) -> tuple[Any, str]:
+    """Rows for a label, a run id, or a results directory; with a description of the choice.
+
+    Only the runs chosen are read (the store's index lives in the file footers)."""
     from netbench.store import ResultStore
 
     path = Path(ref)
@@ -121,18 +123,18 @@ def select(frame: Any, ref: str, store_dir: str) -> tuple[Any, str]:
         if rows.empty:
             raise NetbenchError(f"{ref}: no netbench results in this directory")
         return rows, f"directory {ref}"
-    if frame.empty:
-        raise NetbenchError(f"no results in {store_dir}: run `netbench run` first")
-    by_run = frame[frame["run_id"] == ref]
-    if not by_run.empty:
-        return by_run, f"run {ref}"
-    by_label = frame[frame["label"] == ref]
+    index = store.runs()
+    if index.empty:
+        raise NetbenchError(f"no results in {store.directory}: run `netbench run` first")
+    if (index["run_id"] == ref).any():
+        return store.read([ref]), f"run {ref}"
+    by_label = index[index["label"] == ref]
     if not by_label.empty:
-        runs = sorted(set(by_label["run_id"]))
-        return by_label, f"label {ref!r} ({len(runs)} run{'s' if len(runs) > 1 else ''})"
-    labels = sorted({str(x) for x in frame["label"] if x})
-    raise UsageError(f"{ref!r} is not a results directory, run id or label in {store_dir}; "
-                     f"labels there: {', '.join(labels[:20]) or 'none'}")
+        n = len(by_label)
+        return store.read(by_label["run_id"]), f"label {ref!r} ({n} run{'s' * (n > 1)})"
+    labels = sorted({str(x) for x in index["label"] if x})
+    raise UsageError(f"{ref!r} is not a results directory, run id or label in "
+                     f"{store.directory}; labels there: {', '.join(labels[:20]) or 'none'}")
 
 
 def _pooled(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:

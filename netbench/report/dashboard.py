@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from netbench.errors import NetbenchError
+from netbench.store import COLUMNS
 
 VERDICT_COLOURS = {"regressed": "#d62728", "improved": "#2ca02c", "unchanged": "#7f7f7f"}
 
@@ -138,17 +139,14 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
                    log_x=False)
 
 
-def latest_per_benchmark(frame: Any) -> Any:
-    """Each benchmark from the latest run that measured it (skipped-only runs if none did)."""
-    import pandas as pd
-
-    parts = []
-    for _, group in frame.groupby("benchmark"):
-        ok = group[group["status"] == "ok"]
-        source = ok if not ok.empty else group
-        latest = source.sort_values("started_at")["run_id"].iloc[-1]
-        parts.append(group[group["run_id"] == latest])
-    return pd.concat(parts, ignore_index=True)
+def latest_per_benchmark(index: Any) -> dict[str, str]:
+    """benchmark -> the latest run that measured it (that only skipped it, if none did)."""
+    picks: dict[str, str] = {}
+    for _, run in index.iterrows():                      # oldest first: later runs win
+        for bench in run["benchmarks"]:
+            if bench in run["ok_benchmarks"] or bench not in picks:
+                picks[bench] = run["run_id"]
+    return picks
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -188,22 +186,30 @@ def environment_panel(rows: Any, latest: Any) -> str:
              else "<p>Nothing was skipped or failed in this run.</p>"))
 
 
-def render(frame: Any, out: str | Path, run: str | None = None, verdicts: Sequence[Any] = (),
+def render(store: Any, out: str | Path, run: str | None = None, verdicts: Sequence[Any] = (),
            compared: str = "") -> dict[str, Any]:
     """Write the dashboard; returns what it drew (for the CLI and tests)."""
     from plotly.offline import get_plotlyjs
 
-    if frame.empty:
-        raise NetbenchError("the store is empty: nothing to draw; run `netbench run` first")
-    runs = frame.sort_values("started_at")["run_id"].drop_duplicates()
+    index = store.runs()
+    if index.empty:
+        raise NetbenchError(f"the store {store.directory} is empty: nothing to draw; run "
+                            "`netbench run` first")
+    runs = index["run_id"]
+    columns = [name for name, _ in COLUMNS if name != "samples"]     # values only: small page
+    latest_id = runs.iloc[-1]
     if run:
-        rows = frame[frame["run_id"] == run]
-        if rows.empty:
+        if not (runs == run).any():
             raise NetbenchError(f"no run {run!r} in the store")
+        rows = store.read([run], columns)
+        latest = rows if run == latest_id else store.read([latest_id], columns)
         chosen = run
     else:
-        rows = latest_per_benchmark(frame)
-        chosen = ", ".join(dict.fromkeys(rows.sort_values("started_at")["run_id"]))
+        picks = latest_per_benchmark(index)
+        frame = store.read(sorted(set(picks.values()) | {latest_id}), columns)
+        rows = frame[[picks.get(b) == r for b, r in zip(frame["benchmark"], frame["run_id"])]]
+        latest = frame[frame["run_id"] == latest_id]
+        chosen = ", ".join(dict.fromkeys(index[index["run_id"].isin(picks.values())]["run_id"]))
     charts = [("bandwidth", bandwidth_chart(rows)), ("latency", latency_chart(rows)),
               ("cpu", cpu_chart(rows)), ("busbw", busbw_chart(rows)), ("h2d", h2d_chart(rows)),
               ("comparison", comparison_chart(verdicts))]
@@ -224,7 +230,7 @@ def render(frame: Any, out: str | Path, run: str | None = None, verdicts: Sequen
     page = _PAGE.format(
         title=html.escape(title), plotly=get_plotlyjs(), blocks="\n".join(blocks),
         figures=json.dumps(figures, default=_json_default).replace("</", "<\\/"),
-        env=environment_panel(rows, frame[frame["run_id"] == runs.iloc[-1]]),
+        env=environment_panel(rows, latest),
         note=html.escape(f"Each benchmark from its latest run ({len(rows)} rows from "
                          f"{rows['run_id'].nunique()} of {len(runs)} stored runs); charts use "
                          "each row's value, raw samples stay in the Parquet store."))
