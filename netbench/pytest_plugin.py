@@ -1,0 +1,124 @@
+"""pytest integration: acceptance checks written as tests, gated the way a team already gates.
+
+Fixtures (registered through the ``pytest11`` entry point, so installing netbench is enough):
+
+``netbench``
+    ``netbench.run("tcp.stream", duration=2)`` runs a benchmark in-process (loopback unless
+    ``--netbench-peer HOST`` is given), stores its rows (``--netbench-results DIR``, default a
+    temporary folder) and returns them; a skipped case skips the test with its reason, a failed
+    case fails it.
+``netbench_benchmark``
+    ``netbench_benchmark("rdma.write_bw", "bw_avg", msg_size="1M")`` does the same and hands
+    the metric's raw samples to pytest-benchmark, so its table, ``--benchmark-json`` and
+    ``--benchmark-compare-fail`` see netbench's numbers. pytest-benchmark only knows "time,
+    lower is better", so samples become seconds per unit of work: a latency in us becomes
+    seconds, a bandwidth in Gbit/s becomes seconds per Gbit (1 / value). The original value,
+    unit and direction go into ``extra_info``.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def pytest_addoption(parser: Any) -> None:
+    group = parser.getgroup("netbench")
+    group.addoption("--netbench-results", default=None,
+                    help="store the rows of netbench fixtures here (default: a temp folder)")
+    group.addoption("--netbench-peer", default=None,
+                    help="HOST[:PORT] running `netbench serve` for peer benchmarks")
+    group.addoption("--netbench-label", default="pytest", help="label of the stored runs")
+
+
+class NetbenchResult:
+    """The rows of one netbench run, by metric."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def row(self, metric: str) -> dict[str, Any]:
+        for row in self.rows:
+            if row["metric"] == metric:
+                return row
+        known = sorted({r["metric"] for r in self.rows if r["metric"]})
+        raise KeyError(f"no metric {metric!r} in this result; it has {', '.join(known)}")
+
+    def value(self, metric: str) -> float:
+        return float(self.row(metric)["value"])
+
+    def samples(self, metric: str) -> list[float]:
+        row = self.row(metric)
+        return list(row["samples"]) if row["samples"] is not None else [float(row["value"])]
+
+
+class NetbenchRunner:
+    def __init__(self, results: Path, peer: str | None, label: str) -> None:
+        self.results, self.peer, self.label = results, peer, label
+
+    def run(self, benchmark: str, **params: Any) -> NetbenchResult:
+        from netbench.errors import NetbenchError
+        from netbench.probe import probe
+        from netbench.report.console import Reporter
+        from netbench.runner import Runner
+        from netbench.store import ResultStore
+        from netbench.suite import plan_single
+
+        try:
+            plan = plan_single(benchmark, {k: v for k, v in params.items()})
+            runner = Runner(ResultStore(self.results), probe(), label=self.label,
+                            peer=self.peer, reporter=Reporter(io.StringIO(), interactive=False))
+            result = runner.run(plan)
+        except NetbenchError as exc:
+            pytest.fail(f"netbench: {exc}", pytrace=False)
+        for row in result.rows:
+            if row["status"] == "failed":
+                pytest.fail(f"{benchmark}: {row['reason']}", pytrace=False)
+        if result.rows and all(r["status"] == "skipped" for r in result.rows):
+            pytest.skip(f"{benchmark}: {result.rows[0]['reason']}")
+        return NetbenchResult([r for r in result.rows if r["status"] == "ok"])
+
+
+@pytest.fixture
+def netbench(request: Any, tmp_path_factory: Any) -> NetbenchRunner:
+    config = request.config
+    results = config.getoption("--netbench-results") or tmp_path_factory.mktemp("netbench")
+    return NetbenchRunner(Path(results), config.getoption("--netbench-peer"),
+                          config.getoption("--netbench-label"))
+
+
+def as_seconds(samples: list[float], unit: str, better: str) -> list[float]:
+    """Samples as pytest-benchmark's 'seconds, lower is better'."""
+    if better == "higher":
+        return [1.0 / s for s in samples if s > 0]
+    return [s * _TIME_UNITS.get(unit.split()[0], 1.0) for s in samples]
+
+
+@pytest.fixture
+def netbench_benchmark(request: Any, netbench: NetbenchRunner) -> Callable[..., NetbenchResult]:
+    bench_fixture = request.getfixturevalue("benchmark")     # needs pytest-benchmark
+
+    def run(benchmark: str, metric: str, **params: Any) -> NetbenchResult:
+        result = netbench.run(benchmark, **params)
+        row = result.row(metric)
+        seconds = as_seconds(result.samples(metric), row["unit"], row["better"])
+        if not seconds:
+            pytest.fail(f"{benchmark} {metric}: no usable samples", pytrace=False)
+        bench_fixture._mode = "netbench_benchmark(...)"
+        stats = bench_fixture._make_stats(1)
+        for value in seconds:
+            stats.stats.update(value)
+        bench_fixture.extra_info.update({
+            "netbench_benchmark": benchmark, "metric": metric, "value": row["value"],
+            "unit": row["unit"], "better": row["better"],
+            "as_seconds": "1/value" if row["better"] == "higher" else f"value in {row['unit']}",
+        })
+        return result
+
+    return run

@@ -1,0 +1,82 @@
+"""The pytest plugin, driven through a real inner pytest run (pytester)."""
+
+import json
+import os
+import textwrap
+
+pytest_plugins = ["pytester"]
+
+PLUGIN = '''
+from netbench.api import Benchmark, Measurement, Metric, Param
+
+
+class Fixed(Benchmark):
+    name = "demo.fixed"
+    transport = "none"
+    metrics = (Metric("bw", "Gbit/s", "higher"), Metric("lat", "us", "lower"))
+    params = (Param("level", "float", 10.0, minimum=0.001),)
+
+    def run(self, case, ctx):
+        level = case.params["level"]
+        return Measurement({"bw": level, "lat": 100 / level},
+                           {"bw": [level] * 5, "lat": [100 / level] * 5})
+
+
+class Never(Benchmark):
+    name = "demo.never"
+    transport = "none"
+    metrics = (Metric("x", "u", "higher"),)
+
+    def available(self, env):
+        return "no such hardware here"
+'''
+
+
+def _plugin(tmp_path, monkeypatch):
+    (tmp_path / "demo_plugin.py").write_text(PLUGIN)
+    dist = tmp_path / "demo_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[netbench.benchmarks]\n"
+                                           "demo.fixed = demo_plugin:Fixed\n"
+                                           "demo.never = demo_plugin:Never\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+
+
+def test_fixtures_run_benchmarks_and_feed_pytest_benchmark(pytester, tmp_path, monkeypatch):
+    _plugin(pytester.path, monkeypatch)
+    pytester.makepyfile(textwrap.dedent('''
+        import os
+
+        def test_bandwidth(netbench_benchmark):
+            level = float(os.environ.get("LEVEL", "10"))
+            result = netbench_benchmark("demo.fixed", "bw", level=level)
+            assert result.value("bw") == level
+
+        def test_latency_check(netbench):
+            assert netbench.run("demo.fixed", level=4).value("lat") == 25
+
+        def test_real_tcp(netbench):
+            assert netbench.run("tcp.rr", iterations=200).value("lat_p50") > 0
+
+        def test_skipped(netbench):
+            netbench.run("demo.never")
+    '''))
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", "--benchmark-json",
+                                        str(tmp_path / "b.json"), "--benchmark-autosave",
+                                        f"--benchmark-storage={tmp_path / 'store'}",
+                                        "--netbench-results", str(tmp_path / "rows"))
+    out.assert_outcomes(passed=3, skipped=1)
+    out.stdout.fnmatch_lines(["*no such hardware here*"])
+    data = json.loads((tmp_path / "b.json").read_text())
+    (bench,) = data["benchmarks"]
+    assert bench["stats"]["min"] == 0.1                 # 1 / (10 Gbit/s): seconds per Gbit
+    assert bench["extra_info"]["unit"] == "Gbit/s" and bench["extra_info"]["value"] == 10
+    # A slower candidate: pytest-benchmark's own gate fails on netbench's numbers.
+    monkeypatch.setenv("LEVEL", "5")
+    gate = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "bandwidth",
+                                         f"--benchmark-storage={tmp_path / 'store'}",
+                                         "--benchmark-compare",
+                                         "--benchmark-compare-fail=mean:10%")
+    assert gate.ret != 0
+    gate.stdout.fnmatch_lines(["*Performance has regressed*"])
