@@ -15,7 +15,8 @@ import resource
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -551,35 +552,38 @@ def marker_of(i: int) -> int:
     return i % 255 + 1          # never 0, the buffer's initial content
 
 
+def timed_rounds(one_round: Callable[[], None], warmup: int, iterations: int,
+                 duration: float = 0.0) -> list[int]:
+    """Nanoseconds per call of ``one_round``: ``warmup`` untimed calls, then ``iterations``
+    timed ones, or as many as fit in ``duration`` seconds when it is set."""
+    for _ in range(warmup):
+        one_round()
+    clock_ns = time.perf_counter_ns
+    end = clock_ns() + int(duration * 1e9) if duration else 0
+    rtts: list[int] = []
+    while True:
+        t0 = clock_ns()
+        one_round()
+        t1 = clock_ns()
+        rtts.append(t1 - t0)
+        if (t1 >= end) if duration else len(rtts) >= iterations:
+            return rtts
+
+
 def pingpong_client(me: PingPong, peer: PingPong | None, warmup: int, iterations: int,
                     clock: Clock, duration: float = 0.0) -> list[int]:
     """RTTs in ns. With ``peer`` (loopback), this thread also plays the far end."""
-    rtts: list[int] = []
-    clock_ns = time.perf_counter_ns
-    end = 0
-    i = 0
-    while True:
-        marker = marker_of(i)
-        t0 = clock_ns()
+    count = iter(range(1 << 62))
+
+    def one_round() -> None:
+        marker = marker_of(next(count))
         me.post(marker, clock)
         if peer is not None:
             peer.wait(marker, clock)
             peer.post(marker, clock)
         me.wait(marker, clock)
-        t1 = clock_ns()
-        i += 1
-        if i <= warmup:
-            if i == warmup and duration:
-                end = t1 + int(duration * 1e9)
-            continue
-        rtts.append(t1 - t0)
-        if duration:
-            end = end or t1 + int(duration * 1e9)
-            if t1 >= end:
-                break
-        elif len(rtts) >= iterations:
-            break
-    return rtts
+
+    return timed_rounds(one_round, warmup, iterations, duration)
 
 
 def pingpong_server(me: PingPong, count: int, clock: Clock) -> None:
@@ -595,27 +599,31 @@ def read_latency(side: Side, remote: Endpoint, warmup: int, iterations: int, clo
     wr = SendWR(opcode=e.IBV_WR_RDMA_READ, num_sge=1,
                 sg=[SGE(side.dst, side.size, side.mr.lkey)], send_flags=e.IBV_SEND_SIGNALED)
     wr.set_wr_rdma(remote.rkey, remote.read_addr)
-    qp, clock_ns = side.qps[0], time.perf_counter_ns
+    qp = side.qps[0]
     completions = Completions(side.cq, "read latency")
-    rtts: list[int] = []
-    end = 0
-    i = 0
-    while True:
-        t0 = clock_ns()
+
+    def one_round() -> None:
         qp.post_send(wr)
         completions.wait_send(clock)
-        t1 = clock_ns()
-        i += 1
-        if i <= warmup:
-            continue
-        rtts.append(t1 - t0)
-        if duration:
-            end = end or t1 + int(duration * 1e9)
-            if t1 >= end:
-                break
-        elif len(rtts) >= iterations:
-            break
-    return rtts
+
+    return timed_rounds(one_round, warmup, iterations, duration)
+
+
+@contextmanager
+def loopback_pair(params: Mapping[str, Any], depth: int) -> Iterator[tuple[Side, Side]]:
+    """Two sides on one device, their QPs connected to each other; closed on every path."""
+    a = side_from(params, depth)
+    b = None
+    try:
+        b = side_from(params, depth)
+        a_ep, b_ep = a.endpoint(), b.endpoint()
+        a.connect(b_ep)
+        b.connect(a_ep)
+        yield a, b
+    finally:
+        if b is not None:
+            b.close()
+        a.close()
 
 
 def side_from(params: Mapping[str, Any], depth: int, role_device: str = "") -> Side:

@@ -215,13 +215,8 @@ class _RdmaBw(_Rdma):
 
     def _run_loopback(self, v: Any, params: Mapping[str, Any], clock: Any) -> Any:
         size, depth = params["msg_size"], self._depth(params)
-        a = v.side_from(params, depth)
-        b = None
-        try:
-            b = v.side_from(params, depth)
+        with v.loopback_pair(params, depth) as (a, b):
             a_ep, b_ep = a.endpoint(), b.endpoint()
-            a.connect(b_ep)
-            b.connect(a_ep)
             self._fill(v, a, 1, size)
             self._fill(v, b, 2, size)
             self._warm(v, a, b_ep, b, params, clock)
@@ -241,10 +236,6 @@ class _RdmaBw(_Rdma):
             if params["validate"]:
                 self._validate_loopback(v, a, b, params)
             return self._values(values), {"bw_avg": rates}, a
-        finally:
-            if b is not None:
-                b.close()
-            a.close()
 
     @staticmethod
     def _combine(v: Any, values: dict[str, float], other: Any, size: int) -> dict[str, float]:
@@ -377,13 +368,8 @@ class _RdmaLat(_Rdma):
         return values, {"lat_p50": lat_us}
 
     def _run_loopback(self, v: Any, params: Mapping[str, Any], clock: Any) -> Any:
-        a = v.side_from(params, 16)
-        b = None
-        try:
-            b = v.side_from(params, 16)
+        with v.loopback_pair(params, 16) as (a, b):
             a_ep, b_ep = a.endpoint(), b.endpoint()
-            a.connect(b_ep)
-            b.connect(a_ep)
             if self.verb == "read":
                 rtts = v.read_latency(a, b_ep, params["warmup"], params["iterations"], clock,
                                       params["duration"])
@@ -393,10 +379,6 @@ class _RdmaLat(_Rdma):
                                          clock, params["duration"])
             values, samples = self._summary(rtts)
             return values, samples, a
-        finally:
-            if b is not None:
-                b.close()
-            a.close()
 
     def _run_remote(self, v: Any, params: Mapping[str, Any], ctx: Context, clock: Any) -> Any:
         session = ctx.connect()
