@@ -169,3 +169,28 @@ def test_wrong_results_are_counted_and_fail_the_row():
     bad = [{"kind": "result", "time_us": 10.0, "wrong": 2, "bytes": 64}] * 2
     with pytest.raises(NetbenchError, match="4 wrong element"):
         CollAllReduce()._measure(bad, 2, "gloo", {"msg_size": 64, "dtype": "float32"})
+
+
+@pytest.mark.parametrize("launcher,env", [
+    ("slurm", {"SLURM_PROCID": "{rank}", "SLURM_NTASKS": "2", "SLURM_LOCALID": "{rank}",
+               "SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0"}),
+    ("mpirun", {"OMPI_COMM_WORLD_RANK": "{rank}", "OMPI_COMM_WORLD_SIZE": "2",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "{rank}", "OMPI_MCA_orte_ess_jobid": "77"}),
+])
+def test_ranks_from_slurm_or_mpi_environment(tmp_path, launcher, env):
+    """What srun and mpirun put in each rank's environment, given to two real processes."""
+    port = str(29000 + os.getpid() % 900)
+    procs = []
+    for rank in range(2):
+        rank_env = {k: v.format(rank=rank) for k, v in env.items()}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "netbench", "run", "coll.broadcast", "-p", "msg_size=64K",
+             "-p", "iterations=3", "--results", str(tmp_path), "--label", launcher],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **rank_env)))
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert outs[1][0] == "" and "stored" not in outs[1][1]     # rank 1 runs, stays quiet
+    df = pd.read_parquet(tmp_path)
+    assert len(list(tmp_path.glob("*.parquet"))) == 1 and set(df["status"]) == {"ok"}
+    assert json.loads(df["env_json"].iloc[0])["launcher"]["name"] == launcher
