@@ -13,12 +13,12 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
 from netbench import stats
-from netbench.errors import CaseTimeout, NetbenchError, PeerError, SkipCase, UsageError
+from netbench.errors import NetbenchError, PeerError, SkipCase, UsageError
 from netbench.launch import launch_info
 from netbench.wire import Channel
 
@@ -28,7 +28,7 @@ except ImportError:
     fastloop = None
 
 __all__ = [
-    "Benchmark", "Case", "CaseTimeout", "Channel", "Context", "CpuMeter", "Measurement",
+    "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Measurement",
     "Metric", "NetbenchError", "Param", "PeerError", "ServerSession", "SkipCase", "UsageError",
     "fastloop", "format_size", "launch_info", "parse_size", "stats",
 ]
@@ -434,11 +434,3 @@ class CpuMeter:
             "process_pct": 100.0 * proc_s / wall,
             "host_pct": 100.0 * (h1[0] - self._h0[0]) / total if total > 0 else None,
         }
-
-
-def first_error(results: Iterable[BaseException | None]) -> BaseException | None:
-    """The first exception in a list of worker outcomes (None = success)."""
-    for item in results:
-        if item is not None:
-            return item
-    return None

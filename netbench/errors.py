@@ -20,9 +20,5 @@ class PeerError(NetbenchError):
     """The peer could not be reached, misbehaved or vanished."""
 
 
-class CaseTimeout(NetbenchError):
-    """A case ran past its timeout."""
-
-
 class SkipCase(NetbenchError):
     """Raised by a benchmark's run() when this case cannot run here; becomes a skipped row."""

@@ -632,11 +632,3 @@ def side_from(params: Mapping[str, Any], depth: int, role_device: str = "") -> S
                 gid_index=params["gid_index"], num_qps=params["qps"], depth=depth,
                 size=params["msg_size"], inline=params["inline_size"],
                 mtu_request=0 if mtu == "auto" else int(mtu)).open()
-
-
-def guarded(fn: Callable[[], Any], what: str) -> Any:
-    """Translate pyverbs' own exceptions into VerbsError with context."""
-    try:
-        return fn()
-    except PyverbsError as exc:
-        raise VerbsError(f"{what}: {exc}") from None

@@ -105,10 +105,13 @@ class _Rdma(Benchmark):
         deadline = time.monotonic() + max(ctx.remaining() - 5.0, 1.0)
         clock = v.Clock(deadline, ctx.cancelled, self.verb.upper())
         meter = CpuMeter()
-        if ctx.peer:
-            result = self._run_remote(v, params, ctx, clock)
-        else:
-            result = self._run_loopback(v, params, clock)
+        try:
+            if ctx.peer:
+                result = self._run_remote(v, params, ctx, clock)
+            else:
+                result = self._run_loopback(v, params, clock)
+        except v.PyverbsError as exc:        # e.g. a post to a QP the peer's death broke
+            raise v.VerbsError(f"verbs call failed: {exc}") from None
         values, samples, side = result
         cpu = meter.stop()
         values["cpu_client"] = cpu["process_pct"]
