@@ -105,9 +105,11 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
         raise UsageError(f"{where}: {message}")
 
     for key in data:
-        if key not in ("suite", "case", "accept", "check"):   # acceptance checks may ride along
+        # acceptance checks and compare thresholds may ride along in the suite file
+        if key not in ("suite", "case", "accept", "check", "thresholds"):
             fail(f"unknown table or key {key!r}; a suite has [suite] and [[case]] entries "
-                 "(and, for `netbench accept`, [accept] and [[check]])", None, key)
+                 "(and [accept]/[[check]] for `netbench accept`, [thresholds] for "
+                 "`netbench compare`)", None, key)
     meta = data.get("suite", {})
     if not isinstance(meta, dict):
         fail("'suite' must be a table", None, "suite")
