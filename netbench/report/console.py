@@ -89,7 +89,8 @@ class Reporter:
             first = next((r for r in rows if r["metric"] == wanted), rows[0])
             outcome = f"ok  {first['metric']} {format_value(first['value'])} {first['unit']}"
         else:
-            outcome = f"{status}: {rows[0]['reason']}"
+            reason = str(rows[0]["reason"])
+            outcome = f"{status}: {reason if len(reason) <= 110 else reason[:107] + '...'}"
         prefix = self._label if self.interactive else "   "
         self._write(f"{prefix} -> {outcome} ({elapsed:.1f} s)\n")
 
@@ -150,10 +151,11 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
             size = format_size(int(first["msg_size"])) if first["msg_size"] is not None else ""
             cells = [size or "-", *(str(params.get(k, "")) for k in keys)]
             if first["status"] != "ok":
-                body.append([*cells, *(["-"] * len(metrics))])
+                body.append([*cells, *([first["status"]] + ["-"] * (len(metrics) - 1)
+                                       if metrics else [])])
                 note = f"  {first['status']}: {first['reason']}"
-                if note not in notes:
-                    notes.append(note)
+                if first["status"] == "failed" and note not in notes:
+                    notes.append(note)          # skips are listed once, after the tables
                 continue
             by_metric = {r["metric"]: r for r in case_rows}
             for metric in metrics:
