@@ -67,6 +67,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_probe(args: argparse.Namespace) -> int:
     from netbench.probe import probe
 
+    if args.capture:
+        from netbench.linkpath import capture
+
+        count = capture(Path(args.sysfs_root or "/sys"), Path(args.capture))
+        print(f"captured {count} sysfs files into {args.capture}; read it back with "
+              f"`netbench probe --sysfs-root {args.capture}`")
+        return 0
     env = probe(args.sysfs_root)
     if args.json:
         print(json.dumps(env, indent=2, sort_keys=True))
@@ -84,6 +91,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
                                                      "firmware", "pci_address") if nic.get(k))
         print(f"  {nic['name']:<12} {nic['operstate'] or '?':<8} mtu {nic['mtu']}, {speed}"
               + (f", {extra}" if extra else ""))
+    print("pcie" + ("" if env["pcie_paths"] else "      no GPU or RDMA NIC on a PCIe link"))
+    for path in env["pcie_paths"]:
+        print(f"  [{path['kind']}] {path['summary']}")
+        for hop in path["hops"]:
+            print(f"      {hop['address']}  now {hop['speed'] or '?'} GT/s x{hop['width'] or '?'}"
+                  f"  max {hop['max_speed'] or '?'} GT/s x{hop['max_width'] or '?'}")
     print("rdma" + ("" if env["rdma_devices"] else
                     "      none (no /sys/class/infiniband devices)"))
     for dev in env["rdma_devices"]:
@@ -325,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="the environment fingerprint stored with every run")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")
+    p.add_argument("--capture", metavar="DIR", help="copy the sysfs files the probe reads "
+                   "into DIR (for bug reports and tests), then exit")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("run", help="run one benchmark or a suite file and store the rows")

@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from netbench import __version__
+from netbench import __version__, linkpath
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GDRVINFO = 0x00000003
@@ -240,6 +240,7 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "sysfs_root": str(root),
         "nics": probe_nics(root, use_ioctl=live),
         "rdma_devices": probe_rdma(root),
+        "pcie_paths": linkpath.probe_paths(root),
         "versions": probe_versions(),
     }
 

@@ -8,7 +8,8 @@
 #   tools/softroce/run-vm.sh CMD [ARGS...]     # CMD runs in the guest after rxe0 is up
 #
 # Env: OUT (default /tmp/netbench-softroce/out), VCPUS=2 (with 1, busy-polling peers starve),
-#      MEM=1G, VM_TIMEOUT=900 s, SKIP_INSTALL=1 to skip apt.
+#      MEM=1G, VM_TIMEOUT=900 s, SKIP_INSTALL=1 to skip apt, QEMU_EXTRA="-device ..." to add
+#      emulated hardware (e.g. PCIe ports and devices).
 # Under TCG emulation (no usable KVM) Python runs ~50x slower than on the host; numbers from
 # this VM are functional checks of the verbs code, never performance figures.
 set -euo pipefail
@@ -100,7 +101,7 @@ timeout "$VM_TIMEOUT" qemu-system-x86_64 -nodefaults -no-user-config -display no
   -device virtio-9p-pci,fsdev=r,mount_tag=hostroot \
   -fsdev local,id=o,path="$OUT",security_model=none,multidevs=remap \
   -device virtio-9p-pci,fsdev=o,mount_tag=out \
-  -serial stdio -monitor none 2>&1 | tee "$OUT/vm.log"
+  ${QEMU_EXTRA:-} -serial stdio -monitor none 2>&1 | tee "$OUT/vm.log"
 vm_rc=${PIPESTATUS[0]}
 set -e
 guest_rc=$(cat "$OUT/guest_rc" 2>/dev/null || echo 99)

@@ -1,0 +1,70 @@
+"""PCIe link paths, read from a sysfs tree captured with `netbench probe --capture` inside the
+soft-RoCE VM (Debian 6.1 kernel on QEMU q35: a display behind a 16 GT/s x16-capable root port,
+another behind a PCIe switch, rxe0). Captured: tools/softroce/run-vm.sh with QEMU_EXTRA adding
+those devices, then `python3 -m netbench probe --capture DIR` in the guest."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import netbench
+
+from netbench.linkpath import capture, lane_gbytes, parse_speed, walk
+from netbench.probe import probe
+
+TREE = Path(__file__).parent / "fixtures" / "sysfs" / "qemu-q35-pcie"
+
+
+def test_paths_from_the_captured_tree():
+    env = probe(TREE)
+    paths = {p["device"]: p for p in env["pcie_paths"]}
+    behind_root = paths["0000:01:00.0"]
+    assert [h["address"] for h in behind_root["hops"]] == ["0000:01:00.0", "0000:00:03.0"]
+    assert behind_root["bottleneck_gbytes"] == pytest.approx(0.25)     # Gen1 x1: 2.5*0.8/8
+    # The root port could do Gen4 x16, but the device is x1: a narrow device, not a downgrade.
+    assert behind_root["downgraded"] == []
+    switch = paths["0000:05:00.0"]
+    assert [h["address"] for h in switch["hops"]] == [
+        "0000:05:00.0", "0000:04:00.0", "0000:03:00.0", "0000:00:05.0"]
+    unknown = switch["hops"][1]
+    assert unknown["max_speed"] is None and unknown["max_width"] is None  # 'Unknown' in sysfs
+    assert env["rdma_devices"][0]["name"] == "rxe0" and env["rdma_devices"][0]["emulated"]
+
+
+def test_a_link_trained_below_both_ends_is_flagged(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(TREE, tree, symlinks=True)
+    device = Path(str((tree / "bus/pci/devices/0000:01:00.0").resolve()))
+    (device / "max_link_speed").write_text("16.0 GT/s PCIe\n")      # a Gen4 x16 card ...
+    (device / "max_link_width").write_text("16\n")
+    (device / "current_link_speed").write_text("8.0 GT/s PCIe\n")   # ... trained to Gen3 x4
+    (device / "current_link_width").write_text("4\n")
+    path = walk(tree, "0000:01:00.0")
+    assert path.downgraded == ["link 0000:00:03.0 -> 0000:01:00.0 running at Gen3 8 GT/s x4, "
+                               "capable of Gen4 16 GT/s x16"]
+    assert "DOWNGRADED" in path.summary()
+
+
+def test_missing_files_and_unknown_strings_never_crash(tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(TREE, tree, symlinks=True)
+    device = Path(str((tree / "bus/pci/devices/0000:05:00.0").resolve()))
+    (device / "current_link_speed").unlink()
+    (device / "current_link_width").write_text("garbage\n")
+    path = walk(tree, "0000:05:00.0")
+    assert path.hops[0].speed is None and path.hops[0].gbytes is None
+    assert path.bottleneck == "0000:04:00.0"                 # the next known hop
+    assert parse_speed("Unknown") is None and parse_speed("3.0 GT/s PCIe") is None
+    assert lane_gbytes(16.0, 16) == pytest.approx(31.5077, rel=1e-4)   # Gen4 x16
+    assert walk(tree, "0000:99:00.0") is None
+
+
+def test_capture_round_trip_and_cli(tmp_path):
+    again = tmp_path / "again"
+    assert capture(TREE, again) > 20
+    assert probe(again)["pcie_paths"] == probe(TREE)["pcie_paths"]
+    out = netbench("probe", "--sysfs-root", str(TREE))
+    assert "0000:05:00.0: bottleneck Gen1 2.5 GT/s x1" in out.stdout
+    data = json.loads(netbench("probe", "--sysfs-root", str(TREE), "--json").stdout)
+    assert len(data["pcie_paths"]) == 2
