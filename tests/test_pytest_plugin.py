@@ -4,6 +4,8 @@ import json
 import os
 import textwrap
 
+from conftest import install_plugin
+
 pytest_plugins = ["pytester"]
 
 PLUGIN = '''
@@ -33,14 +35,9 @@ class Never(Benchmark):
 
 
 def _plugin(tmp_path, monkeypatch):
-    (tmp_path / "demo_plugin.py").write_text(PLUGIN)
-    dist = tmp_path / "demo_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[netbench.benchmarks]\n"
-                                           "demo.fixed = demo_plugin:Fixed\n"
-                                           "demo.never = demo_plugin:Never\n")
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    folder = install_plugin(tmp_path, PLUGIN, {"demo.fixed": "demo_plugin:Fixed",
+                                               "demo.never": "demo_plugin:Never"})
+    monkeypatch.setenv("PYTHONPATH", f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
 
 
 def test_fixtures_run_benchmarks_and_feed_pytest_benchmark(pytester, tmp_path, monkeypatch):

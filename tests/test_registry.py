@@ -4,7 +4,7 @@ import json
 import os
 import textwrap
 
-from conftest import netbench
+from conftest import install_plugin, netbench
 
 from netbench import registry
 
@@ -37,14 +37,10 @@ class NeedsHardware(Benchmark):
 
 
 def _install_plugin(tmp_path):
-    (tmp_path / "demo_plugin.py").write_text(textwrap.dedent(PLUGIN))
-    dist = tmp_path / "demo_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[netbench.benchmarks]\ndemo.echo = demo_plugin:Echo\n"
-        "demo.hw = demo_plugin:NeedsHardware\ndemo.broken = demo_plugin:Missing\n")
-    return dict(os.environ, PYTHONPATH=str(tmp_path))
+    folder = install_plugin(tmp_path, textwrap.dedent(PLUGIN), {
+        "demo.echo": "demo_plugin:Echo", "demo.hw": "demo_plugin:NeedsHardware",
+        "demo.broken": "demo_plugin:Missing"})
+    return dict(os.environ, PYTHONPATH=folder)
 
 
 def test_builtins_come_from_entry_points():
