@@ -136,7 +136,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         store: Any = NullStore()
     else:
         store = JsonlStore(args.jsonl) if args.jsonl else ResultStore(args.results)
-    store.check_writable()
     if args.peer:
         from netbench.wire import parse_hostport
         parse_hostport(args.peer, 1)

@@ -17,6 +17,7 @@ import platform
 import socket
 import struct
 import subprocess
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +63,23 @@ def ethtool_drvinfo(ifname: str) -> dict[str, str]:
     return out
 
 
+@lru_cache(maxsize=2)
+def _pci_ids(path: str) -> tuple[str, ...]:
+    """The pci.ids database, read once per process however many devices ask."""
+    try:
+        return tuple(Path(path).read_text(errors="replace").splitlines())
+    except OSError:
+        return ()
+
+
 def _pci_name(vendor: str | None, device: str | None) -> str | None:
     """Vendor and device names from the pci.ids database where the system has one."""
     if not vendor or not device:
         return None
     vendor, device = vendor.lower().removeprefix("0x"), device.lower().removeprefix("0x")
     for db in ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids"):
-        try:
-            lines = Path(db).read_text(errors="replace").splitlines()
-        except OSError:
+        lines = _pci_ids(db)
+        if not lines:
             continue
         vendor_name = None
         for line in lines:

@@ -133,7 +133,7 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
             bench = registry.get(bench_name)
         except NetbenchError as exc:
             fail(str(exc), index, "benchmark")
-        case_timeout = entry.get("timeout", timeout or DEFAULT_TIMEOUT)
+        case_timeout = entry.get("timeout", DEFAULT_TIMEOUT)
         if isinstance(case_timeout, bool) or not isinstance(case_timeout, (int, float)) or (
                 case_timeout <= 0):
             fail(f"timeout must be a positive number of seconds, not {case_timeout!r}", index,
@@ -144,6 +144,6 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
                 bench.param_spec(key).parse(value)
             except UsageError as exc:
                 fail(f"key {key!r}: {exc}", index, key)
-        planned.extend(PlannedCase(c, bench, float(timeout or case_timeout))
+        planned.extend(PlannedCase(c, bench, float(timeout or case_timeout))  # CLI wins
                        for c in bench.expand(raw))
     return Plan(name, planned, softroce)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from netbench.errors import NetbenchError, UsageError
+from netbench.stats import median_sorted
 
 DEFAULT_THRESHOLD = 0.05
 KEY = ["benchmark", "params", "metric"]
@@ -150,8 +151,7 @@ def _pooled(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
             if s is not None and len(s):
                 samples.extend(float(x) for x in s)
         first = group.iloc[0]
-        out[key] = {"value": values[len(values) // 2] if len(values) % 2 else
-                    (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2,
+        out[key] = {"value": median_sorted(values),
                     "samples": samples, "unit": first["unit"], "better": first["better"],
                     "msg_size": None if first["msg_size"] is None or (
                         isinstance(first["msg_size"], float) and math.isnan(first["msg_size"]))
