@@ -156,10 +156,13 @@ class Runner:
                 self.store.write_run(path, result.rows)
                 self.reporter.end_case(index, planned, rows)
         finally:
-            for resource in self._shared.values():
+            for name, resource in self._shared.items():
                 closer = getattr(resource, "close", None)
-                if closer is not None:
-                    closer()
+                try:
+                    if closer is not None:
+                        closer()
+                except Exception as exc:  # a teardown failure must not lose the rows
+                    result.fallbacks.append(f"closing {name} failed: {exc}")
             self._shared.clear()
             if self._loopback is not None:
                 self._loopback.stop()

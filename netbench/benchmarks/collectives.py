@@ -93,6 +93,25 @@ class _Group:
         self.groups = {}
 
 
+class _LaunchedGroup:
+    """This process's rank under a launcher, torn down together at the end of the run.
+
+    Exiting with gloo's threads alive, or while rank 0 (which hosts the store) is already gone,
+    aborts the process ("terminate called without an active exception"); a barrier then
+    destroy_process_group lets every rank leave cleanly.
+    """
+
+    def __init__(self, dist: Any) -> None:
+        self.dist = dist
+
+    def close(self) -> None:
+        if self.dist.is_initialized():
+            try:
+                self.dist.barrier()
+            finally:
+                self.dist.destroy_process_group()
+
+
 class _Collective(Benchmark):
     """Shared harness; a subclass names its op and params, nothing else."""
 
@@ -118,6 +137,8 @@ class _Collective(Benchmark):
         spec = self._spec(params)
         if launched:
             results = _run_in_process(spec, backend, launched, params["pg_timeout"])
+            import torch.distributed as dist
+            ctx.shared.setdefault("coll.launched", _LaunchedGroup(dist))
         else:
             _check_host_can_run(world, backend)
             group = ctx.shared.setdefault("coll.ranks", _Group()).get(
