@@ -253,7 +253,8 @@ class Measurement:
     ``samples`` maps a metric name to its raw per-iteration (or per-interval) values, stored in
     the row of that metric. ``device``, ``transport`` and ``peer`` override the benchmark's
     defaults for this case (e.g. the NIC a stream actually used). ``note`` lands in the row's
-    ``reason`` column, e.g. to mark an emulated device.
+    ``reason`` column, e.g. to mark an emulated device. ``pci_address`` names the PCI function
+    a GPU case ran on, so the row's environment carries that GPU and its link path.
     """
 
     values: dict[str, float]
@@ -262,6 +263,7 @@ class Measurement:
     transport: str | None = None
     peer: str | None = None
     note: str = ""
+    pci_address: str | None = None   # the PCI function measured (a GPU): names it in env_gpu
 
 
 # --- what the harness hands a benchmark ------------------------------------------------------

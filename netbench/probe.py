@@ -14,6 +14,7 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import re
 import socket
 import struct
 import subprocess
@@ -130,6 +131,36 @@ def probe_nics(sysfs: Path, use_ioctl: bool = True) -> list[dict[str, Any]]:
             nic["speed_mbps"] = None
         nics.append(nic)
     return nics
+
+
+def probe_gpus(sysfs: Path, proc: Path | None) -> list[dict[str, Any]]:
+    """GPUs on the PCI bus (display and 3D controllers), with the NVIDIA driver's own view
+    from /proc where the host is live (``proc`` None for a captured tree)."""
+    gpus = []
+    for address, kind in linkpath.interesting_devices(sysfs).items():
+        if kind not in ("gpu", "display"):
+            continue
+        dev = sysfs / "bus" / "pci" / "devices" / address
+        gpu: dict[str, Any] = {"pci_address": address, "vendor_id": _read(dev / "vendor"),
+                               "device_id": _read(dev / "device"),
+                               "model": _pci_name(_read(dev / "vendor"), _read(dev / "device"))}
+        if (dev / "driver").exists():
+            gpu["driver"] = os.path.basename(os.path.realpath(dev / "driver"))
+        numa = _read_int(dev / "numa_node")
+        if numa is not None and numa >= 0:
+            gpu["numa_node"] = numa
+        if proc is not None:
+            info = _read(proc / "driver" / "nvidia" / "gpus" / address / "information") or ""
+            for line in info.splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "Model" and value.strip():
+                    gpu["model"] = value.strip()
+            version = _read(proc / "driver" / "nvidia" / "version") or ""
+            found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", version)
+            if found and gpu.get("driver") == "nvidia":
+                gpu["driver_version"] = found.group(1)
+        gpus.append(gpu)
+    return gpus
 
 
 def probe_rdma(sysfs: Path) -> list[dict[str, Any]]:
@@ -249,6 +280,7 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "sysfs_root": str(root),
         "nics": probe_nics(root, use_ioctl=live),
         "rdma_devices": probe_rdma(root),
+        "gpus": probe_gpus(root, Path("/proc") if live else None),
         "pcie_paths": linkpath.probe_paths(root),
         "versions": probe_versions(),
     }
@@ -284,3 +316,15 @@ def rdma_summary(env: dict[str, Any], device: str | None) -> str | None:
                  dev.get("emulated") and f"emulated on {dev.get('parent_netdev') or '?'}"]
         return f"{device}: " + ", ".join(str(p) for p in parts if p)
     return None
+
+
+def gpu_summary(env: dict[str, Any], pci_address: str | None) -> str | None:
+    """One line naming the GPU a result came from: model, driver, and its PCIe bottleneck."""
+    if not pci_address:
+        return None
+    gpu = next((g for g in env.get("gpus", []) if g["pci_address"] == pci_address), {})
+    path = next((p for p in env.get("pcie_paths", []) if p["device"] == pci_address), None)
+    parts = [gpu.get("model"), gpu.get("driver"),
+             gpu.get("driver_version") and f"drv {gpu['driver_version']}",
+             path and path["summary"].split(": ", 1)[-1]]
+    return f"{pci_address}: " + ", ".join(p for p in parts if p)

@@ -24,7 +24,7 @@ from netbench import softroce
 from netbench.api import Benchmark, Case, ClientSession, Measurement
 from netbench.errors import NetbenchError, SkipCase
 from netbench.launch import launch_info
-from netbench.probe import nic_summary, probe, rdma_summary
+from netbench.probe import gpu_summary, nic_summary, probe, rdma_summary
 from netbench.report.console import Reporter
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
 from netbench.suite import Plan, PlannedCase
@@ -231,7 +231,8 @@ class Runner:
         return self._metric_rows(index, planned, base, outcome["measurement"])
 
     def _common(self, index: int, bench: Benchmark, case: Case, base: Mapping[str, Any],
-                device: str | None = None, transport: str | None = None) -> dict[str, Any]:
+                device: str | None = None, transport: str | None = None,
+                pci_address: str | None = None) -> dict[str, Any]:
         peer = self.peer if self.peer else ("loopback" if bench.needs_peer else None)
         return {
             **base, "peer": peer, "case_index": index, "benchmark": bench.name,
@@ -239,7 +240,7 @@ class Runner:
             "device": device, "msg_size": case.msg_size, "params": params_json(case.params),
             "env_nic": nic_summary(dict(self.env), device),
             "env_rdma_device": rdma_summary(dict(self.env), device),
-            "env_gpu": None,
+            "env_gpu": gpu_summary(dict(self.env), pci_address),
         }
 
     def _status_rows(self, index: int, planned: PlannedCase, base: Mapping[str, Any],
@@ -257,7 +258,8 @@ class Runner:
             return self._status_rows(index, planned, base, "failed",
                                      f"{bench.name} reported undeclared metrics: "
                                      f"{', '.join(sorted(undeclared))}")
-        common = self._common(index, bench, planned.case, base, m.device, m.transport)
+        common = self._common(index, bench, planned.case, base, m.device, m.transport,
+                              m.pci_address)
         if m.peer:
             common["peer"] = m.peer
         default_n = max((len(s) for s in m.samples.values()), default=None)

@@ -1,0 +1,407 @@
+"""GPU feed rates: copies between host and device memory, and a DataLoader feeding a GPU.
+
+Copies are timed as nvbandwidth times them: the stream is held by a sleep kernel while the
+copies are queued, then CUDA events around back-to-back copies measure the device's timeline,
+so launch gaps and Python never count. Bandwidth counts each byte once (bytes / time) in
+decimal GB/s. ``link_efficiency`` divides it by the theoretical per-direction bandwidth of
+the narrowest hop on the GPU's PCIe path, as the probe found it.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from netbench.api import (
+    Benchmark,
+    Case,
+    Context,
+    Measurement,
+    Metric,
+    NetbenchError,
+    Param,
+    SkipCase,
+    format_size,
+)
+
+TORCH_HINT = "torch is not installed: `pip install torch` with a CUDA build"
+HOLD_CYCLES = 200_000_000      # ~0.1 s of GPU clock: longer than queuing any copy loop here
+
+_SIZE = Param("msg_size", "size", 256 << 20, "bytes per copy", minimum=1, maximum=1 << 40,
+              sweep=True, all_range=(4 << 10, 1 << 30))
+_GPU = Param("gpu", "int", 0, "CUDA device index (a list runs each GPU)", minimum=0,
+             maximum=1023, sweep=True)
+_HOST = Param("host_mem", "choice", "pinned", "host buffer: pinned (page-locked) or pageable",
+              choices=("pinned", "pageable"), sweep=True)
+_ITERS = Param("iterations", "int", 20, "timed copies", minimum=1, maximum=1_000_000)
+_WARMUP = Param("warmup", "int", 3, "untimed copies first", minimum=0, maximum=1_000_000)
+
+_BW = Metric("bw", "GB/s", "higher", "bytes / time from the first copy's start to the last end")
+_PEAK = Metric("bw_peak", "GB/s", "higher", "fastest single copy")
+_EFFICIENCY = Metric("link_efficiency", "fraction", "higher",
+                     "bw / theoretical per-direction bandwidth of the path's narrowest hop")
+
+
+# --- shared helpers ----------------------------------------------------------------------------
+
+def gpu_available(env: Mapping[str, Any]) -> str | None:
+    """Cheap check for ``netbench list``; run() asks CUDA itself and skips with its answer."""
+    if not importlib.util.find_spec("torch"):
+        return TORCH_HINT
+    if not env.get("gpus") and not glob.glob("/dev/nvidia[0-9]*"):
+        return ("no GPU: the PCI bus shows no display or 3D controller and there is no "
+                "/dev/nvidia*; gpu.* needs a CUDA device (mem.copy measures host memory)")
+    return None
+
+
+def _cuda(index: int) -> tuple[Any, Any]:
+    """torch and the device ``cuda:index``, or SkipCase/NetbenchError saying why not."""
+    import torch
+
+    if not torch.cuda.is_available():
+        build = (f"torch {torch.__version__} is a CPU-only build" if torch.version.cuda is None
+                 else f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA "
+                      "device (driver not loaded, or CUDA_VISIBLE_DEVICES hides them)")
+        raise SkipCase(f"no CUDA device: {build}")
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise NetbenchError(f"no cuda:{index}: this host has {count} CUDA device(s), "
+                            f"cuda:0..cuda:{count - 1}")
+    return torch, torch.device("cuda", index)
+
+
+def pci_address(torch: Any, device: Any) -> str | None:
+    """The PCI function of a CUDA device ('0000:3b:00.0'), as the probe names it."""
+    props = torch.cuda.get_device_properties(device)
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is None:
+        return None
+    return (f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:"
+            f"{getattr(props, 'pci_device_id', 0):02x}.0")
+
+
+def link_bound(env: Mapping[str, Any], address: str | None) -> tuple[float | None, str]:
+    """(theoretical GB/s per direction of the narrowest hop, why unknown if it is)."""
+    if address is None:
+        return None, "link path unknown: torch does not report the GPU's PCI address"
+    for path in env.get("pcie_paths", []):
+        if path.get("device") == address:
+            if path.get("bottleneck_gbytes"):
+                return path["bottleneck_gbytes"], ""
+            return None, f"link path of {address}: link speed unknown"
+    return None, f"link path unknown: {address} not found under the probed sysfs"
+
+
+def _device_buffer(torch: Any, device: Any, size: int, what: str) -> Any:
+    free, total = torch.cuda.mem_get_info(device)
+    message = (f"cannot allocate {format_size(size)} for {what} on {device}: "
+               f"{format_size(free)} free of {format_size(total)}")
+    if size > free:
+        raise NetbenchError(message + "; lower msg_size")
+    try:
+        return torch.empty(size, dtype=torch.uint8, device=device)
+    except torch.cuda.OutOfMemoryError:
+        raise NetbenchError(message + "; lower msg_size") from None
+
+
+def _host_buffer(torch: Any, size: int, pinned: bool) -> Any:
+    try:
+        buf = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+    except (RuntimeError, MemoryError) as exc:
+        kind = "pinned (page-locked)" if pinned else "pageable"
+        hint = ("; try host_mem=pageable, a smaller msg_size, or a higher locked-memory limit "
+                "(ulimit -l)" if pinned else "; lower msg_size")
+        raise NetbenchError(f"{kind} host allocation of {format_size(size)} refused: "
+                            f"{str(exc).splitlines()[0][:200]}{hint}") from None
+    buf.fill_(0x5A)
+    return buf
+
+
+def _timed_copies(torch: Any, device: Any, dst: Any, src: Any, iterations: int,
+                  warmup: int) -> list[float]:
+    """Milliseconds of each of ``iterations`` back-to-back copies, on the device's timeline."""
+    stream = torch.cuda.current_stream(device)
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            dst.copy_(src, non_blocking=True)
+        stream.synchronize()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(iterations + 1)]
+        torch.cuda._sleep(HOLD_CYCLES)          # hold the stream while the copies queue up
+        events[0].record(stream)
+        for i in range(iterations):
+            dst.copy_(src, non_blocking=True)
+            events[i + 1].record(stream)
+    stream.synchronize()
+    return [events[i].elapsed_time(events[i + 1]) for i in range(iterations)]
+
+
+def _copy_measurement(size: int, per_copy_ms: list[float], device: Any, address: str | None,
+                      env: Mapping[str, Any], transport: str | None = None) -> Measurement:
+    rates = [size / (ms * 1e6) for ms in per_copy_ms]          # bytes/ns == GB/s
+    values = {"bw": size * len(per_copy_ms) / (sum(per_copy_ms) * 1e6), "bw_peak": max(rates)}
+    bound, why = link_bound(env, address)
+    if bound:
+        values["link_efficiency"] = values["bw"] / bound
+    return Measurement(values, {"bw": rates}, device=str(device), transport=transport,
+                       note=why, pci_address=address)
+
+
+class _Copy(Benchmark):
+    """One direction between host and device memory; subclasses name the direction."""
+
+    transport = "pcie"
+    metrics = (_BW, _PEAK, _EFFICIENCY)
+    params = (_SIZE, _HOST, _GPU, _ITERS, _WARMUP)
+    to_device: bool
+
+    def available(self, env: Mapping[str, Any]) -> str | None:
+        return gpu_available(env)
+
+    def run(self, case: Case, ctx: Context) -> Measurement:
+        p = case.params
+        torch, device = _cuda(p["gpu"])
+        size = p["msg_size"]
+        host = _host_buffer(torch, size, p["host_mem"] == "pinned")
+        dev = _device_buffer(torch, device, size, "the device buffer")
+        src, dst = (host, dev) if self.to_device else (dev, host)
+        per_copy = _timed_copies(torch, device, dst, src, p["iterations"], p["warmup"])
+        return _copy_measurement(size, per_copy, device, pci_address(torch, device), ctx.env)
+
+
+class GpuH2D(_Copy):
+    name = "gpu.h2d"
+    description = "host-to-device copy bandwidth (CUDA events, nvbandwidth convention)"
+    to_device = True
+
+
+class GpuD2H(_Copy):
+    name = "gpu.d2h"
+    description = "device-to-host copy bandwidth (CUDA events, nvbandwidth convention)"
+    to_device = False
+
+
+class GpuD2D(Benchmark):
+    name = "gpu.d2d"
+    transport = "device"
+    description = "device-to-device copy: within one GPU, or to a peer GPU (peer_gpu)"
+    metrics = (_BW, _PEAK)
+    params = (_SIZE, _GPU,
+              Param("peer_gpu", "int", -1, "destination GPU; -1 = the same GPU", minimum=-1,
+                    maximum=1023),
+              _ITERS, _WARMUP)
+
+    def available(self, env: Mapping[str, Any]) -> str | None:
+        return gpu_available(env)
+
+    def run(self, case: Case, ctx: Context) -> Measurement:
+        p = case.params
+        torch, device = _cuda(p["gpu"])
+        size = p["msg_size"]
+        peer = device if p["peer_gpu"] < 0 else _cuda(p["peer_gpu"])[1]
+        src = _device_buffer(torch, device, size, "the source buffer")
+        dst = _device_buffer(torch, peer, size, "the destination buffer")
+        transport = "device"
+        if peer != device:
+            transport = ("p2p" if torch.cuda.can_device_access_peer(peer, device)
+                         else "p2p-staged")          # no peer access: the driver stages via host
+        per_copy = _timed_copies(torch, device, dst, src, p["iterations"], p["warmup"])
+        rates = [size / (ms * 1e6) for ms in per_copy]
+        values = {"bw": size * len(per_copy) / (sum(per_copy) * 1e6), "bw_peak": max(rates)}
+        name = str(device) if peer == device else f"{device}->{peer}"
+        return Measurement(values, {"bw": rates}, device=name, transport=transport,
+                           pci_address=pci_address(torch, device))
+
+
+class GpuBidir(Benchmark):
+    name = "gpu.bidir"
+    transport = "pcie"
+    description = "host-to-device and device-to-host copies at once, on two streams"
+    metrics = (
+        Metric("bw", "GB/s", "higher", "both directions' bytes / the span of both"),
+        Metric("bw_h2d", "GB/s", "higher", "host-to-device share while both run"),
+        Metric("bw_d2h", "GB/s", "higher", "device-to-host share while both run"),
+    )
+    params = (_SIZE, _HOST, _GPU, _ITERS, _WARMUP)
+
+    def available(self, env: Mapping[str, Any]) -> str | None:
+        return gpu_available(env)
+
+    def run(self, case: Case, ctx: Context) -> Measurement:
+        p = case.params
+        torch, device = _cuda(p["gpu"])
+        size, iterations = p["msg_size"], p["iterations"]
+        pinned = p["host_mem"] == "pinned"
+        h_src, h_dst = _host_buffer(torch, size, pinned), _host_buffer(torch, size, pinned)
+        d_src = _device_buffer(torch, device, size, "the D2H source")
+        d_dst = _device_buffer(torch, device, size, "the H2D destination")
+        up, down = torch.cuda.Stream(device), torch.cuda.Stream(device)
+        for _ in range(p["warmup"]):
+            with torch.cuda.stream(up):
+                d_dst.copy_(h_src, non_blocking=True)
+            with torch.cuda.stream(down):
+                h_dst.copy_(d_src, non_blocking=True)
+        torch.cuda.synchronize(device)
+        start = torch.cuda.Event(enable_timing=True)
+        ends = {s: [torch.cuda.Event(enable_timing=True) for _ in range(iterations)]
+                for s in ("up", "down")}
+        with torch.cuda.stream(up):
+            torch.cuda._sleep(HOLD_CYCLES)      # both streams start from one event
+            start.record(up)
+        down.wait_event(start)
+        for i in range(iterations):
+            with torch.cuda.stream(up):
+                d_dst.copy_(h_src, non_blocking=True)
+                ends["up"][i].record(up)
+            with torch.cuda.stream(down):
+                h_dst.copy_(d_src, non_blocking=True)
+                ends["down"][i].record(down)
+        torch.cuda.synchronize(device)
+        up_ms = start.elapsed_time(ends["up"][-1])
+        down_ms = start.elapsed_time(ends["down"][-1])
+        moved = size * iterations
+        values = {"bw": 2 * moved / (max(up_ms, down_ms) * 1e6),
+                  "bw_h2d": moved / (up_ms * 1e6), "bw_d2h": moved / (down_ms * 1e6)}
+        return Measurement(values, device=str(device), pci_address=pci_address(torch, device))
+
+
+# --- the DataLoader feed --------------------------------------------------------------------------
+
+class SyntheticSamples:
+    """A map-style dataset of ready-decoded samples: each item is a fresh copy of one of a few
+    random tensors, so workers do the memory traffic a real decoded sample costs, no more."""
+
+    POOL = 16
+
+    def __init__(self, length: int, shape: tuple[int, ...], dtype: str) -> None:
+        self.length, self.shape, self.dtype = length, shape, dtype
+        self.pool: list[Any] | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Any:
+        if self.pool is None:                   # built in each worker, never pickled
+            import torch
+
+            dtype = getattr(torch, self.dtype)
+            gen = torch.Generator().manual_seed(index)
+            if dtype.is_floating_point:
+                self.pool = [torch.rand(self.shape, generator=gen).to(dtype)
+                             for _ in range(self.POOL)]
+            else:
+                self.pool = [torch.randint(0, 255, self.shape, generator=gen, dtype=dtype)
+                             for _ in range(self.POOL)]
+        return self.pool[index % self.POOL].clone()
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.lower().split("x"))
+
+
+class GpuLoaderFeed(Benchmark):
+    name = "gpu.loader_feed"
+    transport = "pcie"
+    description = "a torch DataLoader feeding batches into GPU memory: samples/s, GB/s, link share"
+    metrics = (
+        Metric("samples_per_s", "samples/s", "higher", "samples delivered per second"),
+        Metric("bw", "GB/s", "higher", "bytes delivered into device memory per second"),
+        Metric("link_fraction", "fraction", "higher",
+               "bw / theoretical per-direction bandwidth of the GPU's narrowest PCIe hop"),
+    )
+    params = (
+        Param("batch_size", "int", 256, "samples per batch", minimum=1, maximum=1 << 20),
+        Param("sample_shape", "str", "3x224x224", "shape of one sample",
+              pattern=r"[1-9]\d*(x[1-9]\d*)*", pattern_help="dimensions joined by x (3x224x224)"),
+        Param("dtype", "choice", "uint8", "sample dtype",
+              choices=("uint8", "int32", "float16", "bfloat16", "float32")),
+        Param("workers", "int", 4, "DataLoader worker processes", minimum=0, maximum=256,
+              sweep=True),
+        Param("pin_memory", "bool", True, "pin batches (DataLoader pin_memory)"),
+        Param("non_blocking", "bool", True, "asynchronous .to(device, non_blocking=True)"),
+        Param("prefetch_factor", "int", 2, "batches each worker keeps ready", minimum=1,
+              maximum=64),
+        Param("batches", "int", 50, "timed batches", minimum=1, maximum=1_000_000),
+        Param("warmup", "int", 5, "untimed batches first (workers start, pools fill)",
+              minimum=0, maximum=1_000_000),
+        Param("device", "choice", "cuda", "cuda: feed the GPU; cpu: the loader alone, no copy "
+              "(to see whether the loader or the link is the limit)", choices=("cuda", "cpu")),
+        _GPU,
+    )
+
+    def available(self, env: Mapping[str, Any]) -> str | None:
+        return None if importlib.util.find_spec("torch") else TORCH_HINT   # device=cpu runs
+
+    def run(self, case: Case, ctx: Context) -> Measurement:
+        p = case.params
+        if p["device"] == "cuda":
+            torch, device = _cuda(p["gpu"])
+        else:
+            import torch
+            device = torch.device("cpu")
+        shape = parse_shape(p["sample_shape"])
+        batch, warmup, timed = p["batch_size"], p["warmup"], p["batches"]
+        dataset = SyntheticSamples((warmup + timed) * batch, shape, p["dtype"])
+        itemsize = torch.empty(0, dtype=getattr(torch, p["dtype"])).element_size()
+        sample_bytes = math.prod(shape) * itemsize
+        on_gpu = device.type == "cuda"
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=batch, num_workers=p["workers"],
+            pin_memory=p["pin_memory"] and on_gpu,
+            prefetch_factor=p["prefetch_factor"] if p["workers"] else None)
+        batches = iter(loader)
+        try:
+            for _ in range(warmup):
+                self._deliver(next(batches), device, p["non_blocking"])
+            if on_gpu:
+                torch.cuda.synchronize(device)
+            marks: list[Any] = [self._mark(torch, device)]
+            t0 = time.perf_counter()
+            for i in range(timed):
+                if ctx.cancelled.is_set():
+                    raise NetbenchError("cancelled")
+                self._deliver(next(batches), device, p["non_blocking"])
+                marks.append(self._mark(torch, device))
+                ctx.progress((i + 1) / timed)
+            if on_gpu:
+                torch.cuda.synchronize(device)
+            wall = time.perf_counter() - t0
+        except RuntimeError as exc:
+            if "out of memory" in str(exc).lower():
+                raise NetbenchError(f"gpu.loader_feed: batch of {batch} x {p['sample_shape']} "
+                                    f"{p['dtype']} does not fit: {str(exc)[:200]}") from None
+            raise
+        finally:
+            del batches                             # stops the workers
+        batch_bytes = batch * sample_bytes
+        if on_gpu:
+            intervals = [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
+        else:
+            intervals = [b - a for a, b in zip(marks, marks[1:])]
+        values = {"samples_per_s": timed * batch / wall, "bw": timed * batch_bytes / wall / 1e9}
+        note, address = "", None
+        if on_gpu:
+            address = pci_address(torch, device)
+            bound, note = link_bound(ctx.env, address)
+            if bound:
+                values["link_fraction"] = values["bw"] / bound
+        else:
+            note = "device=cpu: the loader alone, nothing copied to a GPU"
+        return Measurement(values, {"bw": [batch_bytes / s / 1e9 for s in intervals if s > 0]},
+                           device=str(device), transport=None if on_gpu else "memory",
+                           note=note, pci_address=address)
+
+    @staticmethod
+    def _deliver(batch: Any, device: Any, non_blocking: bool) -> Any:
+        return batch if device.type == "cpu" else batch.to(device, non_blocking=non_blocking)
+
+    @staticmethod
+    def _mark(torch: Any, device: Any) -> Any:
+        if device.type == "cpu":
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(device))
+        return event

@@ -1,0 +1,74 @@
+"""The GPU feed family on a host without CUDA: the DataLoader pipeline measured for real with
+device=cpu, the copies skipped with CUDA's own reason, and a GPU row's environment resolved
+from a sysfs tree captured in the soft-RoCE VM."""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+from conftest import assert_clean_error, netbench
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
+
+
+def test_loader_feed_without_a_gpu_measures_the_loader_alone(tmp_path):
+    proc = netbench("run", "gpu.loader_feed", "-p", "device=cpu", "-p", "workers=0,2",
+                    "-p", "batch_size=16", "-p", "sample_shape=3x64x64", "-p", "batches=12",
+                    "-p", "warmup=2", "--results", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = pd.read_parquet(tmp_path)
+    ok = rows[rows.status == "ok"]
+    assert sorted(ok.metric.unique()) == ["bw", "samples_per_s"]   # no link: nothing to divide
+    for _, case in ok.groupby("case_index"):
+        values = dict(zip(case.metric, case.value))
+        # GB/s delivered is samples/s x bytes per sample: the two are one measurement.
+        assert values["bw"] == pytest.approx(values["samples_per_s"] * 3 * 64 * 64 / 1e9)
+        bw = case[case.metric == "bw"].iloc[0]
+        assert len(bw.samples) == 12 and all(s > 0 for s in bw.samples)
+        assert "device=cpu" in bw.reason and bw.transport == "memory"
+    assert sorted(json.loads(p)["workers"] for p in ok.params.unique()) == [0, 2]
+
+
+def test_copies_without_cuda_are_skipped_with_the_reason(tmp_path):
+    proc = netbench("run", "gpu.h2d", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    row = pd.read_parquet(tmp_path).iloc[0]
+    assert row.status == "skipped"
+    assert "no GPU" in row.reason or "CPU-only build" in row.reason
+
+
+def test_with_a_gpu_on_the_bus_but_no_cuda_the_skip_names_the_build(tmp_path):
+    """A captured tree with display controllers: the cheap check passes, CUDA says no."""
+    from test_linkpath import TREE
+    proc = netbench("run", "gpu.d2h", "--results", str(tmp_path),
+                    env={**os.environ, "NETBENCH_SYSFS_ROOT": str(TREE)})
+    assert proc.returncode == 0, proc.stderr
+    row = pd.read_parquet(tmp_path).iloc[0]
+    assert row.status == "skipped" and "CPU-only build" in row.reason, row.reason
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["-p", "sample_shape=3x0x2"], "sample_shape"),
+    (["-p", "dtype=float8"], "dtype"),
+    (["-p", "device=tpu"], "device"),
+])
+def test_bad_loader_params_are_clean_errors(args, needle):
+    assert_clean_error(netbench("run", "gpu.loader_feed", *args), needle)
+
+
+def test_gpu_rows_name_the_gpu_and_its_link():
+    from test_linkpath import TREE
+
+    from netbench.benchmarks.gpu_feed import link_bound
+    from netbench.probe import gpu_summary, probe
+
+    env = probe(TREE)
+    assert [g["pci_address"] for g in env["gpus"]] == ["0000:01:00.0", "0000:05:00.0"]
+    bound, why = link_bound(env, "0000:01:00.0")
+    assert bound == pytest.approx(2.5 * 0.8 / 8) and why == ""
+    assert link_bound(env, "0000:99:00.0")[0] is None
+    assert "not found" in link_bound(env, "0000:99:00.0")[1]
+    summary = gpu_summary(env, "0000:01:00.0")
+    assert summary.startswith("0000:01:00.0:") and "Gen1 2.5 GT/s x1" in summary
