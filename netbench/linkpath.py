@@ -3,6 +3,10 @@
 Every hop reports its current and maximum link speed and width from sysfs; the narrowest hop
 bounds what any copy or DMA through the path can reach, and a hop running below what both its
 ends can do is flagged as downgraded ("running at 8 GT/s x4, capable of 16 GT/s x16").
+Behind a Thunderbolt/USB4 tunnel (a hop the kernel marks ``removable``: attached through an
+external-facing port) the PCIe link fields of the tunnelled hop describe a virtual link, so
+that hop is bounded by the Thunderbolt link instead (generation, lanes x Gb/s per lane, from
+/sys/bus/thunderbolt as the kernel ABI documents it) and never flagged as downgraded.
 Works on a captured tree (``netbench probe --capture DIR``, read back with ``--sysfs-root``);
 missing or unreadable files and unknown speed strings leave that figure unknown, never crash.
 """
@@ -21,7 +25,11 @@ ENCODING = {2.5: 8 / 10, 5.0: 8 / 10, 8.0: 128 / 130, 16.0: 128 / 130, 32.0: 128
             64.0: 242 / 256}
 GENERATION = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 _ATTRS = ("class", "vendor", "device", "current_link_speed", "current_link_width",
-          "max_link_speed", "max_link_width")
+          "max_link_speed", "max_link_width", "removable")
+_ROUTER = re.compile(r"^(\d+)-([0-9a-f]+)$")        # 0-1, 0-301: a router; 0-0 is the host
+_ROUTER_ATTRS = ("generation", "rx_speed", "rx_lanes", "tx_speed", "tx_lanes", "device_name",
+                 "vendor_name", "authorized")
+TB_NAMES = {1: "Thunderbolt 1", 2: "Thunderbolt 2", 3: "Thunderbolt 3", 4: "USB4"}
 
 
 def parse_speed(text: str | None) -> float | None:
@@ -64,6 +72,7 @@ class Hop:
     max_width: int | None
     gbytes: float | None         # GB/s per direction now
     max_gbytes: float | None
+    tunnelled: bool = False      # its link crosses a Thunderbolt/USB4 tunnel
 
     def describe(self, speed: float | None, width: int | None) -> str:
         gen = f"Gen{GENERATION[speed]} " if speed in GENERATION else ""
@@ -78,13 +87,20 @@ class LinkPath:
     bottleneck: str | None       # the hop's address
     bottleneck_gbytes: float | None
     downgraded: list[str]        # human-readable, one per downgraded hop
+    tunnel: dict[str, Any] | None = None   # the Thunderbolt/USB4 link the path crosses
 
     def summary(self) -> str:
         if self.bottleneck is None:
-            return f"{self.device}: link speed unknown"
-        hop = next(h for h in self.hops if h.address == self.bottleneck)
-        text = (f"{self.device}: bottleneck {hop.describe(hop.speed, hop.width)} at "
-                f"{self.bottleneck} = {self.bottleneck_gbytes:.2f} GB/s per direction")
+            text = f"{self.device}: link speed unknown"
+        else:
+            hop = next(h for h in self.hops if h.address == self.bottleneck)
+            what = (describe_tunnel(self.tunnel) if hop.tunnelled and self.tunnel
+                    else hop.describe(hop.speed, hop.width))
+            text = (f"{self.device}: bottleneck {what} at {self.bottleneck} = "
+                    f"{self.bottleneck_gbytes:.2f} GB/s per direction")
+        if self.tunnel and not (self.bottleneck and next(
+                h for h in self.hops if h.address == self.bottleneck).tunnelled):
+            text += f"; through {describe_tunnel(self.tunnel)}"
         return text + ("; DOWNGRADED: " + "; ".join(self.downgraded) if self.downgraded else "")
 
     def as_dict(self) -> dict[str, Any]:
@@ -98,7 +114,9 @@ def walk(sysfs: Path, address: str) -> LinkPath | None:
         return None
     path = Path(os.path.realpath(link))
     hops = []
+    removable = []
     while BDF.match(path.name):
+        removable.append(_read(path / "removable") == "removable")
         speed = parse_speed(_read(path / "current_link_speed"))
         width = _int(_read(path / "current_link_width"))
         max_speed = parse_speed(_read(path / "max_link_speed"))
@@ -107,6 +125,18 @@ def walk(sysfs: Path, address: str) -> LinkPath | None:
                         max_width or None, lane_gbytes(speed, width),
                         lane_gbytes(max_speed, max_width)))
         path = path.parent
+    # The tunnelled hop is the top-most removable one: its link to the external-facing port
+    # above it is the virtual PCIe link carried over Thunderbolt/USB4.
+    tunnel = None
+    top = max((i for i, r in enumerate(removable) if r), default=None)
+    if top is not None:
+        hop = hops[top]
+        hop.tunnelled = True
+        tunnel = thunderbolt_link(sysfs, [h.address for h in hops]) or {
+            "kind": "thunderbolt", "generation": None, "gbytes": None,
+            "note": "attached through an external-facing port; no thunderbolt bus in sysfs"}
+        hop.gbytes = tunnel["gbytes"]
+        hop.max_gbytes = hop.gbytes
     known = [h for h in hops if h.gbytes is not None]
     narrowest = min(known, key=lambda h: h.gbytes) if known else None
     # A link joins a function (its status says the link's state now) and the bridge port
@@ -114,6 +144,8 @@ def walk(sysfs: Path, address: str) -> LinkPath | None:
     # that could run x16 above an x1 device is a narrow device, not a degraded link.
     downgraded = []
     for child, port in zip(hops, hops[1:]):
+        if child.tunnelled:             # a virtual link: its speed fields mean nothing
+            continue
         cap_speed = _least(child.max_speed, port.max_speed)
         cap_width = _least(child.max_width, port.max_width)
         slower = child.speed is not None and cap_speed is not None and child.speed < cap_speed
@@ -123,7 +155,83 @@ def walk(sysfs: Path, address: str) -> LinkPath | None:
                               f"{child.describe(child.speed, child.width)}, capable of "
                               f"{child.describe(cap_speed, cap_width)}")
     return LinkPath(address, hops, narrowest.address if narrowest else None,
-                    narrowest.gbytes if narrowest else None, downgraded)
+                    narrowest.gbytes if narrowest else None, downgraded, tunnel)
+
+
+def parse_gbps(text: str | None) -> float | None:
+    """'20.0 Gb/s' (per lane, as the thunderbolt bus reports it) -> 20.0; else None."""
+    match = re.match(r"\s*([\d.]+)\s*Gb/s\s*$", text or "")
+    return float(match.group(1)) if match else None
+
+
+def thunderbolt_routers(sysfs: Path) -> list[dict[str, Any]]:
+    """Device routers (not host routers) on the thunderbolt bus, with their upstream link."""
+    bus = sysfs / "bus" / "thunderbolt" / "devices"
+    routers = []
+    for entry in sorted(bus.iterdir()) if bus.is_dir() else []:
+        match = _ROUTER.match(entry.name)
+        if not match or int(match.group(2), 16) == 0:
+            continue
+        real = Path(os.path.realpath(entry))
+        if not (real / "authorized").exists() and not (real / "generation").exists():
+            continue                    # an XDomain (another host), not a router
+        speeds = [parse_gbps(_read(real / f"{d}_speed")) for d in ("rx", "tx")]
+        lanes = [_int(_read(real / f"{d}_lanes")) for d in ("rx", "tx")]
+        per_direction = [s * n for s, n in zip(speeds, lanes) if s and n]
+        domain = sysfs / "bus" / "thunderbolt" / "devices" / f"domain{match.group(1)}"
+        nhi = Path(os.path.realpath(domain)).parent.name if domain.exists() else None
+        routers.append({
+            "router": entry.name, "domain": int(match.group(1)),
+            "nhi": nhi if nhi and BDF.match(nhi) else None,
+            "generation": _int(_read(real / "generation")),
+            "device_name": _read(real / "device_name"), "vendor_name": _read(real / "vendor_name"),
+            "gbps_per_lane": min((s for s in speeds if s), default=None),
+            "lanes": min((n for n in lanes if n), default=None),
+            "gbps": min(per_direction) if per_direction else None,
+        })
+    return routers
+
+
+def thunderbolt_link(sysfs: Path, pci_chain: list[str]) -> dict[str, Any] | None:
+    """The Thunderbolt/USB4 link a PCIe chain (device .. root port) is tunnelled over.
+
+    With one domain it is that domain's routers; with several, the domain whose host
+    interface (NHI) shares a bridge with the chain. A daisy chain is bounded by its slowest
+    router link, since sysfs does not say which router a PCIe device sits behind."""
+    routers = thunderbolt_routers(sysfs)
+    if not routers:
+        return None
+    domains = {r["domain"] for r in routers}
+    if len(domains) > 1:
+        chain = set(pci_chain)
+        for r in routers:
+            nhi = sysfs / "bus" / "pci" / "devices" / (r["nhi"] or "?")
+            ancestors = {p.name for p in Path(os.path.realpath(nhi)).parents}
+            if r["nhi"] and ancestors & chain:
+                domains = {r["domain"]}
+                break
+        else:
+            return {"kind": "thunderbolt", "routers": [r["router"] for r in routers],
+                    "generation": None, "gbytes": None,
+                    "note": "several Thunderbolt domains; which one carries this path is unknown"}
+    mine = [r for r in routers if r["domain"] in domains]
+    slowest = min(mine, key=lambda r: r["gbps"] if r["gbps"] else float("inf"))
+    gbps = slowest["gbps"]
+    return {"kind": "thunderbolt", "routers": [r["router"] for r in mine],
+            "generation": slowest["generation"], "device_name": slowest["device_name"],
+            "vendor_name": slowest["vendor_name"], "lanes": slowest["lanes"],
+            "gbps_per_lane": slowest["gbps_per_lane"], "gbps": gbps,
+            "gbytes": gbps / 8 if gbps else None}
+
+
+def describe_tunnel(tunnel: dict[str, Any]) -> str:
+    """'Thunderbolt 3 tunnel, 2 lanes x 20 Gb/s (Razer Core X)'."""
+    name = TB_NAMES.get(tunnel.get("generation") or 0, "Thunderbolt/USB4")
+    text = f"{name} tunnel"
+    if tunnel.get("lanes") and tunnel.get("gbps_per_lane"):
+        text += f", {tunnel['lanes']} lanes x {tunnel['gbps_per_lane']:g} Gb/s"
+    device = " ".join(p for p in (tunnel.get("vendor_name"), tunnel.get("device_name")) if p)
+    return text + (f" ({device})" if device else "")
 
 
 def _least(a: float | None, b: float | None) -> float | None:
@@ -203,6 +311,12 @@ def capture(sysfs: Path, dest: Path) -> int:
             driver = Path(os.path.realpath(real / "device")) / "driver"
             if driver.is_symlink():
                 copy_link(driver)
+    thunderbolt = root / "bus" / "thunderbolt" / "devices"
+    for entry in sorted(thunderbolt.iterdir()) if thunderbolt.is_dir() else []:
+        if entry.is_symlink():
+            copy_link(entry)
+            for attr in _ROUTER_ATTRS:
+                copy_file(Path(os.path.realpath(entry)) / attr)
     for dev in sorted((root / "class" / "infiniband").glob("*")):
         real = Path(os.path.realpath(dev))
         for attr in ("fw_ver", "node_type", "node_desc", "hca_type", "parent"):

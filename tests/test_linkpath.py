@@ -4,6 +4,7 @@ another behind a PCIe switch, rxe0). Captured: tools/softroce/run-vm.sh with QEM
 those devices, then `python3 -m netbench probe --capture DIR` in the guest."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -68,3 +69,64 @@ def test_capture_round_trip_and_cli(tmp_path):
     assert "0000:05:00.0: bottleneck Gen1 2.5 GT/s x1" in out.stdout
     data = json.loads(netbench("probe", "--sysfs-root", str(TREE), "--json").stdout)
     assert len(data["pcie_paths"]) == 2
+
+
+def _egpu_tree(tmp_path: Path, generation: str = "3") -> Path:
+    """The captured switch path turned into a Thunderbolt 3 eGPU, with exactly the files the
+    kernel ABI documents (sysfs-bus-thunderbolt; PCI `removable` since 5.12): the device and
+    the enclosure's port are removable, the port's link to the host controller is the
+    virtual tunnel link (Gen1 x4, a number that means nothing), the GPU's own link and the
+    host controller's are Gen3 x4.
+    A capture from a real eGPU replaces this as soon as one is at hand."""
+    tree = tmp_path / "tree"
+    shutil.copytree(TREE, tree, symlinks=True)
+    pci = tree / "bus/pci/devices"
+    gpu, port, host, root = (Path(str((pci / a).resolve())) for a in (
+        "0000:05:00.0", "0000:04:00.0", "0000:03:00.0", "0000:00:05.0"))
+    for dev, (speed, width) in ((gpu, ("8.0 GT/s PCIe", "4")), (port, ("2.5 GT/s PCIe", "4")),
+                                (host, ("8.0 GT/s PCIe", "4")), (root, ("8.0 GT/s PCIe", "4"))):
+        if dev in (gpu, port):          # the host controller and its root port are internal
+            (dev / "removable").write_text("removable\n")
+        for attr in ("current_link_speed", "max_link_speed"):
+            (dev / attr).write_text(speed + "\n")
+        for attr in ("current_link_width", "max_link_width"):
+            (dev / attr).write_text(width + "\n")
+    nhi = Path(str((pci / "0000:00:05.0").resolve()))
+    router = nhi / "domain0" / "0-0" / "0-1"
+    router.mkdir(parents=True)
+    for name, value in {"generation": generation, "rx_speed": "20.0 Gb/s", "rx_lanes": "2",
+                        "tx_speed": "20.0 Gb/s", "tx_lanes": "2", "authorized": "1",
+                        "vendor_name": "Razer", "device_name": "Core X"}.items():
+        (router / name).write_text(value + "\n")
+    bus = tree / "bus/thunderbolt/devices"
+    bus.mkdir(parents=True)
+    for name, target in (("domain0", nhi / "domain0"), ("0-0", nhi / "domain0/0-0"),
+                         ("0-1", router)):
+        (bus / name).symlink_to(os.path.relpath(target, bus))
+    return tree
+
+
+def test_a_thunderbolt_egpu_is_bounded_by_its_real_links_not_the_virtual_one(tmp_path):
+    tree = _egpu_tree(tmp_path)
+    path = walk(tree, "0000:05:00.0")
+    tunnelled = [h.address for h in path.hops if h.tunnelled]
+    assert tunnelled == ["0000:04:00.0"]                   # the top-most removable hop
+    assert path.tunnel["generation"] == 3 and path.tunnel["lanes"] == 2
+    assert path.tunnel["gbytes"] == pytest.approx(5.0)    # 2 lanes x 20 Gb/s per direction
+    assert path.bottleneck == "0000:05:00.0"               # Gen3 x4 = 3.94 GB/s < 5 GB/s
+    assert path.bottleneck_gbytes == pytest.approx(lane_gbytes(8.0, 4))
+    assert path.downgraded == []                           # the 2.5 GT/s virtual link is no fault
+    assert "through Thunderbolt 3 tunnel, 2 lanes x 20 Gb/s (Razer Core X)" in path.summary()
+    # The same tree as a user would capture it reads back the same.
+    again = tmp_path / "again"
+    capture(tree, again)
+    assert walk(again, "0000:05:00.0").as_dict() == path.as_dict()
+
+
+def test_usb4_naming_and_a_tunnel_without_the_thunderbolt_bus(tmp_path):
+    tree = _egpu_tree(tmp_path, generation="4")
+    assert "USB4 tunnel" in walk(tree, "0000:05:00.0").summary()
+    shutil.rmtree(tree / "bus/thunderbolt")
+    path = walk(tree, "0000:05:00.0")
+    assert path.tunnel["gbytes"] is None and "no thunderbolt bus" in path.tunnel["note"]
+    assert path.bottleneck == "0000:05:00.0" and path.downgraded == []
