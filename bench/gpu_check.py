@@ -3,9 +3,14 @@
 
     python bench/gpu_check.py            (make gpu-check)
 
+- Feed: netbench gpu.h2d / gpu.d2h (pinned, 64 MiB and 256 MiB) vs nvbandwidth's
+  host_to_device_memcpy_ce / device_to_host_memcpy_ce where nvbandwidth is on PATH, otherwise
+  vs a minimal torch loop of queued copies timed with CUDA events; target ratio >= 0.95.
+  Then gpu.d2d, gpu.bidir, pageable H2D and gpu.loader_feed, each with the link's share.
 - NCCL collectives: netbench coll.* on all local GPUs (needs >= 2) vs a bare torch.distributed
   loop (bench/coll_vs_torch.py) and, where all_reduce_perf (nccl-tests) is on PATH, vs that.
-- Prints what it skipped and why (no CUDA, one GPU only, no nccl-tests).
+- Prints what it skipped and why (no CUDA, one GPU only, no nccl-tests, no nvbandwidth).
+Runs in about 3-4 minutes on one GPU.
 Exit 1 when a check that ran missed its target; 0 otherwise.
 """
 
@@ -19,6 +24,7 @@ import sys
 import tempfile
 
 SIZES = ["1M", "16M", "256M"]
+FEED_SIZES = [64 << 20, 256 << 20]
 
 
 def netbench_rows(args: list[str]) -> list[dict]:
@@ -48,6 +54,70 @@ def nccl_tests_busbw(gpus: int) -> dict[int, float]:
     return figures
 
 
+def torch_copy_gbps(torch, to_device: bool, size: int, iterations: int = 20) -> float:
+    """The reference: back-to-back pinned copies between two CUDA events, nothing else."""
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
+    src, dst = (host, dev) if to_device else (dev, host)
+    for _ in range(3):
+        dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iterations):
+        dst.copy_(src, non_blocking=True)
+    end.record()
+    end.synchronize()
+    return size * iterations / (start.elapsed_time(end) * 1e6)
+
+
+def nvbandwidth_gbps(size: int) -> dict[str, float]:
+    """nvbandwidth's SUM line per copy-engine test, where nvbandwidth is on PATH."""
+    exe = shutil.which("nvbandwidth")
+    if not exe:
+        return {}
+    out = subprocess.run([exe, "-t", "host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
+                          "-b", str(size >> 20)], capture_output=True, text=True,
+                         timeout=300).stdout
+    found = {}
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) == 3 and cols[0] == "SUM":
+            found["h2d" if cols[1].startswith("host_to_device") else "d2h"] = float(cols[2])
+    return found
+
+
+def check_feed(torch) -> bool:
+    """H2D and D2H against the reference; the rest of the family printed with the link."""
+    missed = False
+    print("gpu.h2d / gpu.d2h pinned (GB/s): netbench vs reference")
+    for size in FEED_SIZES:
+        reference = nvbandwidth_gbps(size)
+        source = "nvbandwidth" if reference else "torch loop"
+        for op in ("h2d", "d2h"):
+            rows = netbench_rows([f"gpu.{op}", "-p", f"msg_size={size}", "-p", "iterations=40"])
+            values = {r["metric"]: r["value"] for r in rows if r["status"] == "ok"}
+            if "bw" not in values:
+                print(f"  gpu.{op} failed: {rows[0]['reason']}")
+                missed = True
+                continue
+            ref = reference.get(op) or torch_copy_gbps(torch, op == "h2d", size, 40)
+            ratio = values["bw"] / ref
+            missed |= ratio < 0.95
+            eff = values.get("link_efficiency")
+            print(f"  {op} {size >> 20:>4} MiB  {values['bw']:7.2f}  {source} {ref:7.2f}  "
+                  f"ratio {ratio:.3f}  link efficiency "
+                  f"{f'{eff:.2f}' if eff is not None else 'n/a (' + rows[0]['reason'] + ')'}")
+    for args in (["gpu.h2d", "-p", "host_mem=pageable"], ["gpu.d2d"], ["gpu.bidir"],
+                 ["gpu.loader_feed"], ["gpu.loader_feed", "-p", "device=cpu"]):
+        rows = netbench_rows(args + ["-p", "gpu=0"] if args[0] != "gpu.loader_feed" else args)
+        shown = ", ".join(f"{r['metric']} {r['value']:.3g} {r['unit']}" for r in rows
+                          if r["status"] == "ok")
+        print(f"  {' '.join(args):<34} {shown or rows[0]['status'] + ': ' + rows[0]['reason']}")
+        missed |= any(r["status"] == "failed" for r in rows)
+    return missed
+
+
 def main() -> int:
     try:
         import torch
@@ -60,7 +130,7 @@ def main() -> int:
     gpus = torch.cuda.device_count()
     print(f"{gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
           f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}")
-    missed = False
+    missed = check_feed(torch)
     if gpus < 2:
         print("skipped: NCCL collectives need >= 2 GPUs (one rank per GPU); this host has 1")
     else:

@@ -1,5 +1,6 @@
 """netbench report: a self-contained dashboard, rendered in a real headless Chromium."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -64,3 +65,36 @@ def test_dashboard_does_not_break_reading_the_store(tmp_path):
                     "-o", str(tmp_path / "_dashboard.html")).returncode == 0
     assert len(pd.read_parquet(tmp_path)) == 2
     assert Path(tmp_path / "_dashboard.html").stat().st_size < 10_000_000
+
+
+def test_h2d_view_draws_each_gpus_bound_or_says_why_it_cannot(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from netbench.report.dashboard import h2d_chart, h2d_missing
+
+    # Without CUDA: the real skip row says why, and the probe's GPU links are named.
+    store = tmp_path / "res"
+    env = {**os.environ,
+           "NETBENCH_SYSFS_ROOT": str(ROOT / "tests/fixtures/sysfs/qemu-q35-pcie")}
+    assert netbench("run", "gpu.h2d", "--results", str(store), env=env).returncode == 0
+    rows = pd.read_parquet(store)
+    assert h2d_chart(rows) is None
+    text = h2d_missing(rows)
+    assert text.startswith("gpu.* skipped: no CUDA device") and "0000:05:00.0: bottleneck" in text
+    # With copy rows (values as a GPU run stores them): one line per GPU and host memory
+    # kind, and the bound each row was divided by, dashed.
+    def case(index, mem, size, bw, eff):
+        common = {"run_id": "r", "case_index": index, "benchmark": "gpu.h2d", "status": "ok",
+                  "transport": "pcie", "device": "cuda:0", "msg_size": size,
+                  "params": json.dumps({"host_mem": mem, "msg_size": size})}
+        return [{**common, "metric": "bw", "value": bw},
+                {**common, "metric": "link_efficiency", "value": eff}]
+    frame = pd.DataFrame(case(0, "pinned", 1 << 20, 40.0, 0.8) + case(1, "pinned", 1 << 26,
+                         50.0, 1.0) + case(2, "pageable", 1 << 26, 20.0, 0.4))
+    fig = h2d_chart(frame)
+    names = [t["name"] for t in fig["data"]]
+    assert names == ["gpu.h2d cuda:0 pageable", "gpu.h2d cuda:0 pinned",
+                     "cuda:0 link bound 50.00 GB/s"]
+    assert fig["data"][1]["y"] == [40.0, 50.0] and fig["data"][2]["line"]["dash"] == "dash"

@@ -114,16 +114,46 @@ def busbw_chart(rows: Any) -> dict[str, Any] | None:
 
 
 def h2d_chart(rows: Any) -> dict[str, Any] | None:
+    """Copy and feed bandwidth per GPU and host memory kind, each GPU's link bound dashed.
+
+    The bound is the one the benchmark divided by (bw / link_efficiency), so the line is the
+    probe's narrowest hop of exactly the GPU that row measured."""
     ok = _ok(rows)
-    gpu = ok[ok["benchmark"].str.startswith("gpu.") & ok["metric"].isin(["bw", "bw_avg"])]
-    if gpu.empty:
+    pcie = ok[ok["benchmark"].str.startswith("gpu.") & (ok["transport"] == "pcie")]
+    bw = pcie[pcie["metric"] == "bw"]
+    if bw.empty:
         return None
-    traces = [_line(g["msg_size"], g["value"], name) for name, g in gpu.groupby("benchmark")]
-    bound = ok[ok["metric"] == "link_bound"]
-    if not bound.empty:
-        traces.append(_line(gpu["msg_size"], [bound["value"].iloc[0]] * len(gpu),
-                            "link theoretical bound", "dash"))
-    return _figure(traces, "Host-to-GPU bandwidth vs the link bound", "bytes", "GB/s")
+    traces, bounds = [], {}
+    host_mem = bw["params"].map(lambda p: json.loads(p).get("host_mem", ""))
+    for (bench, device, mem), g in bw.groupby([bw["benchmark"], bw["device"], host_mem]):
+        g = g.sort_values("msg_size")
+        traces.append(_line(g["msg_size"], g["value"], " ".join(p for p in (bench, device, mem)
+                                                                  if p)))
+    share = pcie[pcie["metric"].isin(["link_efficiency", "link_fraction"])]
+    for _, row in share.iterrows():
+        match = bw[(bw["case_index"] == row["case_index"]) & (bw["run_id"] == row["run_id"])]
+        if not match.empty and row["value"]:
+            bounds[row["device"]] = match["value"].iloc[0] / row["value"]
+    sizes = sorted(bw["msg_size"].dropna().unique())
+    for device, bound in bounds.items():
+        traces.append(_line(sizes or [0], [bound] * max(len(sizes), 1),
+                            f"{device} link bound {bound:.2f} GB/s", "dash"))
+    return _figure(traces, "Host-to-GPU feed vs the link's theoretical bound (dashed)", "bytes",
+                   "GB/s")
+
+
+def h2d_missing(rows: Any) -> str:
+    """Why there is no H2D chart: the gpu.* skip reason, and the GPU links the probe found."""
+    gpu = rows[rows["benchmark"].str.startswith("gpu.") & (rows["status"] != "ok")]
+    text = "no gpu.* rows in this run"
+    if not gpu.empty:
+        text = f"gpu.* {gpu['status'].iloc[0]}: {gpu['reason'].iloc[0]}"
+    try:
+        env = json.loads(rows["env_json"].dropna().iloc[0])
+    except (IndexError, KeyError, TypeError, ValueError):
+        return text
+    links = [p["summary"] for p in env.get("pcie_paths", []) if p.get("kind") in ("gpu", "display")]
+    return text + ("; GPU links found by the probe: " + "; ".join(links) if links else "")
 
 
 def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
@@ -216,7 +246,7 @@ def render(store: Any, out: str | Path, run: str | None = None, verdicts: Sequen
     missing = {"bandwidth": "no bandwidth rows in this run",
                "latency": "no latency rows in this run",
                "cpu": "no CPU cost rows in this run", "busbw": "no collective rows in this run",
-               "h2d": "no gpu.* rows in this run (no CUDA device, or not measured)",
+               "h2d": h2d_missing(rows),
                "comparison": "no comparison asked for (netbench report --baseline A "
                              "--candidate B)"}
     blocks, figures = [], {}
