@@ -213,8 +213,12 @@ class Runner:
 
         worker = threading.Thread(target=work, name=f"case-{index}", daemon=True)
         worker.start()
+        deadline = time.monotonic() + planned.timeout
         try:
-            worker.join(planned.timeout)
+            # Short joins: a Ctrl-C the kernel hands to another thread is only acted on when the
+            # main thread wakes, so it must wake often, not once at the case's timeout.
+            while worker.is_alive() and time.monotonic() < deadline:
+                worker.join(min(0.2, max(deadline - time.monotonic(), 0.0)))
         except KeyboardInterrupt:
             ctx.cancel()
             worker.join(CANCEL_GRACE)

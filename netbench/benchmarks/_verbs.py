@@ -9,6 +9,7 @@ iteration, half the round trip for write/send ping-pong and the full one for rea
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 import resource
@@ -50,6 +51,73 @@ SPIN_CHECK = 256          # look at the clock and the cancel flag every this man
 
 class VerbsError(NetbenchError):
     """An RDMA failure, said in verbs terms."""
+
+
+CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1
+DMABUF_ALIGN = 1 << 16     # host page size on every platform CUDA runs on divides this
+
+
+class GpuBuffer:
+    """CUDA memory exported as a dma-buf and registered with the NIC (GPUDirect RDMA without
+    nvidia-peermem), as perftest --use_cuda_dmabuf does. The MR's iova is 0, so work requests
+    address it from 0; the host reads and writes it through torch only to fill and check it."""
+
+    def __init__(self, pd: Any, length: int, device_name: str) -> None:
+        try:
+            import torch
+        except ImportError:
+            raise SkipCase("mem=gpu needs torch with CUDA; torch is not installed") from None
+        if not torch.cuda.is_available():
+            raise SkipCase(f"mem=gpu needs a CUDA device; torch {torch.__version__} sees none")
+        from pyverbs.mr import DmaBufMR
+
+        self.torch = torch
+        span = -(-length // DMABUF_ALIGN) * DMABUF_ALIGN
+        try:
+            self.tensor = torch.zeros(span + DMABUF_ALIGN, dtype=torch.uint8, device="cuda")
+        except torch.cuda.OutOfMemoryError:
+            free, total = torch.cuda.mem_get_info()
+            raise VerbsError(f"mem=gpu: cannot allocate {span} bytes on the GPU: {free} free "
+                             f"of {total}") from None
+        self.start = -self.tensor.data_ptr() % DMABUF_ALIGN
+        self.fd = _cuda_dmabuf_fd(self.tensor.data_ptr() + self.start, span)
+        try:
+            self.mr = DmaBufMR(pd, length, ACCESS, dmabuf=self.fd, offset=0)
+        except PyverbsError as exc:
+            os.close(self.fd)
+            raise SkipCase(f"{device_name} cannot register GPU memory through dma-buf ({exc}); "
+                           "needs a NIC and driver with dma-buf MRs (mlx5 on kernel >= 5.12; "
+                           "rxe and siw have none)") from None
+
+    def view(self, offset: int, length: int) -> Any:
+        return self.tensor[self.start + offset:self.start + offset + length]
+
+    def write(self, data: bytes) -> None:
+        self.view(0, len(data)).copy_(self.torch.frombuffer(bytearray(data),
+                                                            dtype=self.torch.uint8))
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self.view(offset, length).cpu().numpy().tobytes()
+
+    def close(self) -> None:
+        self.mr.close()
+        os.close(self.fd)
+
+
+def _cuda_dmabuf_fd(address: int, length: int) -> int:
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise SkipCase(f"mem=gpu: the CUDA driver library is not loadable ({exc})") from None
+    fd = ctypes.c_int(-1)
+    rc = cuda.cuMemGetHandleForAddressRange(
+        ctypes.byref(fd), ctypes.c_uint64(address), ctypes.c_size_t(length),
+        ctypes.c_int(CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD), ctypes.c_ulonglong(0))
+    if rc != 0 or fd.value < 0:
+        raise SkipCase(f"mem=gpu: CUDA cannot export GPU memory as a dma-buf (CUresult {rc}); "
+                       "needs CUDA >= 11.7 and a driver with dma-buf support (the open kernel "
+                       "modules, or nvidia >= 515 with a kernel that has it)")
+    return fd.value
 
 
 def wc_status_name(status: int) -> str:
@@ -147,6 +215,8 @@ class Side:
     psns: list[int] = field(default_factory=list)
     link_layer: str = ""
     emulated: bool = False
+    mem: str = "host"                     # host, or gpu: a dma-buf MR over CUDA memory
+    gpu: GpuBuffer | None = None
 
     def open(self) -> Side:
         try:
@@ -182,8 +252,12 @@ class Side:
         self.max_rd_atomic = max(1, min(dev.max_qp_rd_atom, 16))
         depth = min(self.depth, dev.max_qp_wr)
         self.pd = PD(self.ctx)
+        if self.mem == "gpu":
+            self.gpu = GpuBuffer(self.pd, 2 * self.size, self.device)
+            self.mr = self.gpu.mr
         try:
-            self.mr = MR(self.pd, 2 * self.size, ACCESS)
+            if self.gpu is None:
+                self.mr = MR(self.pd, 2 * self.size, ACCESS)
         except PyverbsError as exc:
             raise VerbsError(f"memory registration of {self.size} bytes on {self.device} was "
                              f"refused ({exc}); {_memlock_hint()}") from None
@@ -265,28 +339,34 @@ class Side:
 
     @property
     def src(self) -> int:
-        return self.mr.buf
+        return 0 if self.gpu else self.mr.buf       # a dma-buf MR's iova starts at 0
 
     @property
     def dst(self) -> int:
-        return self.mr.buf + self.size
+        return self.src + self.size
 
     def fill(self, data: bytes) -> None:
         """Fill the source half."""
-        self.mr.write(data, len(data))
+        if self.gpu:
+            self.gpu.write(data)
+        else:
+            self.mr.write(data, len(data))
 
     def crc(self) -> int:
         """CRC-32 of the receive half."""
+        if self.gpu:
+            return zlib.crc32(self.gpu.read(self.size, self.size))
         return zlib.crc32(self.mr.read(self.size, self.size))
 
     def close(self) -> None:
-        for obj in [*self.qps, self.cq, self.mr, self.pd, self.ctx]:
+        for obj in [*self.qps, self.cq, self.gpu or self.mr, self.pd, self.ctx]:
             if obj is not None:
                 try:
                     obj.close()
                 except Exception:
                     pass
         self.qps, self.cq, self.mr, self.pd, self.ctx = [], None, None, None, None
+        self.gpu = None
 
 
 class Stop(Exception):
@@ -631,4 +711,4 @@ def side_from(params: Mapping[str, Any], depth: int, role_device: str = "") -> S
     return Side(device=pick_device(role_device or params["device"]), port=params["port"],
                 gid_index=params["gid_index"], num_qps=params["qps"], depth=depth,
                 size=params["msg_size"], inline=params["inline_size"],
-                mtu_request=0 if mtu == "auto" else int(mtu)).open()
+                mtu_request=0 if mtu == "auto" else int(mtu), mem=params.get("mem", "host")).open()

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """RDMA faults on a real rxe device, in the VM: each must end as one clear error line, with a
-non-zero exit, within a bounded time, and never a traceback.
+non-zero exit, within a bounded time, and never a traceback; what cannot run here (GPU memory)
+must be a skipped row with the reason.
 
     faults.py DEVICE ADDR OUT_DIR
 
@@ -9,6 +10,7 @@ Standard library only (Python is ~50x slower in the VM).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -75,6 +77,19 @@ def main() -> int:
                                           "iterations=10"], out), "GID index 1000")
     expect("empty GID", run(["rdma.send_lat", "-p", "gid_index=5", "-p", "iterations=10"], out),
            "GID index 5", "empty")
+    # GPU memory on a device without it: a skipped row saying why, never a crash.
+    for bench, needle in (("rdma.write_bw", "mem=gpu needs"), ("rdma.send_lat",
+                                                               "bandwidth tests only")):
+        jsonl = out / "faults.jsonl"
+        jsonl.unlink(missing_ok=True)
+        rc, err, seconds = run([bench, "-p", "mem=gpu", "-p", "iterations=10"], out)
+        rows = [json.loads(line) for line in jsonl.read_text().splitlines()] if \
+            jsonl.exists() else []
+        ok = (rc == 0 and len(rows) == 1 and rows[0]["status"] == "skipped"
+              and needle in (rows[0]["reason"] or ""))
+        failures += not ok
+        print(f"  {'ok  ' if ok else 'FAIL'} {bench} mem=gpu -> skipped in {seconds:.1f} s: "
+              f"{rows[0]['reason'] if rows else err.strip()[-300:]}")
     bad = serve(addr, 5302, BAD_RKEY_SERVER)
     try:
         expect("wrong rkey from the peer -> WC error by name",
