@@ -47,19 +47,18 @@ def bare_loop(device: str, workers: int, batch: int, warmup: int, batches: int) 
     loader = torch.utils.data.DataLoader(Samples((warmup + batches) * batch), batch_size=batch,
                                          num_workers=workers, pin_memory=dev.type == "cuda")
     it = iter(loader)
-    for _ in range(warmup):
-        x = next(it)
+
+    def feed(n: int) -> None:
+        for _ in range(n):
+            x = next(it)
+            if dev.type == "cuda":
+                x.to(dev, non_blocking=True)
         if dev.type == "cuda":
-            x.to(dev, non_blocking=True)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
+
+    feed(warmup)
     t0 = time.perf_counter()
-    for _ in range(batches):
-        x = next(it)
-        if dev.type == "cuda":
-            x.to(dev, non_blocking=True)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+    feed(batches)
     return batches * batch / (time.perf_counter() - t0)
 
 

@@ -139,27 +139,35 @@ def _timed_copies(torch: Any, device: Any, dst: Any, src: Any, iterations: int,
     return [events[i].elapsed_time(events[i + 1]) for i in range(iterations)]
 
 
-def _copy_measurement(size: int, per_copy_ms: list[float], device: Any, address: str | None,
-                      env: Mapping[str, Any], transport: str | None = None) -> Measurement:
+def _copy_measurement(size: int, per_copy_ms: list[float], device: str, address: str | None,
+                      env: Mapping[str, Any] | None, transport: str | None = None
+                      ) -> Measurement:
+    """bw over all copies, the fastest one, and (given the fingerprint) the link's share."""
     rates = [size / (ms * 1e6) for ms in per_copy_ms]          # bytes/ns == GB/s
     values = {"bw": size * len(per_copy_ms) / (sum(per_copy_ms) * 1e6), "bw_peak": max(rates)}
-    bound, why = link_bound(env, address)
-    if bound:
-        values["link_efficiency"] = values["bw"] / bound
-    return Measurement(values, {"bw": rates}, device=str(device), transport=transport,
-                       note=why, pci_address=address)
+    why = ""
+    if env is not None:
+        bound, why = link_bound(env, address)
+        if bound:
+            values["link_efficiency"] = values["bw"] / bound
+    return Measurement(values, {"bw": rates}, device=device, transport=transport, note=why,
+                       pci_address=address)
 
 
-class _Copy(Benchmark):
+class _Gpu(Benchmark):
+    """What every CUDA benchmark here shares: the cheap availability check."""
+
+    def available(self, env: Mapping[str, Any]) -> str | None:
+        return gpu_available(env)
+
+
+class _Copy(_Gpu):
     """One direction between host and device memory; subclasses name the direction."""
 
     transport = "pcie"
     metrics = (_BW, _PEAK, _EFFICIENCY)
     params = (_SIZE, _HOST, _GPU, _ITERS, _WARMUP)
     to_device: bool
-
-    def available(self, env: Mapping[str, Any]) -> str | None:
-        return gpu_available(env)
 
     def run(self, case: Case, ctx: Context) -> Measurement:
         p = case.params
@@ -169,7 +177,8 @@ class _Copy(Benchmark):
         dev = _device_buffer(torch, device, size, "the device buffer")
         src, dst = (host, dev) if self.to_device else (dev, host)
         per_copy = _timed_copies(torch, device, dst, src, p["iterations"], p["warmup"])
-        return _copy_measurement(size, per_copy, device, pci_address(torch, device), ctx.env)
+        return _copy_measurement(size, per_copy, str(device), pci_address(torch, device),
+                                 ctx.env)
 
 
 class GpuH2D(_Copy):
@@ -184,7 +193,7 @@ class GpuD2H(_Copy):
     to_device = False
 
 
-class GpuD2D(Benchmark):
+class GpuD2D(_Gpu):
     name = "gpu.d2d"
     transport = "device"
     description = "device-to-device copy: within one GPU, or to a peer GPU (peer_gpu)"
@@ -193,9 +202,6 @@ class GpuD2D(Benchmark):
               Param("peer_gpu", "int", -1, "destination GPU; -1 = the same GPU", minimum=-1,
                     maximum=1023),
               _ITERS, _WARMUP)
-
-    def available(self, env: Mapping[str, Any]) -> str | None:
-        return gpu_available(env)
 
     def run(self, case: Case, ctx: Context) -> Measurement:
         p = case.params
@@ -209,14 +215,12 @@ class GpuD2D(Benchmark):
             transport = ("p2p" if torch.cuda.can_device_access_peer(peer, device)
                          else "p2p-staged")          # no peer access: the driver stages via host
         per_copy = _timed_copies(torch, device, dst, src, p["iterations"], p["warmup"])
-        rates = [size / (ms * 1e6) for ms in per_copy]
-        values = {"bw": size * len(per_copy) / (sum(per_copy) * 1e6), "bw_peak": max(rates)}
         name = str(device) if peer == device else f"{device}->{peer}"
-        return Measurement(values, {"bw": rates}, device=name, transport=transport,
-                           pci_address=pci_address(torch, device))
+        return _copy_measurement(size, per_copy, name, pci_address(torch, device), None,
+                                 transport)
 
 
-class GpuBidir(Benchmark):
+class GpuBidir(_Gpu):
     name = "gpu.bidir"
     transport = "pcie"
     description = "host-to-device and device-to-host copies at once, on two streams"
@@ -226,9 +230,6 @@ class GpuBidir(Benchmark):
         Metric("bw_d2h", "GB/s", "higher", "device-to-host share while both run"),
     )
     params = (_SIZE, _HOST, _GPU, _ITERS, _WARMUP)
-
-    def available(self, env: Mapping[str, Any]) -> str | None:
-        return gpu_available(env)
 
     def run(self, case: Case, ctx: Context) -> Measurement:
         p = case.params
