@@ -1,57 +1,74 @@
 #!/usr/bin/env python3
 """Every GPU check in one go, each figure beside its reference, for short GPU-machine slots.
 
-    python bench/gpu_check.py            (make gpu-check)
+    python bench/gpu_check.py [--out DIR]          (make gpu-check)
 
-- Feed: netbench gpu.h2d / gpu.d2h (pinned, 64 MiB and 256 MiB) vs nvbandwidth's
+Runs from a plain checkout too (PYTHONPATH=. python3 bench/gpu_check.py): netbench finds its
+benchmarks in pyproject.toml when it is not installed. In order, each step bounded in time and
+none stopping the others:
+- Probe: the fingerprint as `netbench probe` prints it (GPUs, PCIe paths); with --out, the
+  sysfs tree as `netbench probe --capture` takes it, packed into DIR/sysfs-capture.tar.gz, and
+  every stored row into DIR/gpu-check.jsonl.
+- Feed: gpu.h2d / gpu.d2h (pinned, 64 MiB and 256 MiB) vs nvbandwidth's
   host_to_device_memcpy_ce / device_to_host_memcpy_ce where nvbandwidth is on PATH, otherwise
   vs a minimal torch loop of queued copies timed with CUDA events; target ratio >= 0.95.
-  Then gpu.d2d, gpu.bidir, pageable H2D and gpu.loader_feed, each with the link's share.
-- NCCL collectives: netbench coll.* on all local GPUs (needs >= 2) vs a bare torch.distributed
-  loop (bench/coll_vs_torch.py) and, where all_reduce_perf (nccl-tests) is on PATH, vs that.
-- Prints what it skipped and why (no CUDA, one GPU only, no nccl-tests, no nvbandwidth).
-Runs in about 3-4 minutes on one GPU.
-Exit 1 when a check that ran missed its target; 0 otherwise.
+  Then pageable H2D, gpu.d2d, gpu.bidir and gpu.loader_feed (and the loader alone).
+- NCCL: with >= 2 GPUs, coll.* on all of them vs a bare torch.distributed loop
+  (bench/coll_vs_torch.py) and nccl-tests' all_reduce_perf where it is on PATH; with one GPU,
+  the NCCL path under torchrun with one rank (results checked; busbw is 0 by definition).
+- RDMA from GPU memory: rdma.write_bw mem=gpu where pyverbs and an RDMA device exist.
+Prints what it skipped and why. About 3-4 minutes on one GPU.
+Exit 1 when a check that ran missed its target or failed; 0 otherwise.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
+import time
+from pathlib import Path
 
 SIZES = ["1M", "16M", "256M"]
 FEED_SIZES = [64 << 20, 256 << 20]
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p), "CI": "true"}
+ALL_ROWS: list[dict] = []
 
 
-def netbench_rows(args: list[str]) -> list[dict]:
+def netbench_rows(args: list[str], timeout: float = 300, launcher: list[str] | None = None
+                  ) -> list[dict]:
+    """Stored rows of one `netbench run` (also when a case failed: the rows say why)."""
     with tempfile.TemporaryDirectory() as results:
-        proc = subprocess.run([sys.executable, "-m", "netbench", "run", *args, "--json",
-                               "--results", results], capture_output=True, text=True,
-                              timeout=900)
-    if proc.returncode != 0:
-        print(proc.stderr[-1500:])
-        raise SystemExit(1)
-    return json.loads(proc.stdout)
+        cmd = (launcher or [sys.executable, "-m"]) + ["netbench", "run", *args, "--json",
+                                                      "--results", results]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                  env=ENV, cwd=ROOT)
+        except subprocess.TimeoutExpired:
+            print(f"  {' '.join(args)}: no answer within {timeout:g} s")
+            return []
+    try:
+        rows = json.loads(proc.stdout)
+    except ValueError:
+        print(f"  {' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()[-800:]}")
+        return []
+    ALL_ROWS.extend(rows)
+    return rows
 
 
-def nccl_tests_busbw(gpus: int) -> dict[int, float]:
-    """all_reduce_perf's out-of-place busbw per size (GB/s), where nccl-tests is installed."""
-    exe = shutil.which("all_reduce_perf")
-    if not exe:
-        return {}
-    out = subprocess.run([exe, "-b", "1M", "-e", "256M", "-f", "16", "-g", str(gpus)],
-                         capture_output=True, text=True, timeout=600).stdout
-    figures = {}
-    for line in out.splitlines():
-        cols = line.split()
-        if len(cols) > 8 and re.fullmatch(r"\d+", cols[0]):
-            # columns: size count type redop root time algbw busbw ...
-            figures[int(cols[0])] = float(cols[7])
-    return figures
+def shown(rows: list[dict]) -> str:
+    ok = ", ".join(f"{r['metric']} {r['value']:.4g} {r['unit']}" for r in rows
+                   if r["status"] == "ok")
+    return ok or (f"{rows[0]['status']}: {rows[0]['reason']}" if rows else "no rows")
 
 
 def torch_copy_gbps(torch, to_device: bool, size: int, iterations: int = 20) -> float:
@@ -87,6 +104,37 @@ def nvbandwidth_gbps(size: int) -> dict[str, float]:
     return found
 
 
+def nccl_tests_busbw(gpus: int) -> dict[int, float]:
+    """all_reduce_perf's out-of-place busbw per size (GB/s), where nccl-tests is installed."""
+    exe = shutil.which("all_reduce_perf")
+    if not exe:
+        return {}
+    out = subprocess.run([exe, "-b", "1M", "-e", "256M", "-f", "16", "-g", str(gpus)],
+                         capture_output=True, text=True, timeout=600).stdout
+    figures = {}
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) > 8 and re.fullmatch(r"\d+", cols[0]):
+            # columns: size count type redop root time algbw busbw ...
+            figures[int(cols[0])] = float(cols[7])
+    return figures
+
+
+def check_probe(out: Path | None) -> bool:
+    proc = subprocess.run([sys.executable, "-m", "netbench", "probe"], capture_output=True,
+                          text=True, timeout=120, env=ENV, cwd=ROOT)
+    print(proc.stdout.rstrip() or proc.stderr.strip()[-800:])
+    if out is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([sys.executable, "-m", "netbench", "probe", "--capture",
+                            f"{tmp}/sysfs"], capture_output=True, text=True, timeout=300,
+                           env=ENV, cwd=ROOT)
+            with tarfile.open(out / "sysfs-capture.tar.gz", "w:gz") as tar:
+                tar.add(f"{tmp}/sysfs", arcname="sysfs")
+        print(f"  sysfs capture -> {out / 'sysfs-capture.tar.gz'}")
+    return proc.returncode != 0
+
+
 def check_feed(torch) -> bool:
     """H2D and D2H against the reference; the rest of the family printed with the link."""
     missed = False
@@ -98,7 +146,7 @@ def check_feed(torch) -> bool:
             rows = netbench_rows([f"gpu.{op}", "-p", f"msg_size={size}", "-p", "iterations=40"])
             values = {r["metric"]: r["value"] for r in rows if r["status"] == "ok"}
             if "bw" not in values:
-                print(f"  gpu.{op} failed: {rows[0]['reason']}")
+                print(f"  gpu.{op} {size >> 20} MiB: {shown(rows)}")
                 missed = True
                 continue
             ref = reference.get(op) or torch_copy_gbps(torch, op == "h2d", size, 40)
@@ -108,17 +156,65 @@ def check_feed(torch) -> bool:
             print(f"  {op} {size >> 20:>4} MiB  {values['bw']:7.2f}  {source} {ref:7.2f}  "
                   f"ratio {ratio:.3f}  link efficiency "
                   f"{f'{eff:.2f}' if eff is not None else 'n/a (' + rows[0]['reason'] + ')'}")
-    for args in (["gpu.h2d", "-p", "host_mem=pageable"], ["gpu.d2d"], ["gpu.bidir"],
-                 ["gpu.loader_feed"], ["gpu.loader_feed", "-p", "device=cpu"]):
-        rows = netbench_rows(args + ["-p", "gpu=0"] if args[0] != "gpu.loader_feed" else args)
-        shown = ", ".join(f"{r['metric']} {r['value']:.3g} {r['unit']}" for r in rows
-                          if r["status"] == "ok")
-        print(f"  {' '.join(args):<34} {shown or rows[0]['status'] + ': ' + rows[0]['reason']}")
-        missed |= any(r["status"] == "failed" for r in rows)
+    for args in (["gpu.h2d", "-p", "host_mem=pageable"], ["gpu.d2h", "-p", "host_mem=pageable"],
+                 ["gpu.d2d"], ["gpu.bidir"], ["gpu.loader_feed"],
+                 ["gpu.loader_feed", "-p", "device=cpu"]):
+        rows = netbench_rows(args)
+        print(f"  {' '.join(args):<34} {shown(rows)}")
+        missed |= not rows or any(r["status"] == "failed" for r in rows)
     return missed
 
 
+def check_nccl(torch, gpus: int) -> bool:
+    missed = False
+    if gpus < 2:
+        print("NCCL path with one GPU: torchrun, one rank (busbw is 0 by definition; the run "
+              "checks every result)")
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1",
+                    "--master_port=29551", "-m"]
+        for op in ("all_reduce", "all_gather", "broadcast", "reduce_scatter"):
+            rows = netbench_rows([f"coll.{op}", "-p", "backend=nccl", "-p", "msg_size=1M,64M",
+                                  "-p", "iterations=20"], launcher=torchrun)
+            print(f"  coll.{op:<15} {shown(rows)}")
+            missed |= not rows or any(r["status"] != "ok" for r in rows)
+        return missed
+    rows = netbench_rows(["coll.all_reduce", "-p", f"world_size={gpus}", "-p", "backend=nccl",
+                          "-p", "msg_size=" + ",".join(SIZES), "-p", "iterations=50"], 600)
+    ours = {r["msg_size"]: r["value"] for r in rows if r["metric"] == "busbw"}
+    ref = nccl_tests_busbw(gpus)
+    print("coll.all_reduce busbw (GB/s): netbench vs nccl-tests all_reduce_perf")
+    for size, value in sorted(ours.items()):
+        other = ref.get(size)
+        ratio = f"{value / other:.3f}" if other else "n/a (nccl-tests not found)"
+        print(f"  {size >> 20:>5} MiB  {value:8.2f}  {other or float('nan'):8.2f}  {ratio}")
+        missed |= bool(other and value / other < 0.95)
+    for op in ("all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv"):
+        rows = netbench_rows([f"coll.{op}", "-p", f"world_size={gpus}", "-p", "backend=nccl",
+                              "-p", "msg_size=64M", "-p", "iterations=20"])
+        print(f"  coll.{op:<15} {shown(rows)}")
+        missed |= not rows or any(r["status"] == "failed" for r in rows)
+    proc = subprocess.run([sys.executable, "bench/coll_vs_torch.py", "--backend", "nccl",
+                           "--world", str(gpus), "--rounds", "3"], text=True, timeout=900,
+                          env=ENV, cwd=ROOT)
+    return missed or proc.returncode != 0
+
+
+def check_rdma_gpu() -> bool:
+    if importlib.util.find_spec("pyverbs") is None:
+        print("rdma.write_bw mem=gpu: skipped: pyverbs is not importable here")
+        return False
+    rows = netbench_rows(["rdma.write_bw", "-p", "mem=gpu", "-p", "msg_size=64K,1M", "-p",
+                          "validate=true"])
+    print(f"rdma.write_bw mem=gpu: {shown(rows)}")
+    return any(r["status"] == "failed" for r in rows)
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the sysfs capture and rows here")
+    args = parser.parse_args()
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
     try:
         import torch
     except ImportError:
@@ -128,35 +224,26 @@ def main() -> int:
         print("skipped: no CUDA device; nothing to check here")
         return 0
     gpus = torch.cuda.device_count()
-    print(f"{gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
-          f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}")
-    missed = check_feed(torch)
-    if gpus < 2:
-        print("skipped: NCCL collectives need >= 2 GPUs (one rank per GPU); this host has 1")
-    else:
-        rows = netbench_rows(["coll.all_reduce", "-p", f"world_size={gpus}", "-p",
-                              "backend=nccl", "-p", "msg_size=" + ",".join(SIZES),
-                              "-p", "iterations=50"])
-        ours = {r["msg_size"]: r["value"] for r in rows if r["metric"] == "busbw"}
-        ref = nccl_tests_busbw(gpus)
-        print("coll.all_reduce busbw (GB/s): netbench vs nccl-tests all_reduce_perf")
-        for size, value in sorted(ours.items()):
-            other = ref.get(size)
-            ratio = f"{value / other:.3f}" if other else "n/a (nccl-tests not found)"
-            print(f"  {size >> 20:>5} MiB  {value:8.2f}  {other or float('nan'):8.2f}  {ratio}")
-            if other and value / other < 0.95:
-                missed = True
-        for op in ("all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
-                   "send_recv"):
-            rows = netbench_rows([f"coll.{op}", "-p", f"world_size={gpus}", "-p",
-                                  "backend=nccl", "-p", "msg_size=64M", "-p", "iterations=20"])
-            busbw = next(r["value"] for r in rows if r["metric"] == "busbw")
-            print(f"  coll.{op:<15} 64 MiB busbw {busbw:8.2f} GB/s")
-        proc = subprocess.run([sys.executable, "bench/coll_vs_torch.py", "--backend", "nccl",
-                               "--world", str(gpus), "--rounds", "3"], text=True, timeout=900)
-        missed |= proc.returncode != 0
-    print("MISS" if missed else "PASS")
-    return 1 if missed else 0
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "?"
+    print(f"{gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, NCCL {nccl}")
+    missed = {}
+    for name, step in (("probe", lambda: check_probe(args.out)), ("feed", lambda: check_feed(
+            torch)), ("nccl", lambda: check_nccl(torch, gpus)), ("rdma", check_rdma_gpu)):
+        start = time.monotonic()
+        try:
+            missed[name] = step()
+        except Exception as exc:       # one broken step must not hide the others' figures
+            print(f"{name}: {type(exc).__name__}: {exc}")
+            missed[name] = True
+        print(f"[{name}: {'MISS' if missed[name] else 'ok'} in {time.monotonic() - start:.0f} s]",
+              flush=True)
+    if args.out:
+        with open(args.out / "gpu-check.jsonl", "w") as f:
+            for row in ALL_ROWS:
+                f.write(json.dumps(row, default=str) + "\n")
+    bad = [name for name, miss in missed.items() if miss]
+    print("MISS: " + ", ".join(bad) if bad else "PASS")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -53,7 +53,9 @@ def launch_info() -> LaunchInfo | None:
             local_i = int(os.environ.get(local_var, "0"))
         except ValueError:
             continue
-        if world_i > 1:
+        # One task of srun/mpirun is just a process; one torchrun worker is asked for on
+        # purpose (e.g. the NCCL path on a one-GPU machine).
+        if world_i > 1 or (launcher == "torchrun" and os.environ.get("TORCHELASTIC_RUN_ID")):
             return LaunchInfo(launcher, rank_i, world_i, local_i)
     return None
 

@@ -132,6 +132,22 @@ def test_under_torchrun_ranks_share_one_run_and_only_rank_0_stores(tmp_path):
     assert "MASTER_PORT" in env["collective_env"]
 
 
+def test_one_torchrun_worker_is_a_launched_run_of_one_rank(tmp_path):
+    """The NCCL path on a one-GPU machine runs this way; here gloo shows the shape."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1",
+         "--master_port", str(28900 + os.getpid() % 90), "-m", "netbench", "run",
+         "coll.all_reduce", "-p", "msg_size=64K", "-p", "iterations=5", "--results",
+         str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = pd.read_parquet(tmp_path)
+    values = dict(zip(df["metric"], df["value"]))
+    assert set(df["status"]) == {"ok"} and set(df["device"]) == {"1 rank"}
+    assert values["busbw"] == 0 and values["algbw"] > 0      # 2(n-1)/n is 0 for one rank
+    assert json.loads(df["env_json"].iloc[0])["launcher"]["world_size"] == 1
+
+
 def test_ddp_sync_answers_what_the_fabric_costs_a_step(tmp_path):
     proc = netbench("run", "coll.ddp_sync", "-p", "model_params=2000000", "-p",
                     "bucket_mb=1", "-p", "compute_ms=50", "-p", "iterations=3", "-p",

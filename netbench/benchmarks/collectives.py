@@ -93,6 +93,10 @@ class _Group:
         self.groups = {}
 
 
+def _ranks_label(world: int) -> str:
+    return f"{world} rank" + ("s" if world > 1 else "")
+
+
 class _LaunchedGroup:
     """This process's rank under a launcher, torn down together at the end of the run.
 
@@ -174,7 +178,7 @@ class _Collective(Benchmark):
             note = (f"size rounded from {params['msg_size']} to {nbytes} bytes (a multiple of "
                     f"the element size{' x world_size' if self.op in _SPLIT else ''}, as "
                     "nccl-tests does)")
-        return Measurement(values, {"time_us": times}, device=f"{world} ranks",
+        return Measurement(values, {"time_us": times}, device=_ranks_label(world),
                            transport=backend, note=note)
 
 
@@ -337,4 +341,4 @@ class CollDdpSync(_Collective):
         note = (f"{results[0]['buckets']} buckets of {params['bucket_mb']:g} MiB; "
                 f"{params['overlap']:.0%} of comm assumed hidden behind {compute:g} ms compute")
         return Measurement(values, {"comm_ms": [t / 1e3 for t in times]},
-                           device=f"{world} ranks", transport=backend, note=note)
+                           device=_ranks_label(world), transport=backend, note=note)
