@@ -83,6 +83,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     print(f"cpu       {env['cpu_model']}  {env['cpu_cores']} logical / "
           f"{env['cpu_physical_cores']} physical")
     print(f"memory    {mem / 2**30:.1f} GiB" if mem else "memory    unknown")
+    if env.get("virtual_machine"):
+        print(f"vm        inside {env['virtual_machine']}")
     print("versions  " + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v))
     print("nics")
     for nic in env["nics"]:
@@ -91,6 +93,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
                                                      "firmware", "pci_address") if nic.get(k))
         print(f"  {nic['name']:<12} {nic['operstate'] or '?':<8} mtu {nic['mtu']}, {speed}"
               + (f", {extra}" if extra else ""))
+    print("gpus" + ("" if env.get("gpus") else "      none on the PCI bus"))
+    for gpu in env.get("gpus", []):
+        ids = f"[{(gpu.get('vendor_id') or '?')[2:]}:{(gpu.get('device_id') or '?')[2:]}]"
+        print(f"  {gpu['pci_address']}  " + ", ".join(
+            str(gpu[k]) for k in ("model", "driver", "driver_version") if gpu.get(k)) + f" {ids}")
     print("pcie" + ("" if env["pcie_paths"] else "      no GPU or RDMA NIC on a PCIe link"))
     for path in env["pcie_paths"]:
         print(f"  [{path['kind']}] {path['summary']}")

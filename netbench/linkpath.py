@@ -257,12 +257,38 @@ def interesting_devices(sysfs: Path) -> dict[str, str]:
     return found
 
 
-def probe_paths(sysfs: Path) -> list[dict[str, Any]]:
+# DMI system vendors (and products) of virtual machines: inside one, the PCIe hops above a
+# passed-through device are the hypervisor's emulation, and their link fields say nothing
+# about the physical link (a guest may read 2.5 GT/s under full load).
+VM_VENDORS = ("QEMU", "KVM", "VMware", "Xen", "innotek", "Parallels", "Firecracker",
+              "Amazon EC2", "Google", "OpenStack", "Red Hat")
+
+
+def virtual_machine(sysfs: Path, cpuinfo: Path | None = None) -> str | None:
+    """The hypervisor this sysfs belongs to (by DMI, or by the CPU's hypervisor flag when the
+    host is live), or None on bare metal."""
+    dmi = sysfs / "class" / "dmi" / "id"
+    vendor, product = _read(dmi / "sys_vendor") or "", _read(dmi / "product_name") or ""
+    for name in VM_VENDORS:
+        if name.lower() in vendor.lower() or name.lower() in product.lower():
+            return f"{vendor} {product}".strip()
+    if vendor.startswith("Microsoft") and "Virtual Machine" in product:
+        return f"{vendor} {product}"
+    flags = next((line for line in (_read(cpuinfo) or "").splitlines()
+                  if line.startswith("flags")), "") if cpuinfo else ""
+    return "a hypervisor (cpu flag)" if " hypervisor" in flags else None
+
+
+def probe_paths(sysfs: Path, vm: str | None = None) -> list[dict[str, Any]]:
     out = []
     for address, kind in interesting_devices(sysfs).items():
         path = walk(sysfs, address)
         if path is not None:
-            out.append({"kind": kind, **path.as_dict()})
+            entry = {"kind": kind, **path.as_dict(), "virtualized": vm}
+            if vm:
+                entry["summary"] += (f" [inside a VM ({vm}): link fields are what the "
+                                     "hypervisor shows, not necessarily the physical link]")
+            out.append(entry)
     return out
 
 
@@ -311,6 +337,8 @@ def capture(sysfs: Path, dest: Path) -> int:
             driver = Path(os.path.realpath(real / "device")) / "driver"
             if driver.is_symlink():
                 copy_link(driver)
+    for attr in ("sys_vendor", "product_name"):
+        copy_file(root / "class" / "dmi" / "id" / attr)
     thunderbolt = root / "bus" / "thunderbolt" / "devices"
     for entry in sorted(thunderbolt.iterdir()) if thunderbolt.is_dir() else []:
         if entry.is_symlink():

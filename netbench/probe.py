@@ -268,6 +268,7 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     except Exception:
         memory, physical = None, None
     uname = platform.uname()
+    vm = linkpath.virtual_machine(root, Path("/proc/cpuinfo") if live else None)
     return {
         "host": socket.gethostname(),
         "kernel": uname.release,
@@ -281,7 +282,8 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "nics": probe_nics(root, use_ioctl=live),
         "rdma_devices": probe_rdma(root),
         "gpus": probe_gpus(root, Path("/proc") if live else None),
-        "pcie_paths": linkpath.probe_paths(root),
+        "virtual_machine": vm,
+        "pcie_paths": linkpath.probe_paths(root, vm),
         "versions": probe_versions(),
     }
 

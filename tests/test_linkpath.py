@@ -130,3 +130,25 @@ def test_usb4_naming_and_a_tunnel_without_the_thunderbolt_bus(tmp_path):
     path = walk(tree, "0000:05:00.0")
     assert path.tunnel["gbytes"] is None and "no thunderbolt bus" in path.tunnel["note"]
     assert path.bottleneck == "0000:05:00.0" and path.downgraded == []
+
+
+def test_inside_a_vm_the_link_fields_are_flagged_as_the_hypervisors(tmp_path):
+    """The capture was taken in QEMU; with its DMI identity (which `--capture` keeps) every path
+    says so, and a GPU's link bound carries the warning into the row."""
+    from netbench.benchmarks.gpu_feed import link_bound
+
+    tree = tmp_path / "tree"
+    shutil.copytree(TREE, tree, symlinks=True)
+    dmi = tree / "class/dmi/id"
+    dmi.mkdir(parents=True)
+    (dmi / "sys_vendor").write_text("QEMU\n")
+    (dmi / "product_name").write_text("Standard PC (Q35 + ICH9, 2009)\n")
+    env = probe(tree)
+    assert env["virtual_machine"] == "QEMU Standard PC (Q35 + ICH9, 2009)"
+    assert all("inside a VM (QEMU" in p["summary"] for p in env["pcie_paths"])
+    bound, why = link_bound(env, "0000:01:00.0")
+    assert bound == pytest.approx(0.25) and "inside a VM" in why
+    again = tmp_path / "again"
+    capture(tree, again)
+    assert probe(again)["virtual_machine"] == env["virtual_machine"]
+    assert probe(TREE)["virtual_machine"] is None            # no DMI captured, no claim

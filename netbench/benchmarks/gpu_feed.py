@@ -91,7 +91,10 @@ def link_bound(env: Mapping[str, Any], address: str | None) -> tuple[float | Non
     for path in env.get("pcie_paths", []):
         if path.get("device") == address:
             if path.get("bottleneck_gbytes"):
-                return path["bottleneck_gbytes"], ""
+                vm = path.get("virtualized")
+                return path["bottleneck_gbytes"], (
+                    f"link bound read inside a VM ({vm}): the guest's link fields may not be "
+                    "the physical link" if vm else "")
             return None, f"link path of {address}: link speed unknown"
     return None, f"link path unknown: {address} not found under the probed sysfs"
 
