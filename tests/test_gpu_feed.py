@@ -72,3 +72,13 @@ def test_gpu_rows_name_the_gpu_and_its_link():
     assert "not found" in link_bound(env, "0000:99:00.0")[1]
     summary = gpu_summary(env, "0000:01:00.0")
     assert summary.startswith("0000:01:00.0:") and "Gen1 2.5 GT/s x1" in summary
+
+
+def test_a_feed_larger_than_host_memory_is_refused_before_allocating(tmp_path):
+    """No worker is started and nothing allocated: the error names the size and what is free."""
+    proc = netbench("run", "gpu.loader_feed", "-p", "device=cpu", "-p", "sample_shape=1024x1024",
+                    "-p", "dtype=float32", "-p", "batch_size=100000", "--results",
+                    str(tmp_path))
+    assert proc.returncode != 0
+    row = pd.read_parquet(tmp_path).iloc[0]
+    assert row.status == "failed" and "of host memory" in row.reason and "available" in row.reason

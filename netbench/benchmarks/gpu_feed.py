@@ -111,7 +111,27 @@ def _device_buffer(torch: Any, device: Any, size: int, what: str) -> Any:
         raise NetbenchError(message + "; lower msg_size") from None
 
 
+def host_available() -> int:
+    """Bytes of host memory available now (MemAvailable), or a very large number if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+def _check_host_room(needed: int, what: str) -> None:
+    available = host_available()
+    if needed > available:
+        raise NetbenchError(f"{what} needs {format_size(needed)} of host memory; "
+                            f"{format_size(available)} is available")
+
+
 def _host_buffer(torch: Any, size: int, pinned: bool) -> Any:
+    _check_host_room(size, f"a {'pinned' if pinned else 'pageable'} host buffer")
     try:
         buf = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
     except (RuntimeError, MemoryError) as exc:
@@ -176,8 +196,8 @@ class _Copy(_Gpu):
         p = case.params
         torch, device = _cuda(p["gpu"])
         size = p["msg_size"]
+        dev = _device_buffer(torch, device, size, "the device buffer")   # fails fastest
         host = _host_buffer(torch, size, p["host_mem"] == "pinned")
-        dev = _device_buffer(torch, device, size, "the device buffer")
         src, dst = (host, dev) if self.to_device else (dev, host)
         per_copy = _timed_copies(torch, device, dst, src, p["iterations"], p["warmup"])
         return _copy_measurement(size, per_copy, str(device), pci_address(torch, device),
@@ -348,9 +368,13 @@ class GpuLoaderFeed(Benchmark):
             device = torch.device("cpu")
         shape = parse_shape(p["sample_shape"])
         batch, warmup, timed = p["batch_size"], p["warmup"], p["batches"]
-        dataset = SyntheticSamples((warmup + timed) * batch, shape, p["dtype"])
         itemsize = torch.empty(0, dtype=getattr(torch, p["dtype"])).element_size()
         sample_bytes = math.prod(shape) * itemsize
+        in_flight = max(p["workers"], 1) * p["prefetch_factor"] + 2     # queued + pinned + used
+        _check_host_room(in_flight * batch * sample_bytes,
+                         f"{in_flight} batches of {batch} x {p['sample_shape']} {p['dtype']} "
+                         "in flight")
+        dataset = SyntheticSamples((warmup + timed) * batch, shape, p["dtype"])
         on_gpu = device.type == "cuda"
         loader = torch.utils.data.DataLoader(
             dataset, batch_size=batch, num_workers=p["workers"],
