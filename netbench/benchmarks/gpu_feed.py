@@ -25,7 +25,6 @@ from netbench.api import (
     NetbenchError,
     Param,
     SkipCase,
-    format_size,
 )
 
 TORCH_HINT = "torch is not installed: `pip install torch` with a CUDA build"
@@ -101,14 +100,22 @@ def link_bound(env: Mapping[str, Any], address: str | None) -> tuple[float | Non
 
 def _device_buffer(torch: Any, device: Any, size: int, what: str) -> Any:
     free, total = torch.cuda.mem_get_info(device)
-    message = (f"cannot allocate {format_size(size)} for {what} on {device}: "
-               f"{format_size(free)} free of {format_size(total)}")
+    message = (f"cannot allocate {human(size)} for {what} on {device}: "
+               f"{human(free)} free of {human(total)}")
     if size > free:
         raise NetbenchError(message + "; lower msg_size")
     try:
         return torch.empty(size, dtype=torch.uint8, device=device)
     except torch.cuda.OutOfMemoryError:
         raise NetbenchError(message + "; lower msg_size") from None
+
+
+def human(n: int) -> str:
+    """Readable binary size for messages: 3.2 GiB, 512.0 MiB, 4096 B."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def host_available() -> int:
@@ -126,8 +133,8 @@ def host_available() -> int:
 def _check_host_room(needed: int, what: str) -> None:
     available = host_available()
     if needed > available:
-        raise NetbenchError(f"{what} needs {format_size(needed)} of host memory; "
-                            f"{format_size(available)} is available")
+        raise NetbenchError(f"{what} needs {human(needed)} of host memory; "
+                            f"{human(available)} is available")
 
 
 def _host_buffer(torch: Any, size: int, pinned: bool) -> Any:
@@ -138,7 +145,7 @@ def _host_buffer(torch: Any, size: int, pinned: bool) -> Any:
         kind = "pinned (page-locked)" if pinned else "pageable"
         hint = ("; try host_mem=pageable, a smaller msg_size, or a higher locked-memory limit "
                 "(ulimit -l)" if pinned else "; lower msg_size")
-        raise NetbenchError(f"{kind} host allocation of {format_size(size)} refused: "
+        raise NetbenchError(f"{kind} host allocation of {human(size)} refused: "
                             f"{str(exc).splitlines()[0][:200]}{hint}") from None
     buf.fill_(0x5A)
     return buf
