@@ -80,16 +80,35 @@ def format_size(n: int) -> str:
     return str(n)
 
 
+MAX_SWEEP = 4096          # sizes one range may expand to
+
+
 def _size_range(text: str) -> list[int]:
-    """'2..8M' -> powers of two from 2 B to 8 MiB, like perftest -a."""
-    lo_text, hi_text = text.split("..", 1)
+    """'2..8M' -> powers of two from 2 B to 8 MiB, like perftest -a; nccl-tests' -b/-e/-f and
+    -i as 'LO..HI:xF' (multiply by F each step) and 'LO..HI:+STEP' (add STEP bytes)."""
+    span, _, step = text.partition(":")
+    lo_text, hi_text = span.split("..", 1)
     lo, hi = parse_size(lo_text), parse_size(hi_text)
     if lo <= 0 or hi < lo:
         raise ValueError(f"{text!r}: a range needs 0 < low <= high")
+    step = step.strip().lower()
+    factor, increment = 2, 0
+    if step.startswith(("x", "*")):
+        factor = int(step[1:]) if step[1:].isdigit() else 0
+        if factor < 2:
+            raise ValueError(f"{text!r}: the factor after ':x' must be an integer >= 2")
+    elif step.startswith("+"):
+        increment = parse_size(step[1:])
+        if increment <= 0:
+            raise ValueError(f"{text!r}: the step after ':+' must be a positive size")
+    elif step:
+        raise ValueError(f"{text!r}: after ':' give xFACTOR (x4) or +STEP (+1M)")
     out, value = [], lo
     while value <= hi:
         out.append(value)
-        value *= 2
+        if len(out) > MAX_SWEEP:
+            raise ValueError(f"{text!r} expands to more than {MAX_SWEEP} sizes")
+        value = value + increment if increment else value * factor
     return out
 
 
@@ -137,7 +156,8 @@ class Param:
         if bounds:
             text += " " + " and ".join(bounds)
         if self.sweep:
-            text += "; a list sweeps" + (" (or a range 1K..1M)" if self.kind == "size" else "")
+            text += "; a list sweeps" + (" (or a range 1K..1M, 1K..1G:x4, 1M..8M:+1M)"
+                                         if self.kind == "size" else "")
             if self.all_range:
                 lo, hi = (format_size(v) for v in self.all_range)
                 text += f"; all = {lo}..{hi}"

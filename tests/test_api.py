@@ -29,6 +29,13 @@ def test_sweep_size_param_accepts_lists_and_ranges():
     assert p.parse(["1K", 2048]) == [1024, 2048]
     assert p.parse("2..16") == [2, 4, 8, 16]
     assert p.parse("2..8M")[-1] == 8 << 20 and len(p.parse("2..8M")) == 23
+    # nccl-tests -b 1K -e 1M -f 4, and -b 1M -e 4M -i 1M
+    assert p.parse("1K..1M:x4") == [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20]
+    assert p.parse("1M..4M:+1M") == [1 << 20, 2 << 20, 3 << 20, 4 << 20]
+    for bad, why in (("1K..1M:x1", "factor"), ("1K..1M:+0", "positive"), ("1K..1M:y", "after"),
+                     ("1..8M:+1", "more than")):
+        with pytest.raises(UsageError, match=why):
+            p.parse(bad)
 
 
 def test_param_errors_name_param_and_accepted_values():
