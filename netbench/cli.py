@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -46,8 +47,12 @@ def cmd_list(args: argparse.Namespace) -> int:
                         "accepted": p.accepted(), "help": p.help} for p in bench.params],
         })
     broken = registry.broken_plugins()
+    from netbench import hooks
+    loaded, broken_hooks = hooks.load()
     if args.json:
-        print(json.dumps({"benchmarks": entries, "broken_plugins": broken}, indent=2))
+        print(json.dumps({"benchmarks": entries, "broken_plugins": broken,
+                          "hooks": [name for name, _ in loaded],
+                          "broken_hooks": list(broken_hooks)}, indent=2))
         return 0
     for entry, bench in zip(entries, benchmarks.values()):
         state = "ready" if entry["available"] else f"unavailable: {entry['reason']}"
@@ -61,6 +66,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{'':<16}metrics: {metrics}")
     for name, why in broken.items():
         print(f"{name:<14} BROKEN PLUGIN: {why}")
+    if loaded:
+        print("hooks: " + ", ".join(name for name, _ in loaded))
+    for why in broken_hooks:
+        print(f"BROKEN HOOK: {why}")
     return 0
 
 
@@ -168,8 +177,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.rows:
         out.write(summary_table(result.rows) + "\n")
     err = sys.stderr
-    for note in result.fallbacks:
-        err.write(f"fallback: {note}\n")
+    for note, times in Counter(result.fallbacks).items():   # a per-case note, said once
+        err.write(f"fallback: {note}" + (f" ({times} times)" if times > 1 else "") + "\n")
     failed = [r for r in result.rows if r["status"] == "failed"]
     skipped: dict[str, list[str]] = {}
     for row in result.rows:

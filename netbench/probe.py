@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from netbench import __version__, linkpath
+from netbench import __version__, hooks, linkpath
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GDRVINFO = 0x00000003
@@ -269,7 +269,7 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         memory, physical = None, None
     uname = platform.uname()
     vm = linkpath.virtual_machine(root, Path("/proc/cpuinfo") if live else None)
-    return {
+    env = {
         "host": socket.gethostname(),
         "kernel": uname.release,
         "os": _os_name(),
@@ -286,6 +286,10 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "pcie_paths": linkpath.probe_paths(root, vm),
         "versions": probe_versions(),
     }
+    errors = hooks.call("update_env", env)     # a site's own facts (netbench.hooks)
+    if errors:
+        env["hook_errors"] = errors
+    return env
 
 
 def nic_summary(env: dict[str, Any], device: str | None) -> str | None:

@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from netbench import hooks, softroce
 from netbench import peer as peer_mod
-from netbench import softroce
 from netbench.api import Benchmark, Case, ClientSession, Measurement
 from netbench.errors import NetbenchError, SkipCase
 from netbench.launch import launch_info
@@ -120,6 +120,7 @@ class Runner:
         run_id = launched.run_id() if launched else uuid.uuid4().hex[:12]
         path = self.store.path_for(run_id, started.isoformat())
         result = RunResult(run_id, path)
+        result.fallbacks.extend(self.env.get("hook_errors", []))
         created_rxe = self._softroce(plan, result) if plan.softroce else None
         base = {
             "schema_version": SCHEMA_VERSION, "run_id": run_id, "label": self.label,
@@ -155,6 +156,7 @@ class Runner:
                 result.rows.extend(rows)
                 self.store.write_run(path, result.rows)
                 self.reporter.end_case(index, planned, rows)
+                result.fallbacks.extend(hooks.call("case_finished", rows))
         finally:
             for name, resource in self._shared.items():
                 closer = getattr(resource, "close", None)
@@ -171,6 +173,7 @@ class Runner:
                     softroce.remove(created_rxe)
                 except NetbenchError as exc:
                     result.fallbacks.append(f"could not remove {created_rxe}: {exc}")
+        result.fallbacks.extend(hooks.call("run_finished", result.rows))
         return result
 
     def _softroce(self, plan: Plan, result: RunResult) -> str | None:

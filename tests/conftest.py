@@ -47,13 +47,14 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
     return False
 
 
-def install_plugin(folder: Path, source: str, entries: dict[str, str]) -> str:
-    """A third-party benchmark plugin as pip would leave it: a module and a dist-info with
-    entry points. Returns the folder to put on PYTHONPATH."""
+def install_plugin(folder: Path, source: str, entries: dict[str, str],
+                   group: str = "netbench.benchmarks") -> str:
+    """A third-party plugin as pip would leave it: a module and a dist-info with entry points
+    in ``group``. Returns the folder to put on PYTHONPATH."""
     (folder / "demo_plugin.py").write_text(source)
     dist = folder / "demo_plugin-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-plugin\nVersion: 1.0\n")
     lines = "".join(f"{name} = {target}\n" for name, target in entries.items())
-    (dist / "entry_points.txt").write_text(f"[netbench.benchmarks]\n{lines}")
+    (dist / "entry_points.txt").write_text(f"[{group}]\n{lines}")
     return str(folder)

@@ -67,3 +67,56 @@ def test_third_party_plugin_lists_runs_and_skips(tmp_path):
     assert "skipped: demo.hw: no demo hardware" in skipped.stderr
     broken = netbench("run", "demo.broken", env=env)
     assert broken.returncode == 2 and "failed to load" in broken.stderr
+
+
+HOOKS = '''
+import json
+import os
+
+
+class Site:
+    """What a site would add: its own facts in every fingerprint, rows shipped elsewhere."""
+
+    @staticmethod
+    def update_env(env):
+        env["site"] = {"rack": "r42", "switch_fw": "3.12.1"}
+
+    @staticmethod
+    def case_finished(rows):
+        with open(os.environ["DEMO_HOOK_OUT"], "a") as f:
+            f.write(json.dumps([r["metric"] for r in rows]) + "\\n")
+
+    @staticmethod
+    def run_finished(rows):
+        with open(os.environ["DEMO_HOOK_OUT"], "a") as f:
+            f.write(f"run {len(rows)}\\n")
+
+
+class Broken:
+    @staticmethod
+    def case_finished(rows):
+        raise RuntimeError("the collector is down")
+'''
+
+
+def test_hooks_extend_the_fingerprint_and_see_stored_rows(tmp_path):
+    import pandas as pd
+
+    folder = install_plugin(tmp_path, textwrap.dedent(HOOKS), {
+        "site": "demo_plugin:Site", "broken": "demo_plugin:Broken",
+        "missing": "demo_plugin:Nowhere"}, group="netbench.hooks")
+    out = tmp_path / "hook.log"
+    env = dict(os.environ, PYTHONPATH=folder, DEMO_HOOK_OUT=str(out))
+    listing = json.loads(netbench("list", "--json", env=env).stdout)
+    assert sorted(listing["hooks"]) == ["broken", "site"]
+    assert "missing" in listing["broken_hooks"][0]
+    run = netbench("run", "mem.copy", "-p", "msg_size=1M,2M", "-p", "iterations=2",
+                   "--results", str(tmp_path / "r"), env=env)
+    assert run.returncode == 0, run.stderr                   # broken hooks never stop a run
+    assert "hook broken.case_finished failed: RuntimeError: the collector is down" in run.stderr
+    assert "hook missing" in run.stderr
+    assert out.read_text().splitlines() == ['["bw", "bw_peak"]', '["bw", "bw_peak"]', "run 4"]
+    stored = pd.read_parquet(tmp_path / "r")
+    assert json.loads(stored["env_json"].iloc[0])["site"] == {"rack": "r42",
+                                                              "switch_fw": "3.12.1"}
+    assert json.loads(netbench("probe", "--json", env=env).stdout)["site"]["rack"] == "r42"
