@@ -82,3 +82,20 @@ def test_a_feed_larger_than_host_memory_is_refused_before_allocating(tmp_path):
     assert proc.returncode != 0
     row = pd.read_parquet(tmp_path).iloc[0]
     assert row.status == "failed" and "of host memory" in row.reason and "available" in row.reason
+
+
+def test_numa_note_when_the_process_may_run_off_the_gpus_node(tmp_path):
+    from netbench.benchmarks.gpu_feed import _cpulist, numa_note
+
+    assert _cpulist("0-3,8\n") == {0, 1, 2, 3, 8}
+    mine = sorted(os.sched_getaffinity(0))
+    env = {"gpus": [{"pci_address": "0000:3b:00.0", "numa_node": 1}]}
+    nodes = tmp_path / "node"
+    (nodes / "node1").mkdir(parents=True)
+    (nodes / "node1" / "cpulist").write_text(f"{mine[0]}\n")      # the GPU's node: one CPU
+    note = numa_note(env, "0000:3b:00.0", str(nodes))
+    if len(mine) > 1:
+        assert "numactl --cpunodebind=1 --membind=1" in note
+    (nodes / "node1" / "cpulist").write_text(",".join(map(str, mine)) + "\n")
+    assert numa_note(env, "0000:3b:00.0", str(nodes)) == ""       # already local
+    assert numa_note({"gpus": []}, "0000:3b:00.0", str(nodes)) == ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import math
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -175,13 +176,43 @@ def _copy_measurement(size: int, per_copy_ms: list[float], device: str, address:
     """bw over all copies, the fastest one, and (given the fingerprint) the link's share."""
     rates = [size / (ms * 1e6) for ms in per_copy_ms]          # bytes/ns == GB/s
     values = {"bw": size * len(per_copy_ms) / (sum(per_copy_ms) * 1e6), "bw_peak": max(rates)}
-    why = ""
+    notes = []
     if env is not None:
         bound, why = link_bound(env, address)
         if bound:
             values["link_efficiency"] = values["bw"] / bound
-    return Measurement(values, {"bw": rates}, device=device, transport=transport, note=why,
-                       pci_address=address)
+        notes = [n for n in (why, numa_note(env, address)) if n]
+    return Measurement(values, {"bw": rates}, device=device, transport=transport,
+                       note="; ".join(notes), pci_address=address)
+
+
+def _cpulist(text: str) -> set[int]:
+    """'0-3,8' -> {0, 1, 2, 3, 8}"""
+    cpus: set[int] = set()
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def numa_note(env: Mapping[str, Any], address: str | None,
+              nodes: str = "/sys/devices/system/node") -> str:
+    """Where this process may run CPUs off the GPU's NUMA node, host buffers can land there and
+    cross the socket link: say so, and how to pin (nvbandwidth and real loaders pin too)."""
+    gpu = next((g for g in env.get("gpus", []) if g.get("pci_address") == address), None)
+    if not gpu or gpu.get("numa_node") is None:
+        return ""
+    node = gpu["numa_node"]
+    try:
+        with open(f"{nodes}/node{node}/cpulist") as f:
+            local = _cpulist(f.read())
+        mine = os.sched_getaffinity(0)
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if not local or mine <= local:
+        return ""
+    return (f"this process may run on CPUs outside the GPU's NUMA node {node}; pin it for "
+            f"local host memory: numactl --cpunodebind={node} --membind={node} netbench ...")
 
 
 class _Gpu(Benchmark):
