@@ -28,7 +28,8 @@ def test_dashboard_renders_offline_without_errors(tmp_path):
     suite.write_text('[[case]]\nbenchmark = "tcp.stream"\nmsg_size = ["16K", "128K"]\n'
                      'duration = 0.5\n[[case]]\nbenchmark = "tcp.rr"\niterations = 500\n'
                      '[[case]]\nbenchmark = "rdma.write_bw"\n[[case]]\nbenchmark = '
-                     '"coll.all_reduce"\nmsg_size = ["4K", "64K"]\niterations = 3\n')
+                     '"coll.all_reduce"\nmsg_size = ["4K", "64K"]\niterations = 3\n'
+                     '[[case]]\nbenchmark = "mem.copy"\niterations = 3\n')
     for label in ("before", "after"):
         run = netbench("run", str(suite), "--results", str(store), "--label", label,
                        timeout=300)
@@ -45,6 +46,7 @@ def test_dashboard_renders_offline_without_errors(tmp_path):
     expected = 4 if "coll.all_reduce" in text else 3
     assert int(re.search(r'data-charts="(\d+)"', body).group(1)) >= expected
     assert "Skipped and failed, and why" in text and "rdma.write_bw" in text
+    assert re.search(r"host memcpy bound \d+ Gbit/s \(mem.copy\)", text)
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
     _chromium(tmp_path, "--window-size=1400,3000", f"--screenshot={shot}", page.as_uri())
