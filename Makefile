@@ -26,9 +26,11 @@ sysdeps:
 	  else echo "missing system packages:$$missing (tests that need them will skip)"; fi; \
 	fi
 
-# torch for the collectives (gloo on CPU, nccl on GPUs); TORCH_SPEC= skips it (coll.* then
-# skip with the reason). torch==2.13.0 resolves to the CPU build this project's machines carry.
-TORCH_SPEC ?= torch==2.13.0
+# torch for the collectives (gloo on CPU, nccl on GPUs) and the GPU feed; TORCH_SPEC= skips it
+# (coll.* and gpu.* then skip with the reason). A torch the base Python already has (a GPU
+# machine's CUDA build) is kept, seen through --system-site-packages; otherwise torch==2.13.0
+# resolves to the CPU build this project's machines carry.
+TORCH_SPEC ?= $(shell $(PYTHON) -c 'import torch' >/dev/null 2>&1 || echo torch==2.13.0)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]' $(TORCH_SPEC)
