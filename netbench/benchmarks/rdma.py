@@ -97,6 +97,9 @@ class _Rdma(Benchmark):
         if params["mem"] == "gpu" and self.name.endswith("_lat"):
             raise SkipCase("mem=gpu applies to bandwidth tests only, as in perftest: the "
                            "latency loop polls its buffer from the CPU")
+        if params["mem"] == "gpu" and params["inline_size"]:
+            raise SkipCase("mem=gpu with inline_size > 0: inline data is copied by the CPU "
+                           "from host memory; use inline_size=0")
         if params["bidirectional"] and self.name.endswith("_lat"):
             raise SkipCase("bidirectional applies to bandwidth tests only")
         try:
