@@ -78,17 +78,19 @@ def main() -> int:
     expect("empty GID", run(["rdma.send_lat", "-p", "gid_index=5", "-p", "iterations=10"], out),
            "GID index 5", "empty")
     # GPU memory on a device without it: a skipped row saying why, never a crash.
-    for bench, needle in (("rdma.write_bw", "mem=gpu needs"), ("rdma.send_lat",
-                                                               "bandwidth tests only")):
+    for bench, extra, needle in (("rdma.write_bw", [], "mem=gpu needs"),
+                                 ("rdma.send_lat", [], "bandwidth tests only"),
+                                 ("rdma.send_bw", ["-p", "inline_size=64"], "inline")):
         jsonl = out / "faults.jsonl"
         jsonl.unlink(missing_ok=True)
-        rc, err, seconds = run([bench, "-p", "mem=gpu", "-p", "iterations=10"], out)
+        rc, err, seconds = run([bench, "-p", "mem=gpu", "-p", "iterations=10", *extra], out)
         rows = [json.loads(line) for line in jsonl.read_text().splitlines()] if \
             jsonl.exists() else []
         ok = (rc == 0 and len(rows) == 1 and rows[0]["status"] == "skipped"
               and needle in (rows[0]["reason"] or ""))
         failures += not ok
-        print(f"  {'ok  ' if ok else 'FAIL'} {bench} mem=gpu -> skipped in {seconds:.1f} s: "
+        print(f"  {'ok  ' if ok else 'FAIL'} {bench} mem=gpu {' '.join(extra)} -> skipped in "
+              f"{seconds:.1f} s: "
               f"{rows[0]['reason'] if rows else err.strip()[-300:]}")
     bad = serve(addr, 5302, BAD_RKEY_SERVER)
     try:
