@@ -417,7 +417,9 @@ class GpuLoaderFeed(Benchmark):
         loader = torch.utils.data.DataLoader(
             dataset, batch_size=batch, num_workers=p["workers"],
             pin_memory=p["pin_memory"] and on_gpu,
-            prefetch_factor=p["prefetch_factor"] if p["workers"] else None)
+            prefetch_factor=p["prefetch_factor"] if p["workers"] else None,
+            # a wedged worker must end the case, not hang it
+            timeout=max(ctx.remaining() - 5, 1) if p["workers"] else 0)
         batches = iter(loader)
         try:
             for _ in range(warmup):
