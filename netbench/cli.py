@@ -112,7 +112,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"  [{path['kind']}] {path['summary']}")
         for hop in path["hops"]:
             print(f"      {hop['address']}  now {hop['speed'] or '?'} GT/s x{hop['width'] or '?'}"
-                  f"  max {hop['max_speed'] or '?'} GT/s x{hop['max_width'] or '?'}")
+                  f"  max {hop['max_speed'] or '?'} GT/s x{hop['max_width'] or '?'}"
+                  f"  {hop['role']}" + ("  (Thunderbolt/USB4 tunnel)" if hop["tunnelled"] else ""))
     print("rdma" + ("" if env["rdma_devices"] else
                     "      none (no /sys/class/infiniband devices)"))
     for dev in env["rdma_devices"]:

@@ -73,6 +73,7 @@ class Hop:
     gbytes: float | None         # GB/s per direction now
     max_gbytes: float | None
     tunnelled: bool = False      # its link crosses a Thunderbolt/USB4 tunnel
+    role: str = ""               # device, switch downstream/upstream port, root port
 
     def describe(self, speed: float | None, width: int | None) -> str:
         gen = f"Gen{GENERATION[speed]} " if speed in GENERATION else ""
@@ -88,6 +89,7 @@ class LinkPath:
     bottleneck_gbytes: float | None
     downgraded: list[str]        # human-readable, one per downgraded hop
     tunnel: dict[str, Any] | None = None   # the Thunderbolt/USB4 link the path crosses
+    switches: int = 0            # PCIe switches between the device and its root port
 
     def summary(self) -> str:
         if self.bottleneck is None:
@@ -101,6 +103,8 @@ class LinkPath:
         if self.tunnel and not (self.bottleneck and next(
                 h for h in self.hops if h.address == self.bottleneck).tunnelled):
             text += f"; through {describe_tunnel(self.tunnel)}"
+        if self.switches:
+            text += f"; behind {self.switches} PCIe switch{'es' if self.switches > 1 else ''}"
         return text + ("; DOWNGRADED: " + "; ".join(self.downgraded) if self.downgraded else "")
 
     def as_dict(self) -> dict[str, Any]:
@@ -125,6 +129,16 @@ def walk(sysfs: Path, address: str) -> LinkPath | None:
                         max_width or None, lane_gbytes(speed, width),
                         lane_gbytes(max_speed, max_width)))
         path = path.parent
+    # Up from the device: each switch is a downstream port under an upstream port; the last
+    # bridge is the root port (a device alone sits on the root complex itself).
+    for i, hop in enumerate(hops):
+        if i == 0:
+            hop.role = "device" if len(hops) > 1 else "device on the root complex"
+        elif i == len(hops) - 1:
+            hop.role = "root port"
+        else:
+            hop.role = "switch downstream port" if i % 2 else "switch upstream port"
+    switches = max(len(hops) - 2, 0) // 2
     # The tunnelled hop is the top-most removable one: its link to the external-facing port
     # above it is the virtual PCIe link carried over Thunderbolt/USB4.
     tunnel = None
@@ -155,7 +169,7 @@ def walk(sysfs: Path, address: str) -> LinkPath | None:
                               f"{child.describe(child.speed, child.width)}, capable of "
                               f"{child.describe(cap_speed, cap_width)}")
     return LinkPath(address, hops, narrowest.address if narrowest else None,
-                    narrowest.gbytes if narrowest else None, downgraded, tunnel)
+                    narrowest.gbytes if narrowest else None, downgraded, tunnel, switches)
 
 
 def parse_gbps(text: str | None) -> float | None:

@@ -30,6 +30,10 @@ def test_paths_from_the_captured_tree():
         "0000:05:00.0", "0000:04:00.0", "0000:03:00.0", "0000:00:05.0"]
     unknown = switch["hops"][1]
     assert unknown["max_speed"] is None and unknown["max_width"] is None  # 'Unknown' in sysfs
+    assert [h["role"] for h in switch["hops"]] == [
+        "device", "switch downstream port", "switch upstream port", "root port"]
+    assert switch["switches"] == 1 and switch["summary"].endswith("behind 1 PCIe switch")
+    assert behind_root["switches"] == 0 and "switch" not in behind_root["summary"]
     assert env["rdma_devices"][0]["name"] == "rxe0" and env["rdma_devices"][0]["emulated"]
 
 
