@@ -289,6 +289,8 @@ class GpuBidir(_Gpu):
         Metric("bw", "GB/s", "higher", "both directions' bytes / the span of both"),
         Metric("bw_h2d", "GB/s", "higher", "host-to-device share while both run"),
         Metric("bw_d2h", "GB/s", "higher", "device-to-host share while both run"),
+        Metric("link_efficiency", "fraction", "higher",
+               "bw / twice the narrowest hop's per-direction bandwidth (both directions)"),
     )
     params = (_SIZE, _HOST, _GPU, _ITERS, _WARMUP)
 
@@ -327,7 +329,11 @@ class GpuBidir(_Gpu):
         moved = size * iterations
         values = {"bw": 2 * moved / (max(up_ms, down_ms) * 1e6),
                   "bw_h2d": moved / (up_ms * 1e6), "bw_d2h": moved / (down_ms * 1e6)}
-        return Measurement(values, device=str(device), pci_address=pci_address(torch, device))
+        address = pci_address(torch, device)
+        bound, why = link_bound(ctx.env, address)
+        if bound:                        # PCIe is full duplex: each direction has the bound
+            values["link_efficiency"] = values["bw"] / (2 * bound)
+        return Measurement(values, device=str(device), note=why, pci_address=address)
 
 
 # --- the DataLoader feed --------------------------------------------------------------------------
