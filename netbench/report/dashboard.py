@@ -136,7 +136,8 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
         g = g.sort_values("msg_size")
         traces.append(_line(g["msg_size"], g["value"], " ".join(p for p in (bench, device, mem)
                                                                   if p)))
-    share = pcie[pcie["metric"].isin(["link_efficiency", "link_fraction"])]
+    share = pcie[pcie["metric"].isin(["link_efficiency", "link_fraction"])
+                 & (pcie["benchmark"] != "gpu.bidir")]      # bidir's bound is both directions
     for _, row in share.iterrows():
         match = bw[(bw["case_index"] == row["case_index"]) & (bw["run_id"] == row["run_id"])]
         if not match.empty and row["value"]:
