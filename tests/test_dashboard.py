@@ -87,16 +87,17 @@ def test_h2d_view_draws_each_gpus_bound_or_says_why_it_cannot(tmp_path):
     assert text.startswith("gpu.* skipped: no CUDA device") and "0000:05:00.0: bottleneck" in text
     # With copy rows (values as a GPU run stores them): one line per GPU and host memory
     # kind, and the bound each row was divided by, dashed.
-    def case(index, mem, size, bw, eff):
-        common = {"run_id": "r", "case_index": index, "benchmark": "gpu.h2d", "status": "ok",
+    def case(index, mem, size, bw, eff, bench="gpu.h2d"):
+        common = {"run_id": "r", "case_index": index, "benchmark": bench, "status": "ok",
                   "transport": "pcie", "device": "cuda:0", "msg_size": size,
                   "params": json.dumps({"host_mem": mem, "msg_size": size})}
         return [{**common, "metric": "bw", "value": bw},
                 {**common, "metric": "link_efficiency", "value": eff}]
     frame = pd.DataFrame(case(0, "pinned", 1 << 20, 40.0, 0.8) + case(1, "pinned", 1 << 26,
-                         50.0, 1.0) + case(2, "pageable", 1 << 26, 20.0, 0.4))
+                         50.0, 1.0) + case(2, "pageable", 1 << 26, 20.0, 0.4)
+                         + case(3, "pinned", 1 << 26, 60.0, 0.6, "gpu.bidir"))
     fig = h2d_chart(frame)
     names = [t["name"] for t in fig["data"]]
-    assert names == ["gpu.h2d cuda:0 pageable", "gpu.h2d cuda:0 pinned",
-                     "cuda:0 link bound 50.00 GB/s"]
-    assert fig["data"][1]["y"] == [40.0, 50.0] and fig["data"][2]["line"]["dash"] == "dash"
+    assert names == ["gpu.bidir cuda:0 pinned", "gpu.h2d cuda:0 pageable",
+                     "gpu.h2d cuda:0 pinned", "cuda:0 link bound 50.00 GB/s"]   # not bidir's
+    assert fig["data"][2]["y"] == [40.0, 50.0] and fig["data"][3]["line"]["dash"] == "dash"
