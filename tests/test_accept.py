@@ -102,3 +102,17 @@ def test_shipped_acceptance_spec_loads():
 
     spec = load_spec("suites/nic-acceptance.toml")
     assert spec.suite == "nic-acceptance" and len(spec.checks) == 4
+
+
+def test_gpu_acceptance_spec_loads_and_without_a_gpu_says_why(tmp_path):
+    from netbench.analysis.accept import load_spec
+
+    spec = load_spec("suites/gpu-acceptance.toml")
+    assert [c.metric for c in spec.checks] == ["link_efficiency", "link_efficiency",
+                                               "link_efficiency", "link_fraction"]
+    run = netbench("run", "gpu.h2d", "-p", "msg_size=64M", "--results", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    verdict = netbench("accept", "suites/gpu-acceptance.toml", "--results", str(tmp_path))
+    assert verdict.returncode == 1                    # no GPU here: nothing measured, not a pass
+    assert "skipped" in verdict.stdout and "gpu.h2d" in verdict.stdout
+
