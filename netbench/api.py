@@ -30,7 +30,7 @@ except ImportError:
 __all__ = [
     "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Measurement",
     "Metric", "NetbenchError", "Param", "PeerError", "ServerSession", "SkipCase", "UsageError",
-    "fastloop", "format_size", "launch_info", "parse_size", "stats",
+    "fastloop", "format_size", "host_memory_available", "launch_info", "parse_size", "stats",
 ]
 
 Better = Literal["higher", "lower"]
@@ -417,6 +417,18 @@ class Benchmark:
         if unknown:
             raise UsageError(f"unknown params for {self.name}: {', '.join(sorted(unknown))}")
         return out
+
+
+def host_memory_available() -> int | None:
+    """Bytes of host memory available now (MemAvailable in /proc/meminfo), None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _host_cpu_times() -> tuple[float, float]:

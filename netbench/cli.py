@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from netbench import __version__
+from netbench import __version__, hooks
 from netbench.errors import NetbenchError, UsageError
 
 
@@ -47,7 +47,6 @@ def cmd_list(args: argparse.Namespace) -> int:
                         "accepted": p.accepted(), "help": p.help} for p in bench.params],
         })
     broken = registry.broken_plugins()
-    from netbench import hooks
     loaded, broken_hooks = hooks.load()
     if args.json:
         print(json.dumps({"benchmarks": entries, "broken_plugins": broken,

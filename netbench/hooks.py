@@ -35,10 +35,10 @@ def load() -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
 
 
 def call(method: str, *args: Any) -> list[str]:
-    """Call ``method`` on every hook that has it; returns what went wrong, one line each."""
-    hooks, problems = load()
-    errors = list(problems) if method == "update_env" else []   # said once per run
-    for name, hook in hooks:
+    """Call ``method`` on every hook that has it; returns what went wrong, one line each
+    (hooks that failed to load are ``load()[1]``)."""
+    errors = []
+    for name, hook in load()[0]:
         fn = getattr(hook, method, None)
         if fn is None:
             continue

@@ -48,14 +48,16 @@ def lane_gbytes(speed: float | None, width: int | None) -> float | None:
     return speed * ENCODING[speed] * width / 8
 
 
-def _read(path: Path) -> str | None:
+def read_attr(path: Path) -> str | None:
+    """A sysfs attribute, stripped; None where missing or unreadable (the probe's one reader)."""
     try:
-        return path.read_text().strip()
+        return path.read_text(errors="replace").strip()
     except OSError:
         return None
 
 
-def _int(text: str | None) -> int | None:
+def read_int(path: Path) -> int | None:
+    text = read_attr(path)
     try:
         return int(text) if text is not None else None
     except ValueError:
@@ -120,12 +122,12 @@ def walk(sysfs: Path, address: str) -> LinkPath | None:
     hops = []
     removable = []
     while BDF.match(path.name):
-        removable.append(_read(path / "removable") == "removable")
-        speed = parse_speed(_read(path / "current_link_speed"))
-        width = _int(_read(path / "current_link_width"))
-        max_speed = parse_speed(_read(path / "max_link_speed"))
-        max_width = _int(_read(path / "max_link_width"))
-        hops.append(Hop(path.name, _read(path / "class"), speed, width or None, max_speed,
+        removable.append(read_attr(path / "removable") == "removable")
+        speed = parse_speed(read_attr(path / "current_link_speed"))
+        width = read_int(path / "current_link_width")
+        max_speed = parse_speed(read_attr(path / "max_link_speed"))
+        max_width = read_int(path / "max_link_width")
+        hops.append(Hop(path.name, read_attr(path / "class"), speed, width or None, max_speed,
                         max_width or None, lane_gbytes(speed, width),
                         lane_gbytes(max_speed, max_width)))
         path = path.parent
@@ -189,16 +191,17 @@ def thunderbolt_routers(sysfs: Path) -> list[dict[str, Any]]:
         real = Path(os.path.realpath(entry))
         if not (real / "authorized").exists() and not (real / "generation").exists():
             continue                    # an XDomain (another host), not a router
-        speeds = [parse_gbps(_read(real / f"{d}_speed")) for d in ("rx", "tx")]
-        lanes = [_int(_read(real / f"{d}_lanes")) for d in ("rx", "tx")]
+        speeds = [parse_gbps(read_attr(real / f"{d}_speed")) for d in ("rx", "tx")]
+        lanes = [read_int(real / f"{d}_lanes") for d in ("rx", "tx")]
         per_direction = [s * n for s, n in zip(speeds, lanes) if s and n]
         domain = sysfs / "bus" / "thunderbolt" / "devices" / f"domain{match.group(1)}"
         nhi = Path(os.path.realpath(domain)).parent.name if domain.exists() else None
         routers.append({
             "router": entry.name, "domain": int(match.group(1)),
             "nhi": nhi if nhi and BDF.match(nhi) else None,
-            "generation": _int(_read(real / "generation")),
-            "device_name": _read(real / "device_name"), "vendor_name": _read(real / "vendor_name"),
+            "generation": read_int(real / "generation"),
+            "device_name": read_attr(real / "device_name"),
+            "vendor_name": read_attr(real / "vendor_name"),
             "gbps_per_lane": min((s for s in speeds if s), default=None),
             "lanes": min((n for n in lanes if n), default=None),
             "gbps": min(per_direction) if per_direction else None,
@@ -260,7 +263,7 @@ def interesting_devices(sysfs: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     devices = sysfs / "bus" / "pci" / "devices"
     for entry in sorted(devices.iterdir()) if devices.is_dir() else []:
-        cls = _read(entry / "class") or ""
+        cls = read_attr(entry / "class") or ""
         if cls.startswith("0x03"):
             found[entry.name] = "gpu" if cls.startswith(("0x0300", "0x0302")) else "display"
     ib = sysfs / "class" / "infiniband"
@@ -282,20 +285,22 @@ def virtual_machine(sysfs: Path, cpuinfo: Path | None = None) -> str | None:
     """The hypervisor this sysfs belongs to (by DMI, or by the CPU's hypervisor flag when the
     host is live), or None on bare metal."""
     dmi = sysfs / "class" / "dmi" / "id"
-    vendor, product = _read(dmi / "sys_vendor") or "", _read(dmi / "product_name") or ""
+    vendor, product = read_attr(dmi / "sys_vendor") or "", read_attr(dmi / "product_name") or ""
     for name in VM_VENDORS:
         if name.lower() in vendor.lower() or name.lower() in product.lower():
             return f"{vendor} {product}".strip()
     if vendor.startswith("Microsoft") and "Virtual Machine" in product:
         return f"{vendor} {product}"
-    flags = next((line for line in (_read(cpuinfo) or "").splitlines()
+    flags = next((line for line in (read_attr(cpuinfo) or "").splitlines()
                   if line.startswith("flags")), "") if cpuinfo else ""
     return "a hypervisor (cpu flag)" if " hypervisor" in flags else None
 
 
-def probe_paths(sysfs: Path, vm: str | None = None) -> list[dict[str, Any]]:
+def probe_paths(sysfs: Path, devices: dict[str, str] | None = None,
+                vm: str | None = None) -> list[dict[str, Any]]:
+    """Link paths of ``devices`` (default: interesting_devices(sysfs))."""
     out = []
-    for address, kind in interesting_devices(sysfs).items():
+    for address, kind in (devices if devices is not None else interesting_devices(sysfs)).items():
         path = walk(sysfs, address)
         if path is not None:
             entry = {"kind": kind, **path.as_dict(), "virtualized": vm}
@@ -314,7 +319,7 @@ def capture(sysfs: Path, dest: Path) -> int:
 
     def copy_file(src: Path) -> None:
         nonlocal copied
-        text = _read(src)
+        text = read_attr(src)
         if text is None:
             return
         target = dest / src.relative_to(root)

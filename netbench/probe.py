@@ -18,30 +18,18 @@ import re
 import socket
 import struct
 import subprocess
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from netbench import __version__, hooks, linkpath
+from netbench.linkpath import read_attr as _read
+from netbench.linkpath import read_int as _read_int
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GDRVINFO = 0x00000003
 _DRVINFO = struct.Struct("I32s32s32s32s32s12s5I")
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace").strip()
-    except OSError:
-        return None
-
-
-def _read_int(path: Path) -> int | None:
-    text = _read(path)
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def ethtool_drvinfo(ifname: str) -> dict[str, str]:
@@ -133,17 +121,19 @@ def probe_nics(sysfs: Path, use_ioctl: bool = True) -> list[dict[str, Any]]:
     return nics
 
 
-def probe_gpus(sysfs: Path, proc: Path | None) -> list[dict[str, Any]]:
-    """GPUs on the PCI bus (display and 3D controllers), with the NVIDIA driver's own view
+def probe_gpus(sysfs: Path, proc: Path | None, devices: dict[str, str]) -> list[dict[str, Any]]:
+    """GPUs among ``devices`` (linkpath.interesting_devices), with the NVIDIA driver's own view
     from /proc where the host is live (``proc`` None for a captured tree)."""
+    version = (_read(proc / "driver" / "nvidia" / "version") or "") if proc else ""
+    nvidia = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", version)
     gpus = []
-    for address, kind in linkpath.interesting_devices(sysfs).items():
+    for address, kind in devices.items():
         if kind not in ("gpu", "display"):
             continue
         dev = sysfs / "bus" / "pci" / "devices" / address
-        gpu: dict[str, Any] = {"pci_address": address, "vendor_id": _read(dev / "vendor"),
-                               "device_id": _read(dev / "device"),
-                               "model": _pci_name(_read(dev / "vendor"), _read(dev / "device"))}
+        vendor, device = _read(dev / "vendor"), _read(dev / "device")
+        gpu: dict[str, Any] = {"pci_address": address, "vendor_id": vendor, "device_id": device,
+                               "model": _pci_name(vendor, device)}
         if (dev / "driver").exists():
             gpu["driver"] = os.path.basename(os.path.realpath(dev / "driver"))
         numa = _read_int(dev / "numa_node")
@@ -155,10 +145,8 @@ def probe_gpus(sysfs: Path, proc: Path | None) -> list[dict[str, Any]]:
                 key, _, value = line.partition(":")
                 if key.strip() == "Model" and value.strip():
                     gpu["model"] = value.strip()
-            version = _read(proc / "driver" / "nvidia" / "version") or ""
-            found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", version)
-            if found and gpu.get("driver") == "nvidia":
-                gpu["driver_version"] = found.group(1)
+            if nvidia and gpu.get("driver") == "nvidia":
+                gpu["driver_version"] = nvidia.group(1)
         gpus.append(gpu)
     return gpus
 
@@ -269,6 +257,7 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         memory, physical = None, None
     uname = platform.uname()
     vm = linkpath.virtual_machine(root, Path("/proc/cpuinfo") if live else None)
+    devices = linkpath.interesting_devices(root)      # GPUs and RDMA NICs, scanned once
     env = {
         "host": socket.gethostname(),
         "kernel": uname.release,
@@ -281,18 +270,18 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "sysfs_root": str(root),
         "nics": probe_nics(root, use_ioctl=live),
         "rdma_devices": probe_rdma(root),
-        "gpus": probe_gpus(root, Path("/proc") if live else None),
+        "gpus": probe_gpus(root, Path("/proc") if live else None, devices),
         "virtual_machine": vm,
-        "pcie_paths": linkpath.probe_paths(root, vm),
+        "pcie_paths": linkpath.probe_paths(root, devices, vm),
         "versions": probe_versions(),
     }
-    errors = hooks.call("update_env", env)     # a site's own facts (netbench.hooks)
+    errors = [*hooks.load()[1], *hooks.call("update_env", env)]   # a site's own facts
     if errors:
         env["hook_errors"] = errors
     return env
 
 
-def nic_summary(env: dict[str, Any], device: str | None) -> str | None:
+def nic_summary(env: Mapping[str, Any], device: str | None) -> str | None:
     """One line naming the NIC a result came from: model, driver, firmware, link speed."""
     for nic in env.get("nics", []):
         if nic["name"] == device:
@@ -306,7 +295,7 @@ def nic_summary(env: dict[str, Any], device: str | None) -> str | None:
     return None
 
 
-def rdma_summary(env: dict[str, Any], device: str | None) -> str | None:
+def rdma_summary(env: Mapping[str, Any], device: str | None) -> str | None:
     """One line naming the RDMA device a result came from ("mlx5_0:1" or "rxe0")."""
     if not device:
         return None
@@ -324,7 +313,7 @@ def rdma_summary(env: dict[str, Any], device: str | None) -> str | None:
     return None
 
 
-def gpu_summary(env: dict[str, Any], pci_address: str | None) -> str | None:
+def gpu_summary(env: Mapping[str, Any], pci_address: str | None) -> str | None:
     """One line naming the GPU a result came from: model, driver, and its PCIe bottleneck."""
     if not pci_address:
         return None

@@ -245,9 +245,9 @@ class Runner:
             **base, "peer": peer, "case_index": index, "benchmark": bench.name,
             "family": bench.family, "op": bench.op, "transport": transport or bench.transport,
             "device": device, "msg_size": case.msg_size, "params": params_json(case.params),
-            "env_nic": nic_summary(dict(self.env), device),
-            "env_rdma_device": rdma_summary(dict(self.env), device),
-            "env_gpu": gpu_summary(dict(self.env), pci_address),
+            "env_nic": nic_summary(self.env, device),
+            "env_rdma_device": rdma_summary(self.env, device),
+            "env_gpu": gpu_summary(self.env, pci_address),
         }
 
     def _status_rows(self, index: int, planned: PlannedCase, base: Mapping[str, Any],

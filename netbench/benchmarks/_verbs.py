@@ -57,10 +57,33 @@ CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1
 DMABUF_ALIGN = 1 << 16     # host page size on every platform CUDA runs on divides this
 
 
+class HostBuffer:
+    """Page-locked host memory registered with the NIC; work requests address it by pointer."""
+
+    def __init__(self, pd: Any, length: int, device_name: str) -> None:
+        try:
+            self.mr = MR(pd, length, ACCESS)
+        except PyverbsError as exc:
+            raise VerbsError(f"memory registration of {length // 2} bytes on {device_name} was "
+                             f"refused ({exc}); {_memlock_hint()}") from None
+        self.base = self.mr.buf
+
+    def write(self, data: bytes) -> None:
+        self.mr.write(data, len(data))
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self.mr.read(length, offset)
+
+    def close(self) -> None:
+        self.mr.close()
+
+
 class GpuBuffer:
     """CUDA memory exported as a dma-buf and registered with the NIC (GPUDirect RDMA without
     nvidia-peermem), as perftest --use_cuda_dmabuf does. The MR's iova is 0, so work requests
     address it from 0; the host reads and writes it through torch only to fill and check it."""
+
+    base = 0
 
     def __init__(self, pd: Any, length: int, device_name: str) -> None:
         try:
@@ -216,7 +239,7 @@ class Side:
     link_layer: str = ""
     emulated: bool = False
     mem: str = "host"                     # host, or gpu: a dma-buf MR over CUDA memory
-    gpu: GpuBuffer | None = None
+    memory: HostBuffer | GpuBuffer | None = None
 
     def open(self) -> Side:
         try:
@@ -252,15 +275,9 @@ class Side:
         self.max_rd_atomic = max(1, min(dev.max_qp_rd_atom, 16))
         depth = min(self.depth, dev.max_qp_wr)
         self.pd = PD(self.ctx)
-        if self.mem == "gpu":
-            self.gpu = GpuBuffer(self.pd, 2 * self.size, self.device)
-            self.mr = self.gpu.mr
-        try:
-            if self.gpu is None:
-                self.mr = MR(self.pd, 2 * self.size, ACCESS)
-        except PyverbsError as exc:
-            raise VerbsError(f"memory registration of {self.size} bytes on {self.device} was "
-                             f"refused ({exc}); {_memlock_hint()}") from None
+        buffer = GpuBuffer if self.mem == "gpu" else HostBuffer
+        self.memory = buffer(self.pd, 2 * self.size, self.device)
+        self.mr = self.memory.mr
         self.cq = CQ(self.ctx, min(dev.max_cqe, 2 * depth * self.num_qps + 16), None, None, 0)
         cap = QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=1, max_recv_sge=1,
                     max_inline_data=self.inline)
@@ -339,7 +356,7 @@ class Side:
 
     @property
     def src(self) -> int:
-        return 0 if self.gpu else self.mr.buf       # a dma-buf MR's iova starts at 0
+        return self.memory.base
 
     @property
     def dst(self) -> int:
@@ -347,26 +364,21 @@ class Side:
 
     def fill(self, data: bytes) -> None:
         """Fill the source half."""
-        if self.gpu:
-            self.gpu.write(data)
-        else:
-            self.mr.write(data, len(data))
+        self.memory.write(data)
 
     def crc(self) -> int:
         """CRC-32 of the receive half."""
-        if self.gpu:
-            return zlib.crc32(self.gpu.read(self.size, self.size))
-        return zlib.crc32(self.mr.read(self.size, self.size))
+        return zlib.crc32(self.memory.read(self.size, self.size))
 
     def close(self) -> None:
-        for obj in [*self.qps, self.cq, self.gpu or self.mr, self.pd, self.ctx]:
+        for obj in [*self.qps, self.cq, self.memory, self.pd, self.ctx]:
             if obj is not None:
                 try:
                     obj.close()
                 except Exception:
                     pass
-        self.qps, self.cq, self.mr, self.pd, self.ctx = [], None, None, None, None
-        self.gpu = None
+        self.qps, self.cq, self.pd, self.ctx = [], None, None, None
+        self.memory = self.mr = None
 
 
 class Stop(Exception):

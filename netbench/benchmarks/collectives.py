@@ -24,6 +24,7 @@ from netbench.api import (
     SkipCase,
     UsageError,
     format_size,
+    host_memory_available,
     launch_info,
 )
 
@@ -204,12 +205,8 @@ def _backend(requested: str, world: int, launched: bool) -> str:
 def _check_host_can_run(world: int, backend: str) -> None:
     if backend != "gloo":
         return
-    try:
-        import psutil
-        available = psutil.virtual_memory().available
-    except ImportError:
-        return
-    if world * RANK_MEMORY > available:
+    available = host_memory_available()
+    if available is not None and world * RANK_MEMORY > available:
         raise UsageError(f"world_size {world} needs about {world * RANK_MEMORY >> 20} MiB for "
                          f"its ranks; this host has {available >> 20} MiB free (lower "
                          "world_size, or run under a launcher across hosts)")

@@ -26,6 +26,7 @@ from netbench.api import (
     NetbenchError,
     Param,
     SkipCase,
+    host_memory_available,
 )
 
 TORCH_HINT = "torch is not installed: `pip install torch` with a CUDA build"
@@ -119,21 +120,9 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
-def host_available() -> int:
-    """Bytes of host memory available now (MemAvailable), or a very large number if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 62
-
-
 def _check_host_room(needed: int, what: str) -> None:
-    available = host_available()
-    if needed > available:
+    available = host_memory_available()
+    if available is not None and needed > available:
         raise NetbenchError(f"{what} needs {human(needed)} of host memory; "
                             f"{human(available)} is available")
 

@@ -137,11 +137,12 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
         traces.append(_line(g["msg_size"], g["value"], " ".join(p for p in (bench, device, mem)
                                                                   if p)))
     share = pcie[pcie["metric"].isin(["link_efficiency", "link_fraction"])
-                 & (pcie["benchmark"] != "gpu.bidir")]      # bidir's bound is both directions
-    for _, row in share.iterrows():
-        match = bw[(bw["case_index"] == row["case_index"]) & (bw["run_id"] == row["run_id"])]
-        if not match.empty and row["value"]:
-            bounds[row["device"]] = match["value"].iloc[0] / row["value"]
+                 & (pcie["benchmark"] != "gpu.bidir")      # bidir's bound is both directions
+                 & (pcie["value"] > 0)]
+    pairs = share.merge(bw, on=["run_id", "case_index"], suffixes=("_share", ""))
+    for device, bw_value, fraction in zip(pairs["device"], pairs["value"],
+                                          pairs["value_share"]):
+        bounds[device] = bw_value / fraction
     sizes = sorted(bw["msg_size"].dropna().unique())
     for device, bound in bounds.items():
         traces.append(_line(sizes or [0], [bound] * max(len(sizes), 1),
@@ -198,10 +199,11 @@ def environment_panel(rows: Any, latest: Any) -> str:
     """The runs drawn, the devices they ran on, and what the latest run skipped and why."""
     import pandas as pd
 
-    runs = []
+    runs, vms = [], set()
     for run_id, group in rows.groupby("run_id", sort=False):
         first = group.iloc[0]
         env = json.loads(first["env_json"] or "{}")
+        vms.add(env.get("virtual_machine"))
         runs.append((run_id, first["label"] or "-", first["host"],
                      str(first["started_at"])[:19], env.get("kernel"), env.get("cpu_model"),
                      ", ".join(sorted(set(group["benchmark"])))[:120],
@@ -213,7 +215,6 @@ def environment_panel(rows: Any, latest: Any) -> str:
         facts.append(("RDMA device", value))
     for value in sorted({v for v in rows["env_gpu"].dropna()}):
         facts.append(("GPU", value))
-    vms = {json.loads(e).get("virtual_machine") for e in rows["env_json"].dropna().unique()}
     for value in sorted(v for v in vms if v):
         facts.append(("virtual machine", f"{value}: link fields are the hypervisor's"))
     for value in sorted({v for v in rows["reason"].dropna() if "emulated" in str(v)}):
