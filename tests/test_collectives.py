@@ -146,6 +146,8 @@ def test_one_torchrun_worker_is_a_launched_run_of_one_rank(tmp_path):
     assert set(df["status"]) == {"ok"} and set(df["device"]) == {"1 rank"}
     assert values["busbw"] == 0 and values["algbw"] > 0      # 2(n-1)/n is 0 for one rank
     assert json.loads(df["env_json"].iloc[0])["launcher"]["world_size"] == 1
+    # the stored params say the world that ran, not the spawn default of 2
+    assert set(df["params"].map(lambda p: json.loads(p)["world_size"])) == {1}
 
 
 def test_ddp_sync_answers_what_the_fabric_costs_a_step(tmp_path):

@@ -128,6 +128,15 @@ class _Collective(Benchmark):
     def available(self, env: Mapping[str, Any]) -> str | None:
         return None if importlib.util.find_spec("torch") else TORCH_HINT
 
+    def expand(self, raw: Mapping[str, Any]) -> list[Case]:
+        """Under a launcher the world is the launcher's: store that, not the spawn default."""
+        cases = super().expand(raw)
+        launched = launch_info()
+        if not launched:
+            return cases
+        return [Case(c.benchmark, {**c.params, "world_size": launched.world_size})
+                for c in cases]
+
     def _spec(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return {"op": self.op, "bytes": params["msg_size"], "dtype": params["dtype"],
                 "iters": params["iterations"], "warmup": params["warmup"],
