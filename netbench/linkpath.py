@@ -1,8 +1,11 @@
 """The PCIe path from a device (GPU, RDMA NIC) up to its root port, and its bottleneck.
 
-Every hop reports its current and maximum link speed and width from sysfs; the narrowest hop
-bounds what any copy or DMA through the path can reach, and a hop running below what both its
-ends can do is flagged as downgraded ("running at 8 GT/s x4, capable of 16 GT/s x16").
+Every hop reports its current and maximum link speed and width from sysfs. The bound of a hop
+is what its link can train to (the lower of both ends' maxima): GPUs drop their link to Gen1
+when idle, so the state read at rest is no bound. The narrowest hop bounds what any copy or
+DMA through the path can reach; a hop running below what both its ends can do is flagged as
+downgraded ("running at 8 GT/s x4, capable of 16 GT/s x16") -- for a GPU at rest that may be
+power saving, so the GPU benchmarks read the path again while their copies run.
 Behind a Thunderbolt/USB4 tunnel (a hop the kernel marks ``removable``: attached through an
 external-facing port) the PCIe link fields of the tunnelled hop describe a virtual link, so
 that hop is bounded by the Thunderbolt link instead (generation, lanes x Gb/s per lane, from
@@ -73,9 +76,12 @@ class Hop:
     max_speed: float | None
     max_width: int | None
     gbytes: float | None         # GB/s per direction now
-    max_gbytes: float | None
+    max_gbytes: float | None     # this end's maximum
+    bound_gbytes: float | None = None   # what the link can train to: both ends' maxima
     tunnelled: bool = False      # its link crosses a Thunderbolt/USB4 tunnel
     role: str = ""               # device, switch downstream/upstream port, root port
+
+    bound: tuple[float | None, int | None] = (None, None)   # (GT/s, lanes) it can train to
 
     def describe(self, speed: float | None, width: int | None) -> str:
         gen = f"Gen{GENERATION[speed]} " if speed in GENERATION else ""
@@ -88,10 +94,12 @@ class LinkPath:
     device: str
     hops: list[Hop]
     bottleneck: str | None       # the hop's address
-    bottleneck_gbytes: float | None
+    bottleneck_gbytes: float | None     # its bound: the path's theoretical GB/s per direction
     downgraded: list[str]        # human-readable, one per downgraded hop
     tunnel: dict[str, Any] | None = None   # the Thunderbolt/USB4 link the path crosses
     switches: int = 0            # PCIe switches between the device and its root port
+    now_gbytes: float | None = None     # the narrowest hop as the links run at this moment
+    idle_gpu: bool = False       # a GPU whose own link runs below its bound (maybe power saving)
 
     def summary(self) -> str:
         if self.bottleneck is None:
@@ -99,7 +107,7 @@ class LinkPath:
         else:
             hop = next(h for h in self.hops if h.address == self.bottleneck)
             what = (describe_tunnel(self.tunnel) if hop.tunnelled and self.tunnel
-                    else hop.describe(hop.speed, hop.width))
+                    else hop.describe(*hop.bound))
             text = (f"{self.device}: bottleneck {what} at {self.bottleneck} = "
                     f"{self.bottleneck_gbytes:.2f} GB/s per direction")
         if self.tunnel and not (self.bottleneck and next(
@@ -107,7 +115,12 @@ class LinkPath:
             text += f"; through {describe_tunnel(self.tunnel)}"
         if self.switches:
             text += f"; behind {self.switches} PCIe switch{'es' if self.switches > 1 else ''}"
-        return text + ("; DOWNGRADED: " + "; ".join(self.downgraded) if self.downgraded else "")
+        if self.downgraded:
+            text += "; DOWNGRADED: " + "; ".join(self.downgraded)
+            if self.idle_gpu:
+                text += (" (GPUs lower their link speed when idle: gpu.h2d/d2h read the link "
+                         "again under load)")
+        return text
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "summary": self.summary()}
@@ -153,25 +166,37 @@ def walk(sysfs: Path, address: str) -> LinkPath | None:
             "note": "attached through an external-facing port; no thunderbolt bus in sysfs"}
         hop.gbytes = tunnel["gbytes"]
         hop.max_gbytes = hop.gbytes
-    known = [h for h in hops if h.gbytes is not None]
-    narrowest = min(known, key=lambda h: h.gbytes) if known else None
     # A link joins a function (its status says the link's state now) and the bridge port
-    # above it: it is downgraded only when it runs below what BOTH ends can do. A root port
-    # that could run x16 above an x1 device is a narrow device, not a degraded link.
+    # above it: it can train to the lower of both ends' maxima, and it is downgraded only when
+    # it runs below that. A root port that could run x16 above an x1 device is a narrow
+    # device, not a degraded link. A port above a tunnel has virtual fields: not a limit.
     downgraded = []
-    for child, port in zip(hops, hops[1:]):
+    for i, child in enumerate(hops):
+        port = hops[i + 1] if i + 1 < len(hops) and not hops[i + 1].tunnelled else None
         if child.tunnelled:             # a virtual link: its speed fields mean nothing
+            child.bound_gbytes = child.gbytes
             continue
-        cap_speed = _least(child.max_speed, port.max_speed)
-        cap_width = _least(child.max_width, port.max_width)
+        cap_speed = _least(child.max_speed, port.max_speed if port else None) or child.speed
+        cap_width = _least(child.max_width, port.max_width if port else None) or child.width
+        child.bound = (cap_speed, int(cap_width) if cap_width else None)
+        child.bound_gbytes = lane_gbytes(*child.bound)
+        if port is None:
+            continue
         slower = child.speed is not None and cap_speed is not None and child.speed < cap_speed
         narrower = child.width is not None and cap_width is not None and child.width < cap_width
         if slower or narrower:
             downgraded.append(f"link {port.address} -> {child.address} running at "
                               f"{child.describe(child.speed, child.width)}, capable of "
                               f"{child.describe(cap_speed, cap_width)}")
+    bounded = [h for h in hops if h.bound_gbytes is not None]
+    narrowest = min(bounded, key=lambda h: h.bound_gbytes) if bounded else None
+    now = [h.gbytes for h in hops if h.gbytes is not None]
+    device = hops[0]
+    idle_gpu = bool(device.pci_class and device.pci_class.startswith("0x03")
+                    and device.speed and device.bound[0] and device.speed < device.bound[0])
     return LinkPath(address, hops, narrowest.address if narrowest else None,
-                    narrowest.gbytes if narrowest else None, downgraded, tunnel, switches)
+                    narrowest.bound_gbytes if narrowest else None, downgraded, tunnel,
+                    switches, min(now) if now else None, idle_gpu)
 
 
 def parse_gbps(text: str | None) -> float | None:

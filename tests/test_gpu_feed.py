@@ -99,3 +99,48 @@ def test_numa_note_when_the_process_may_run_off_the_gpus_node(tmp_path):
     (nodes / "node1" / "cpulist").write_text(",".join(map(str, mine)) + "\n")
     assert numa_note(env, "0000:3b:00.0", str(nodes)) == ""       # already local
     assert numa_note({"gpus": []}, "0000:3b:00.0", str(nodes)) == ""
+
+
+class _Event:
+    """Stands in for a CUDA event (no GPU here): done or not, as query() answers."""
+
+    def __init__(self, done: bool) -> None:
+        self.done = done
+
+    def query(self) -> bool:
+        return self.done
+
+
+def test_the_link_is_read_again_while_the_copies_run(tmp_path):
+    """An idle GPU's link reads Gen1; the copy benchmarks judge the link as it runs under load
+    (read once the first copy is done and before the last is), and say when it stays low."""
+    import shutil
+    from pathlib import Path
+
+    from netbench.benchmarks.gpu_feed import LinkUnderLoad
+    from netbench.probe import probe
+
+    tree = tmp_path / "tree"
+    shutil.copytree(Path(__file__).parent / "fixtures/sysfs/qemu-q35-pcie", tree, symlinks=True)
+    ends = [Path(str((tree / "bus/pci/devices" / a).resolve()))
+            for a in ("0000:01:00.0", "0000:00:03.0")]
+
+    def link(speed: str) -> None:
+        for end in ends:
+            for attr, value in (("max_link_speed", "16.0 GT/s PCIe"), ("max_link_width", "16"),
+                                ("current_link_speed", speed), ("current_link_width", "16")):
+                (end / attr).write_text(value + "\n")
+
+    link("2.5 GT/s PCIe")                      # at rest, as the probe saw it
+    env = probe(tree)
+    watch = LinkUnderLoad(env, "0000:01:00.0")
+    watch(_Event(True), _Event(False))
+    assert "DOWNGRADED" in watch.note and "4.00 of 31.51 GB/s" in watch.note
+    link("16.0 GT/s PCIe")                     # trained up under load: nothing to say
+    watch = LinkUnderLoad(env, "0000:01:00.0")
+    watch(_Event(True), _Event(False))
+    assert watch.note == ""
+    link("2.5 GT/s PCIe")                      # copies already over: no reading, no claim
+    watch = LinkUnderLoad(env, "0000:01:00.0")
+    watch(_Event(True), _Event(True))
+    assert watch.note == ""

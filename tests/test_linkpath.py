@@ -51,6 +51,24 @@ def test_a_link_trained_below_both_ends_is_flagged(tmp_path):
     assert "DOWNGRADED" in path.summary()
 
 
+def test_a_gpu_idling_its_link_is_bounded_by_what_the_link_can_train_to(tmp_path):
+    """GPUs drop to Gen1 at rest: the bound is both ends' maxima, the state now is kept apart
+    and the downgrade says it may be power saving."""
+    tree = tmp_path / "tree"
+    shutil.copytree(TREE, tree, symlinks=True)
+    for end in ("0000:01:00.0", "0000:00:03.0"):      # both ends report the one link
+        port = Path(str((tree / "bus/pci/devices" / end).resolve()))
+        for attr, value in (("max_link_speed", "16.0 GT/s PCIe"), ("max_link_width", "16"),
+                            ("current_link_speed", "2.5 GT/s PCIe"),
+                            ("current_link_width", "16")):
+            (port / attr).write_text(value + "\n")
+    path = walk(tree, "0000:01:00.0")
+    assert path.bottleneck_gbytes == pytest.approx(lane_gbytes(16.0, 16))
+    assert path.now_gbytes == pytest.approx(lane_gbytes(2.5, 16))
+    assert path.idle_gpu and "bottleneck Gen4 16 GT/s x16" in path.summary()
+    assert "GPUs lower their link speed when idle" in path.summary()
+
+
 def test_missing_files_and_unknown_strings_never_crash(tmp_path):
     tree = tmp_path / "tree"
     shutil.copytree(TREE, tree, symlinks=True)
@@ -59,6 +77,10 @@ def test_missing_files_and_unknown_strings_never_crash(tmp_path):
     (device / "current_link_width").write_text("garbage\n")
     path = walk(tree, "0000:05:00.0")
     assert path.hops[0].speed is None and path.hops[0].gbytes is None
+    assert path.hops[0].bound_gbytes == pytest.approx(0.25)  # its maxima still bound it
+    (device / "max_link_speed").write_text("\xff\xfe\n")
+    path = walk(tree, "0000:05:00.0")
+    assert path.hops[0].bound_gbytes is None
     assert path.bottleneck == "0000:04:00.0"                 # the next known hop
     assert parse_speed("Unknown") is None and parse_speed("3.0 GT/s PCIe") is None
     assert lane_gbytes(16.0, 16) == pytest.approx(31.5077, rel=1e-4)   # Gen4 x16

@@ -15,8 +15,10 @@ import math
 import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from netbench import linkpath
 from netbench.api import (
     Benchmark,
     Case,
@@ -142,8 +144,9 @@ def _host_buffer(torch: Any, size: int, pinned: bool) -> Any:
 
 
 def _timed_copies(torch: Any, device: Any, dst: Any, src: Any, iterations: int,
-                  warmup: int) -> list[float]:
-    """Milliseconds of each of ``iterations`` back-to-back copies, on the device's timeline."""
+                  warmup: int, while_running: Any = None) -> list[float]:
+    """Milliseconds of each of ``iterations`` back-to-back copies, on the device's timeline.
+    ``while_running(first_done, all_done)`` is called once they are queued (events to poll)."""
     stream = torch.cuda.current_stream(device)
     with torch.cuda.stream(stream):
         for _ in range(warmup):
@@ -155,13 +158,40 @@ def _timed_copies(torch: Any, device: Any, dst: Any, src: Any, iterations: int,
         for i in range(iterations):
             dst.copy_(src, non_blocking=True)
             events[i + 1].record(stream)
+    if while_running is not None:
+        while_running(events[1], events[-1])
     stream.synchronize()
     return [events[i].elapsed_time(events[i + 1]) for i in range(iterations)]
 
 
+class LinkUnderLoad:
+    """The GPU's PCIe path read again while its copies run: a GPU at rest idles its link down,
+    so only this reading says whether the link trains to its bound when it matters."""
+
+    def __init__(self, env: Mapping[str, Any] | None, address: str | None) -> None:
+        self.env, self.address = env, address
+        self.note = ""
+
+    def __call__(self, first_done: Any, all_done: Any) -> None:
+        if not self.env or not self.address or not self.env.get("sysfs_root"):
+            return
+        deadline = time.monotonic() + 2.0        # the hold kernel is ~0.1 s
+        while not first_done.query() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        if all_done.query():
+            return                               # too short to catch the link busy
+        path = linkpath.walk(Path(self.env["sysfs_root"]), self.address)
+        if path is None or path.now_gbytes is None or path.bottleneck_gbytes is None:
+            return
+        if path.now_gbytes < path.bottleneck_gbytes * 0.99:
+            self.note = (f"the link ran below its bound during the copies "
+                         f"({path.now_gbytes:.2f} of {path.bottleneck_gbytes:.2f} GB/s per "
+                         f"direction): DOWNGRADED: {'; '.join(path.downgraded)}")
+
+
 def _copy_measurement(size: int, per_copy_ms: list[float], device: str, address: str | None,
-                      env: Mapping[str, Any] | None, transport: str | None = None
-                      ) -> Measurement:
+                      env: Mapping[str, Any] | None, transport: str | None = None,
+                      under_load: str = "") -> Measurement:
     """bw over all copies, the fastest one, and (given the fingerprint) the link's share."""
     rates = [size / (ms * 1e6) for ms in per_copy_ms]          # bytes/ns == GB/s
     values = {"bw": size * len(per_copy_ms) / (sum(per_copy_ms) * 1e6), "bw_peak": max(rates)}
@@ -170,7 +200,7 @@ def _copy_measurement(size: int, per_copy_ms: list[float], device: str, address:
         bound, why = link_bound(env, address)
         if bound:
             values["link_efficiency"] = values["bw"] / bound
-        notes = [n for n in (why, numa_note(env, address)) if n]
+        notes = [n for n in (why, under_load, numa_note(env, address)) if n]
     return Measurement(values, {"bw": rates}, device=device, transport=transport,
                        note="; ".join(notes), pci_address=address)
 
@@ -226,9 +256,11 @@ class _Copy(_Gpu):
         dev = _device_buffer(torch, device, size, "the device buffer")   # fails fastest
         host = _host_buffer(torch, size, p["host_mem"] == "pinned")
         src, dst = (host, dev) if self.to_device else (dev, host)
-        per_copy = _timed_copies(torch, device, dst, src, p["iterations"], p["warmup"])
-        return _copy_measurement(size, per_copy, str(device), pci_address(torch, device),
-                                 ctx.env)
+        address = pci_address(torch, device)
+        watch = LinkUnderLoad(ctx.env, address)
+        per_copy = _timed_copies(torch, device, dst, src, p["iterations"], p["warmup"], watch)
+        return _copy_measurement(size, per_copy, str(device), address, ctx.env,
+                                 under_load=watch.note)
 
 
 class GpuH2D(_Copy):
