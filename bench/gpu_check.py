@@ -16,8 +16,15 @@ none stopping the others:
 - NCCL: with >= 2 GPUs, coll.* on all of them vs a bare torch.distributed loop
   (bench/coll_vs_torch.py) and nccl-tests' all_reduce_perf where it is on PATH; with one GPU,
   the NCCL path under torchrun with one rank (results checked; busbw is 0 by definition).
+- Link: the GPU's PCIe path read from sysfs at rest and again while a long H2D stream runs,
+  beside nvidia-smi's own link fields (nvidia-smi --query-gpu), so the probe's reading is
+  checked against the driver's; with --out, `nvidia-smi -q` and `topo -m` are kept.
 - RDMA from GPU memory: rdma.write_bw mem=gpu where pyverbs and an RDMA device exist.
-Prints what it skipped and why. About 3-4 minutes on one GPU.
+- Suites: suites/gpu-acceptance.toml and suites/ci.toml run and judged (`netbench accept`),
+  their Parquet results packed into DIR/results.tar.gz for `netbench report` elsewhere; then
+  H2D/D2H swept over 4K..1G.
+Prints what it skipped and why. About 4 minutes on one GPU; --budget stops starting new
+steps once that many seconds have gone, and rows are written after every step.
 Exit 1 when a check that ran missed its target or failed; 0 otherwise.
 """
 
@@ -44,7 +51,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
 ALL_ROWS: list[dict] = []
 
 
-def netbench_rows(args: list[str], timeout: float = 300, launcher: list[str] | None = None
+def netbench_rows(args: list[str], timeout: float = 120, launcher: list[str] | None = None
                   ) -> list[dict]:
     """Stored rows of one `netbench run` (also when a case failed: the rows say why)."""
     with tempfile.TemporaryDirectory() as results:
@@ -199,6 +206,105 @@ def check_nccl(torch, gpus: int) -> bool:
     return missed or proc.returncode != 0
 
 
+SMI_FIELDS = ("pci.bus_id", "pcie.link.gen.current", "pcie.link.gen.max",
+              "pcie.link.width.current", "pcie.link.width.max")
+
+
+def smi_link() -> list[dict[str, str]]:
+    """nvidia-smi's view of each GPU's link (structured query, no scraping of -q)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    out = subprocess.run([exe, f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=30).stdout
+    return [dict(zip(SMI_FIELDS, (c.strip() for c in line.split(","))))
+            for line in out.splitlines() if line.count(",") == len(SMI_FIELDS) - 1]
+
+
+def hop_states(address: str, sysfs: Path = Path("/sys")) -> list[str]:
+    """'ADDR Gen5 x16 (max Gen5 x16)' for each hop from the GPU up, read from /sys now."""
+    from netbench.linkpath import walk
+    path = walk(sysfs, address)
+    if path is None:
+        return [f"{address}: not under /sys/bus/pci/devices"]
+    return [f"{h.address} {h.role}: {h.describe(h.speed, h.width)} "
+            f"(max {h.describe(h.max_speed, h.max_width)}; bound "
+            f"{h.bound_gbytes or float('nan'):.2f} GB/s)" for h in path.hops]
+
+
+def check_link(torch, out: Path | None) -> bool:
+    """The GPU's link at rest and under a long H2D stream, from sysfs and from nvidia-smi."""
+    from netbench.benchmarks.gpu_feed import pci_address
+    if out is not None and shutil.which("nvidia-smi"):
+        with open(out / "nvidia-smi.txt", "w") as f:
+            for args in (["-q"], ["topo", "-m"]):
+                f.write(subprocess.run(["nvidia-smi", *args], capture_output=True, text=True,
+                                       timeout=60).stdout + "\n")
+    address = pci_address(torch, torch.device("cuda", 0))
+    print(f"cuda:0 at {address}; at rest:")
+    for line in hop_states(address):
+        print(f"  {line}")
+    print(f"  nvidia-smi: {smi_link()}")
+    size = 256 << 20
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
+    for _ in range(400):                     # ~2 s at Gen5 x16: long enough to read the link
+        dev.copy_(host, non_blocking=True)
+    time.sleep(0.3)
+    busy = hop_states(address), smi_link()
+    torch.cuda.synchronize()
+    print("under load (H2D stream running):")
+    for line in busy[0]:
+        print(f"  {line}")
+    print(f"  nvidia-smi: {busy[1]}")
+    rows = netbench_rows(["gpu.h2d", "-p", "msg_size=256M", "-p", "iterations=100"])
+    print(f"  gpu.h2d 256M x100: {shown(rows)}; note: {rows[0]['reason'] if rows else '-'}")
+    return not rows or rows[0]["status"] != "ok"
+
+
+def check_suites(out: Path | None) -> bool:
+    """The GPU acceptance suite and the CI suite run for real on a GPU host, then judged."""
+    results = Path(tempfile.mkdtemp(prefix="gpu-check-results-"))
+    missed = False
+    for suite in ("suites/gpu-acceptance.toml", "suites/ci.toml"):
+        proc = subprocess.run([sys.executable, "-m", "netbench", "run", suite, "--results",
+                               str(results), "--timeout", "60"], capture_output=True, text=True,
+                              timeout=240, env=ENV, cwd=ROOT)
+        print(f"$ netbench run {suite}  (exit {proc.returncode})")
+        print("\n".join(proc.stdout.rstrip().splitlines()[-25:]))
+        if proc.returncode:
+            print(proc.stderr.strip()[-1500:])
+        missed |= proc.returncode != 0
+    proc = subprocess.run([sys.executable, "-m", "netbench", "accept",
+                           "suites/gpu-acceptance.toml", "--results", str(results)],
+                          capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT)
+    print("$ netbench accept suites/gpu-acceptance.toml")
+    print(proc.stdout.rstrip() or proc.stderr.strip()[-800:])
+    missed |= proc.returncode != 0
+    if out is not None:
+        with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
+            tar.add(results, arcname="results")
+        print(f"  results -> {out / 'results.tar.gz'}")
+    return missed
+
+
+def check_sweep() -> bool:
+    """H2D and D2H over 4K..1G (the dashboard's curve); per size, bandwidth only."""
+    missed = False
+    for op in ("h2d", "d2h"):
+        rows = netbench_rows([f"gpu.{op}", "-p", "msg_size=4K..1G:x4", "-p", "iterations=20"])
+        curve = [f"{format_size(r['msg_size'])} {r['value']:.1f}" for r in rows
+                 if r["status"] == "ok" and r["metric"] == "bw"]
+        print(f"  gpu.{op} GB/s: {', '.join(curve) or shown(rows)}")
+        missed |= not curve
+    return missed
+
+
+def format_size(n: int) -> str:
+    from netbench.api import format_size as fmt
+    return fmt(n)
+
+
 def check_rdma_gpu() -> bool:
     if importlib.util.find_spec("pyverbs") is None:
         print("rdma.write_bw mem=gpu: skipped: pyverbs is not importable here")
@@ -212,6 +318,8 @@ def check_rdma_gpu() -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the sysfs capture and rows here")
+    parser.add_argument("--budget", type=float, default=420,
+                        help="seconds after which no new step starts (default 420)")
     args = parser.parse_args()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -227,8 +335,16 @@ def main() -> int:
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "?"
     print(f"{gpus} x {torch.cuda.get_device_name(0)}, torch {torch.__version__}, NCCL {nccl}")
     missed = {}
-    for name, step in (("probe", lambda: check_probe(args.out)), ("feed", lambda: check_feed(
-            torch)), ("nccl", lambda: check_nccl(torch, gpus)), ("rdma", check_rdma_gpu)):
+    began = time.monotonic()
+    steps = (("probe", lambda: check_probe(args.out)), ("feed", lambda: check_feed(torch)),
+             ("link", lambda: check_link(torch, args.out)),
+             ("nccl", lambda: check_nccl(torch, gpus)), ("rdma", check_rdma_gpu),
+             ("suites", lambda: check_suites(args.out)), ("sweep", check_sweep))
+    for name, step in steps:
+        if time.monotonic() - began > args.budget:
+            print(f"[{name}: not started: the {args.budget:g} s budget is spent]")
+            missed[name] = True
+            continue
         start = time.monotonic()
         try:
             missed[name] = step()
@@ -237,10 +353,10 @@ def main() -> int:
             missed[name] = True
         print(f"[{name}: {'MISS' if missed[name] else 'ok'} in {time.monotonic() - start:.0f} s]",
               flush=True)
-    if args.out:
-        with open(args.out / "gpu-check.jsonl", "w") as f:
-            for row in ALL_ROWS:
-                f.write(json.dumps(row, default=str) + "\n")
+        if args.out:                   # after every step: a run cut short keeps what it had
+            with open(args.out / "gpu-check.jsonl", "w") as f:
+                for row in ALL_ROWS:
+                    f.write(json.dumps(row, default=str) + "\n")
     bad = [name for name, miss in missed.items() if miss]
     print("MISS: " + ", ".join(bad) if bad else "PASS")
     return 1 if bad else 0

@@ -166,28 +166,32 @@ def walk(sysfs: Path, address: str) -> LinkPath | None:
             "note": "attached through an external-facing port; no thunderbolt bus in sysfs"}
         hop.gbytes = tunnel["gbytes"]
         hop.max_gbytes = hop.gbytes
-    # A link joins a function (its status says the link's state now) and the bridge port
-    # above it: it can train to the lower of both ends' maxima, and it is downgraded only when
-    # it runs below that. A root port that could run x16 above an x1 device is a narrow
-    # device, not a degraded link. A port above a tunnel has virtual fields: not a limit.
+    # A link joins a function below (a device, a switch's upstream port) and the port above
+    # it (a switch downstream port, a root port); both report it. It can train to the lower of
+    # both ends' maxima and is downgraded only when it runs below that: a root port that
+    # could run x16 above an x1 device is a narrow device, not a degraded link. A tunnelled
+    # hop's fields are virtual: bounded by the tunnel, never a limit on its partner.
     downgraded = []
-    for i, child in enumerate(hops):
-        port = hops[i + 1] if i + 1 < len(hops) and not hops[i + 1].tunnelled else None
-        if child.tunnelled:             # a virtual link: its speed fields mean nothing
-            child.bound_gbytes = child.gbytes
+    for i, hop in enumerate(hops):
+        if hop.tunnelled:
+            hop.bound_gbytes = hop.gbytes
             continue
-        cap_speed = _least(child.max_speed, port.max_speed if port else None) or child.speed
-        cap_width = _least(child.max_width, port.max_width if port else None) or child.width
-        child.bound = (cap_speed, int(cap_width) if cap_width else None)
-        child.bound_gbytes = lane_gbytes(*child.bound)
-        if port is None:
+        port_side = hop.role in ("switch downstream port", "root port")   # the link below it
+        partner = hops[i - 1] if port_side else hops[i + 1] if i + 1 < len(hops) else None
+        if partner is not None and partner.tunnelled:
+            partner = None
+        cap_speed = _least(hop.max_speed, partner.max_speed if partner else None) or hop.speed
+        cap_width = _least(hop.max_width, partner.max_width if partner else None) or hop.width
+        hop.bound = (cap_speed, int(cap_width) if cap_width else None)
+        hop.bound_gbytes = lane_gbytes(*hop.bound)
+        if port_side or partner is None:      # each link is judged once, from below
             continue
-        slower = child.speed is not None and cap_speed is not None and child.speed < cap_speed
-        narrower = child.width is not None and cap_width is not None and child.width < cap_width
+        slower = hop.speed is not None and cap_speed is not None and hop.speed < cap_speed
+        narrower = hop.width is not None and cap_width is not None and hop.width < cap_width
         if slower or narrower:
-            downgraded.append(f"link {port.address} -> {child.address} running at "
-                              f"{child.describe(child.speed, child.width)}, capable of "
-                              f"{child.describe(cap_speed, cap_width)}")
+            downgraded.append(f"link {partner.address} -> {hop.address} running at "
+                              f"{hop.describe(hop.speed, hop.width)}, capable of "
+                              f"{hop.describe(cap_speed, cap_width)}")
     bounded = [h for h in hops if h.bound_gbytes is not None]
     narrowest = min(bounded, key=lambda h: h.bound_gbytes) if bounded else None
     now = [h.gbytes for h in hops if h.gbytes is not None]

@@ -69,6 +69,26 @@ def test_a_gpu_idling_its_link_is_bounded_by_what_the_link_can_train_to(tmp_path
     assert "GPUs lower their link speed when idle" in path.summary()
 
 
+def test_a_narrow_device_behind_a_switch_is_no_downgrade(tmp_path):
+    """A switch downstream port reports the link below it (to the x8 device), not the one to
+    its upstream port: comparing those two would flag a healthy x8 NIC as downgraded."""
+    tree = tmp_path / "tree"
+    shutil.copytree(TREE, tree, symlinks=True)
+    links = {"0000:05:00.0": ("8", "8"), "0000:04:00.0": ("8", "16"),
+             "0000:03:00.0": ("16", "16"), "0000:00:05.0": ("16", "16")}
+    for address, (now, most) in links.items():
+        hop = Path(str((tree / "bus/pci/devices" / address).resolve()))
+        for attr, value in (("max_link_speed", "16.0 GT/s PCIe"), ("max_link_width", most),
+                            ("current_link_speed", "16.0 GT/s PCIe"),
+                            ("current_link_width", now)):
+            (hop / attr).write_text(value + "\n")
+    path = walk(tree, "0000:05:00.0")
+    assert path.downgraded == []
+    assert path.bottleneck == "0000:05:00.0"
+    assert path.bottleneck_gbytes == pytest.approx(lane_gbytes(16.0, 8))
+    assert [h.bound for h in path.hops] == [(16.0, 8), (16.0, 8), (16.0, 16), (16.0, 16)]
+
+
 def test_missing_files_and_unknown_strings_never_crash(tmp_path):
     tree = tmp_path / "tree"
     shutil.copytree(TREE, tree, symlinks=True)
