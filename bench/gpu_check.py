@@ -73,9 +73,21 @@ def netbench_rows(args: list[str], timeout: float = 120, launcher: list[str] | N
 
 
 def shown(rows: list[dict]) -> str:
-    ok = ", ".join(f"{r['metric']} {r['value']:.4g} {r['unit']}" for r in rows
-                   if r["status"] == "ok")
-    return ok or (f"{rows[0]['status']}: {rows[0]['reason']}" if rows else "no rows")
+    """Each case's figures, prefixed by the params that differ between the cases."""
+    cases: dict[int, list[dict]] = {}
+    for r in rows:
+        cases.setdefault(r["case_index"], []).append(r)
+    params = {i: json.loads(rs[0]["params"] or "{}") for i, rs in cases.items()}
+    varying = sorted({k for p in params.values() for k, v in p.items()
+                      if any(q.get(k) != v for q in params.values())})
+    parts = []
+    for i, case in cases.items():
+        ok = ", ".join(f"{r['metric']} {r['value']:.4g} {r['unit']}" for r in case
+                       if r["status"] == "ok")
+        figures = ok or f"{case[0]['status']}: {case[0]['reason']}"
+        label = " ".join(f"{k}={params[i].get(k)}" for k in varying)
+        parts.append(f"[{label}] {figures}" if label else figures)
+    return "; ".join(parts) or "no rows"
 
 
 def torch_copy_gbps(torch, to_device: bool, size: int, iterations: int = 20) -> float:
@@ -164,7 +176,7 @@ def check_feed(torch) -> bool:
                   f"ratio {ratio:.3f}  link efficiency "
                   f"{f'{eff:.2f}' if eff is not None else 'n/a (' + rows[0]['reason'] + ')'}")
     for args in (["gpu.h2d", "-p", "host_mem=pageable"], ["gpu.d2h", "-p", "host_mem=pageable"],
-                 ["gpu.d2d"], ["gpu.bidir"], ["gpu.loader_feed"],
+                 ["gpu.d2d"], ["gpu.bidir"], ["gpu.loader_feed", "-p", "workers=2,4,8,14"],
                  ["gpu.loader_feed", "-p", "device=cpu"]):
         rows = netbench_rows(args)
         print(f"  {' '.join(args):<34} {shown(rows)}")

@@ -76,9 +76,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from netbench.probe import probe
 
     if args.capture:
-        from netbench.linkpath import capture
+        from netbench.linkpath import CAPTURED_PROC, capture
 
-        count = capture(Path(args.sysfs_root or "/sys"), Path(args.capture))
+        root = Path(args.sysfs_root or "/sys")     # a capture of a capture keeps its _proc
+        count = capture(root, Path(args.capture),
+                        root / CAPTURED_PROC if args.sysfs_root else Path("/proc"))
         print(f"captured {count} sysfs files into {args.capture}; read it back with "
               f"`netbench probe --sysfs-root {args.capture}`")
         return 0
@@ -160,7 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     env["collective_env"] = collective_env()
     if launched:
         env["launcher"] = {"name": launched.launcher, "rank": launched.rank,
-                           "world_size": launched.world_size}
+                           "world_size": launched.world_size, "job": launched.job_id()}
     runner = Runner(store, env, label=args.label or "", peer=args.peer, reporter=reporter)
     result = runner.run(plan)
     if quiet:

@@ -1,8 +1,9 @@
 """Who am I in a cluster job: rank and world size from the launcher that started us.
 
 netbench never manages a cluster itself. Under torchrun, Slurm srun or mpirun every rank runs
-`netbench run ...`; this reads the launcher's environment so all ranks share one run id (derived
-from the job's identity, identical on every rank) and only rank 0 writes to the store.
+`netbench run ...`; this reads the launcher's environment: rank 0 stores the run (under a run
+id of its own: a job id can repeat, e.g. torchrun's default rendezvous id "none" on a fixed
+port) and every row records the job's identity, identical on every rank.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ class LaunchInfo:
     def is_writer(self) -> bool:
         return self.rank == 0
 
-    def run_id(self) -> str:
-        """A run id every rank computes alike, from the job's identity."""
+    def job_id(self) -> str:
+        """The job's identity, alike on every rank (not unique across jobs: metadata only)."""
         parts = [f"{k}={os.environ[k]}" for k in _JOB_IDS if os.environ.get(k)]
         digest = hashlib.sha256("|".join([self.launcher, str(self.world_size), *parts])
                                 .encode()).hexdigest()

@@ -340,11 +340,19 @@ def probe_paths(sysfs: Path, devices: dict[str, str] | None = None,
     return out
 
 
-def capture(sysfs: Path, dest: Path) -> int:
+CAPTURED_PROC = "_proc"      # beside a captured tree: the /proc facts the probe reads
+
+
+def capture(sysfs: Path, dest: Path, proc: Path | None = None) -> int:
     """Copy what the probe reads (PCI link attributes, net and infiniband classes), keeping
-    symlinks relative, so ``--sysfs-root dest`` sees the same tree. Returns files copied."""
+    symlinks relative, so ``--sysfs-root dest`` sees the same tree. With ``proc`` (a live
+    /proc), also the facts it reads there into dest/_proc: the CPU's model and hypervisor
+    flag (a link read inside a VM is the hypervisor's), the NVIDIA driver version and GPU
+    names. Returns files copied."""
     copied = 0
     root = sysfs.resolve()
+    if proc is not None:
+        copied += _capture_proc(proc, dest / CAPTURED_PROC)
 
     def copy_file(src: Path) -> None:
         nonlocal copied
@@ -402,4 +410,23 @@ def capture(sysfs: Path, dest: Path) -> int:
         for port in sorted((real / "ports").glob("*")):
             for attr in ("state", "phys_state", "link_layer", "rate"):
                 copy_file(port / attr)
+    return copied
+
+
+def _capture_proc(proc: Path, dest: Path) -> int:
+    copied = 0
+    lines = (read_attr(proc / "cpuinfo") or "").split("\n\n")[0].splitlines()
+    kept = [line for line in lines if line.startswith(("model name", "flags", "Hardware"))]
+    if kept:
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "cpuinfo").write_text("\n".join(kept) + "\n")
+        copied += 1
+    nvidia = proc / "driver" / "nvidia"
+    for src in [nvidia / "version", *sorted(nvidia.glob("gpus/*/information"))]:
+        text = read_attr(src)
+        if text is not None:
+            target = dest / src.relative_to(proc)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text + "\n")
+            copied += 1
     return copied

@@ -256,7 +256,10 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     except Exception:
         memory, physical = None, None
     uname = platform.uname()
-    vm = linkpath.virtual_machine(root, Path("/proc/cpuinfo") if live else None)
+    # A capture keeps the /proc facts the probe needs beside the tree (linkpath.capture).
+    proc = Path("/proc") if live else root / linkpath.CAPTURED_PROC
+    proc = proc if proc.is_dir() else None
+    vm = linkpath.virtual_machine(root, proc / "cpuinfo" if proc else None)
     devices = linkpath.interesting_devices(root)      # GPUs and RDMA NICs, scanned once
     env = {
         "host": socket.gethostname(),
@@ -270,7 +273,7 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "sysfs_root": str(root),
         "nics": probe_nics(root, use_ioctl=live),
         "rdma_devices": probe_rdma(root),
-        "gpus": probe_gpus(root, Path("/proc") if live else None, devices),
+        "gpus": probe_gpus(root, proc, devices),
         "virtual_machine": vm,
         "pcie_paths": linkpath.probe_paths(root, devices, vm),
         "versions": probe_versions(),

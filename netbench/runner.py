@@ -23,7 +23,6 @@ from netbench import hooks, softroce
 from netbench import peer as peer_mod
 from netbench.api import Benchmark, Case, ClientSession, Measurement
 from netbench.errors import NetbenchError, SkipCase
-from netbench.launch import launch_info
 from netbench.probe import gpu_summary, nic_summary, probe, rdma_summary
 from netbench.report.console import Reporter
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
@@ -115,9 +114,7 @@ class Runner:
     def run(self, plan: Plan) -> RunResult:
         self.store.check_writable()
         started = datetime.now(UTC)
-        launched = launch_info()
-        # Under a launcher every rank derives the same id, so their rows belong to one run.
-        run_id = launched.run_id() if launched else uuid.uuid4().hex[:12]
+        run_id = uuid.uuid4().hex[:12]      # under a launcher only rank 0 stores rows
         path = self.store.path_for(run_id, started.isoformat())
         result = RunResult(run_id, path)
         result.fallbacks.extend(self.env.get("hook_errors", []))

@@ -128,20 +128,26 @@ def test_under_torchrun_ranks_share_one_run_and_only_rank_0_stores(tmp_path):
     assert set(df["status"]) == {"ok"} and set(df["label"]) == {"torchrun"}
     assert set(df["device"]) == {"2 ranks"}
     env = json.loads(df["env_json"].iloc[0])
-    assert env["launcher"] == {"name": "torchrun", "rank": 0, "world_size": 2}
+    assert {k: env["launcher"][k] for k in ("name", "rank", "world_size")} == {
+        "name": "torchrun", "rank": 0, "world_size": 2}
+    assert len(env["launcher"]["job"]) == 12
     assert "MASTER_PORT" in env["collective_env"]
 
 
 def test_one_torchrun_worker_is_a_launched_run_of_one_rank(tmp_path):
-    """The NCCL path on a one-GPU machine runs this way; here gloo shows the shape."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1",
-         "--master_port", str(28900 + os.getpid() % 90), "-m", "netbench", "run",
-         "coll.all_reduce", "-p", "msg_size=64K", "-p", "iterations=5", "--results",
-         str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    df = pd.read_parquet(tmp_path)
+    """The NCCL path on a one-GPU machine runs this way; here gloo shows the shape. Two
+    invocations on one port share torchrun's job id ("none"), never a run id."""
+    for size in ("64K", "128K"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1",
+             "--master_port", str(28900 + os.getpid() % 90), "-m", "netbench", "run",
+             "coll.all_reduce", "-p", f"msg_size={size}", "-p", "iterations=5", "--results",
+             str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+            env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    both = pd.read_parquet(tmp_path)
+    assert both.groupby("run_id")["msg_size"].nunique().tolist() == [1, 1]
+    df = both[both.msg_size == 65536]
     values = dict(zip(df["metric"], df["value"]))
     assert set(df["status"]) == {"ok"} and set(df["device"]) == {"1 rank"}
     assert values["busbw"] == 0 and values["algbw"] > 0      # 2(n-1)/n is 0 for one rank

@@ -400,6 +400,9 @@ class GpuLoaderFeed(Benchmark):
         Metric("bw", "GB/s", "higher", "bytes delivered into device memory per second"),
         Metric("link_fraction", "fraction", "higher",
                "bw / theoretical per-direction bandwidth of the GPU's narrowest PCIe hop"),
+        Metric("feed_efficiency", "fraction", "higher",
+               "bw / the same loader's rate with no pinning and no copy (1 = the path to the "
+               "GPU costs the loader nothing; baseline=true)"),
     )
     params = (
         Param("batch_size", "int", 256, "samples per batch", minimum=1, maximum=1 << 20),
@@ -416,6 +419,8 @@ class GpuLoaderFeed(Benchmark):
         Param("batches", "int", 50, "timed batches", minimum=1, maximum=1_000_000),
         Param("warmup", "int", 5, "untimed batches first (workers start, pools fill)",
               minimum=0, maximum=1_000_000),
+        Param("baseline", "bool", True, "first time the loader alone (no pin, no copy) to "
+              "report feed_efficiency"),
         Param("device", "choice", "cuda", "cuda: feed the GPU; cpu: the loader alone, no copy "
               "(to see whether the loader or the link is the limit)", choices=("cuda", "cpu")),
         _GPU,
@@ -432,15 +437,45 @@ class GpuLoaderFeed(Benchmark):
             import torch
             device = torch.device("cpu")
         shape = parse_shape(p["sample_shape"])
-        batch, warmup, timed = p["batch_size"], p["warmup"], p["batches"]
+        batch = p["batch_size"]
         itemsize = torch.empty(0, dtype=getattr(torch, p["dtype"])).element_size()
         sample_bytes = math.prod(shape) * itemsize
         in_flight = max(p["workers"], 1) * p["prefetch_factor"] + 2     # queued + pinned + used
         _check_host_room(in_flight * batch * sample_bytes,
                          f"{in_flight} batches of {batch} x {p['sample_shape']} {p['dtype']} "
                          "in flight")
-        dataset = SyntheticSamples((warmup + timed) * batch, shape, p["dtype"])
         on_gpu = device.type == "cuda"
+        alone = None
+        if on_gpu and p["baseline"]:
+            # The same loader producing batches with no pinning and no copy: what the feed
+            # would be if the path to the GPU cost nothing.
+            alone = self._pass(torch, torch.device("cpu"), p, shape, ctx, (0.0, 0.5))[0]
+        wall, intervals = self._pass(torch, device, p, shape, ctx,
+                                     (0.0, 1.0) if alone is None else (0.5, 0.5))
+        batch_bytes = batch * sample_bytes
+        values = {"samples_per_s": p["batches"] * batch / wall,
+                  "bw": p["batches"] * batch_bytes / wall / 1e9}
+        note, address = "", None
+        if on_gpu:
+            address = pci_address(torch, device)
+            bound, note = link_bound(ctx.env, address)
+            if bound:
+                values["link_fraction"] = values["bw"] / bound
+            if alone is not None:
+                values["feed_efficiency"] = alone / wall
+        else:
+            note = "device=cpu: the loader alone, nothing copied to a GPU"
+        return Measurement(values, {"bw": [batch_bytes / s / 1e9 for s in intervals if s > 0]},
+                           device=str(device), transport=None if on_gpu else "memory",
+                           note=note, pci_address=address)
+
+    def _pass(self, torch: Any, device: Any, p: Mapping[str, Any], shape: tuple[int, ...],
+              ctx: Context, progress: tuple[float, float]) -> tuple[float, list[float]]:
+        """One loader run: (wall seconds of the timed batches, seconds of each batch);
+        ``progress`` is (where this pass starts, its share) of the case's progress."""
+        batch, warmup, timed = p["batch_size"], p["warmup"], p["batches"]
+        on_gpu = device.type == "cuda"
+        dataset = SyntheticSamples((warmup + timed) * batch, shape, p["dtype"])
         loader = torch.utils.data.DataLoader(
             dataset, batch_size=batch, num_workers=p["workers"],
             pin_memory=p["pin_memory"] and on_gpu,
@@ -460,7 +495,7 @@ class GpuLoaderFeed(Benchmark):
                     raise NetbenchError("cancelled")
                 self._deliver(next(batches), device, p["non_blocking"])
                 marks.append(self._mark(torch, device))
-                ctx.progress((i + 1) / timed)
+                ctx.progress(progress[0] + progress[1] * (i + 1) / timed)
             if on_gpu:
                 torch.cuda.synchronize(device)
             wall = time.perf_counter() - t0
@@ -471,23 +506,9 @@ class GpuLoaderFeed(Benchmark):
             raise
         finally:
             del batches                             # stops the workers
-        batch_bytes = batch * sample_bytes
         if on_gpu:
-            intervals = [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
-        else:
-            intervals = [b - a for a, b in zip(marks, marks[1:])]
-        values = {"samples_per_s": timed * batch / wall, "bw": timed * batch_bytes / wall / 1e9}
-        note, address = "", None
-        if on_gpu:
-            address = pci_address(torch, device)
-            bound, note = link_bound(ctx.env, address)
-            if bound:
-                values["link_fraction"] = values["bw"] / bound
-        else:
-            note = "device=cpu: the loader alone, nothing copied to a GPU"
-        return Measurement(values, {"bw": [batch_bytes / s / 1e9 for s in intervals if s > 0]},
-                           device=str(device), transport=None if on_gpu else "memory",
-                           note=note, pci_address=address)
+            return wall, [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
+        return wall, [b - a for a, b in zip(marks, marks[1:])]
 
     @staticmethod
     def _deliver(batch: Any, device: Any, non_blocking: bool) -> Any:
