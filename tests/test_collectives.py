@@ -141,7 +141,8 @@ def test_one_torchrun_worker_is_a_launched_run_of_one_rank(tmp_path):
         proc = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1",
              "--master_port", str(28900 + os.getpid() % 90), "-m", "netbench", "run",
-             "coll.all_reduce", "-p", f"msg_size={size}", "-p", "iterations=5", "--results",
+             "coll.all_reduce", "-p", f"msg_size={size}", "-p", "iterations=5",
+             "-p", "backend=gloo", "--results",
              str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT,
             env=dict(os.environ, OMP_NUM_THREADS="1"))
         assert proc.returncode == 0, proc.stderr[-2000:]

@@ -28,6 +28,9 @@ def test_loader_feed_without_a_gpu_measures_the_loader_alone(tmp_path):
         bw = case[case.metric == "bw"].iloc[0]
         assert len(bw.samples) == 12 and all(s > 0 for s in bw.samples)
         assert "device=cpu" in bw.reason and bw.transport == "memory"
+        # 12 timed batches from 2 workers x prefetch 2 is a few bursts, and it says so
+        bursty = json.loads(bw.params)["workers"] == 2
+        assert ("raise batches to >= 16" in bw.reason) == bursty
     assert sorted(json.loads(p)["workers"] for p in ok.params.unique()) == [0, 2]
 
 

@@ -416,8 +416,9 @@ class GpuLoaderFeed(Benchmark):
         Param("non_blocking", "bool", True, "asynchronous .to(device, non_blocking=True)"),
         Param("prefetch_factor", "int", 2, "batches each worker keeps ready", minimum=1,
               maximum=64),
-        Param("batches", "int", 50, "timed batches", minimum=1, maximum=1_000_000),
-        Param("warmup", "int", 5, "untimed batches first (workers start, pools fill)",
+        Param("batches", "int", 200, "timed batches (many times workers x prefetch_factor: "
+              "workers deliver in bursts)", minimum=1, maximum=1_000_000),
+        Param("warmup", "int", 20, "untimed batches first (workers start, the first burst)",
               minimum=0, maximum=1_000_000),
         Param("baseline", "bool", True, "first time the loader alone (no pin, no copy) to "
               "report feed_efficiency"),
@@ -465,6 +466,14 @@ class GpuLoaderFeed(Benchmark):
                 values["feed_efficiency"] = alone / wall
         else:
             note = "device=cpu: the loader alone, nothing copied to a GPU"
+        bursts = p["workers"] * p["prefetch_factor"]
+        if p["batches"] < 4 * bursts:
+            # Workers start together and hand over prefetched batches in bursts: a timed
+            # window of a few bursts measures where it falls, not the steady rate.
+            note = "; ".join(n for n in (note, (
+                f"only {p['batches']} timed batches for {p['workers']} workers x prefetch "
+                f"{p['prefetch_factor']}: raise batches to >= {4 * bursts} for a steady "
+                "rate")) if n)
         return Measurement(values, {"bw": [batch_bytes / s / 1e9 for s in intervals if s > 0]},
                            device=str(device), transport=None if on_gpu else "memory",
                            note=note, pci_address=address)
