@@ -12,12 +12,13 @@ import hashlib
 import os
 from dataclasses import dataclass
 
-# (launcher, rank var, world var, local rank var)
+# (launcher, rank var, world var, local rank var, ranks-on-this-host var)
 _LAUNCHERS = (
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
+    ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
 )
 # Variables that identify one job (the same on all its ranks), in order of preference.
 _JOB_IDS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "OMPI_MCA_orte_ess_jobid",
@@ -30,6 +31,7 @@ class LaunchInfo:
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int | None = None     # ranks on this host, where the launcher says
 
     @property
     def is_writer(self) -> bool:
@@ -45,7 +47,7 @@ class LaunchInfo:
 
 def launch_info() -> LaunchInfo | None:
     """The launcher's view of this process, or None when netbench was started directly."""
-    for launcher, rank_var, world_var, local_var in _LAUNCHERS:
+    for launcher, rank_var, world_var, local_var, here_var in _LAUNCHERS:
         rank, world = os.environ.get(rank_var), os.environ.get(world_var)
         if rank is None or world is None:
             continue
@@ -54,10 +56,12 @@ def launch_info() -> LaunchInfo | None:
             local_i = int(os.environ.get(local_var, "0"))
         except ValueError:
             continue
+        here = os.environ.get(here_var, "")
+        here_i = int(here) if here.isdigit() else None
         # One task of srun/mpirun is just a process; one torchrun worker is asked for on
         # purpose (e.g. the NCCL path on a one-GPU machine).
         if world_i > 1 or (launcher == "torchrun" and os.environ.get("TORCHELASTIC_RUN_ID")):
-            return LaunchInfo(launcher, rank_i, world_i, local_i)
+            return LaunchInfo(launcher, rank_i, world_i, local_i, here_i)
     return None
 
 

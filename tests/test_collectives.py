@@ -12,6 +12,8 @@ import psutil
 import pytest
 from conftest import ROOT, assert_clean_error, netbench
 
+from netbench.api import UsageError
+
 torch = pytest.importorskip("torch", reason="torch not installed (pip install torch==2.13.0)")
 
 ALL = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
@@ -219,3 +221,27 @@ def test_ranks_from_slurm_or_mpi_environment(tmp_path, launcher, env):
     df = pd.read_parquet(tmp_path)
     assert len(list(tmp_path.glob("*.parquet"))) == 1 and set(df["status"]) == {"ok"}
     assert json.loads(df["env_json"].iloc[0])["launcher"]["name"] == launcher
+
+
+@pytest.mark.parametrize("requested,here,world,expected", [
+    ("auto", 2, 2, "gloo"),         # torchrun --nproc-per-node 2 on one GPU: NCCL would fail
+    ("auto", 1, 1, "nccl"),         # one worker per GPU
+    ("auto", None, 8, "nccl"),      # srun without --ntasks-per-node: one rank per GPU assumed
+    ("nccl", 2, 2, UsageError),
+    ("gloo", 1, 1, "gloo"),
+])
+def test_backend_gives_every_rank_on_a_host_its_own_gpu(monkeypatch, requested, here, world,
+                                                        expected):
+    """One GPU here (patched: this host has none); every rank decides from the same facts."""
+    from netbench.benchmarks.collectives import _backend
+    from netbench.launch import LaunchInfo
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    launched = LaunchInfo("torchrun", 0, world, 0, here)
+    if expected is UsageError:
+        with pytest.raises(UsageError, match="2 ranks on this host with nccl need 2 GPUs"):
+            _backend(requested, world, launched)
+    else:
+        assert _backend(requested, world, launched) == expected
+    assert _backend("auto", 2, None) == "gloo"          # spawned here: 2 ranks, 1 GPU

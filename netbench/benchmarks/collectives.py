@@ -147,7 +147,7 @@ class _Collective(Benchmark):
         params = case.params
         launched = launch_info()
         world = launched.world_size if launched else params["world_size"]
-        backend = _backend(params["backend"], world, launched is not None)
+        backend = _backend(params["backend"], world, launched)
         spec = self._spec(params)
         if launched:
             results = _run_in_process(spec, backend, launched, params["pg_timeout"])
@@ -195,20 +195,25 @@ class _Collective(Benchmark):
 _SPLIT = ("all_gather", "reduce_scatter", "all_to_all")
 
 
-def _backend(requested: str, world: int, launched: bool) -> str:
+def _backend(requested: str, world: int, launched: Any) -> str:
+    """nccl needs a GPU of its own for every rank on this host (two ranks on one GPU fail in
+    NCCL's init); every rank decides from the same facts, so they agree."""
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    # Ranks on this host: all of them when spawned here; under a launcher what it says
+    # (unknown, e.g. srun without --ntasks-per-node: assume one rank per GPU, the usual job).
+    here = launched.local_world_size if launched else world
     if requested == "nccl":
         if not gpus:
             raise SkipCase("backend nccl needs CUDA GPUs; torch sees none (use backend=gloo)")
-        if not launched and gpus < world:
-            raise UsageError(f"world_size {world} with nccl needs {world} GPUs on this host; "
-                             f"it has {gpus}")
+        if here is not None and gpus < here:
+            raise UsageError(f"{here} ranks on this host with nccl need {here} GPUs (one per "
+                             f"rank); it has {gpus} (use backend=gloo, or fewer ranks)")
         return "nccl"
     if requested == "gloo":
         return "gloo"
-    return "nccl" if gpus and (launched or gpus >= world) else "gloo"
+    return "nccl" if gpus and (here is None or gpus >= here) else "gloo"
 
 
 def _check_host_can_run(world: int, backend: str) -> None:
