@@ -28,7 +28,7 @@ ENCODING = {2.5: 8 / 10, 5.0: 8 / 10, 8.0: 128 / 130, 16.0: 128 / 130, 32.0: 128
             64.0: 242 / 256}
 GENERATION = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 _ATTRS = ("class", "vendor", "device", "current_link_speed", "current_link_width",
-          "max_link_speed", "max_link_width", "removable")
+          "max_link_speed", "max_link_width", "removable", "numa_node")
 _ROUTER = re.compile(r"^(\d+)-([0-9a-f]+)$")        # 0-1, 0-301: a router; 0-0 is the host
 _ROUTER_ATTRS = ("generation", "rx_speed", "rx_lanes", "tx_speed", "tx_lanes", "device_name",
                  "vendor_name", "authorized")

@@ -134,8 +134,8 @@ def probe_gpus(sysfs: Path, proc: Path | None, devices: dict[str, str]) -> list[
         vendor, device = _read(dev / "vendor"), _read(dev / "device")
         gpu: dict[str, Any] = {"pci_address": address, "vendor_id": vendor, "device_id": device,
                                "model": _pci_name(vendor, device)}
-        if (dev / "driver").exists():
-            gpu["driver"] = os.path.basename(os.path.realpath(dev / "driver"))
+        if (dev / "driver").is_symlink():    # in a capture the driver's folder is not kept
+            gpu["driver"] = os.path.basename(os.readlink(dev / "driver"))
         numa = _read_int(dev / "numa_node")
         if numa is not None and numa >= 0:
             gpu["numa_node"] = numa

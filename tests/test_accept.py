@@ -120,3 +120,16 @@ def test_gpu_acceptance_spec_loads_and_without_a_gpu_says_why(tmp_path):
     assert verdict.returncode == 1                    # no GPU here: nothing measured, not a pass
     assert "skipped" in verdict.stdout and "gpu.h2d" in verdict.stdout
 
+
+
+def test_gpu_acceptance_on_real_h200_rows():
+    """Rows bench/gpu_check.py stored on an H200 (Gen5 x16, in a Firecracker VM): the copies
+    pass against the 63.02 GB/s link, the DataLoader check fails -- its pin_memory thread fed
+    the GPU at about half the rate the same loader produced batches."""
+    verdict = netbench("accept", "suites/gpu-acceptance.toml", "--results",
+                       "tests/fixtures/results/h200-vm")
+    assert verdict.returncode == 1, verdict.stderr
+    lines = [line.split()[0] for line in verdict.stdout.splitlines()
+             if line.strip().startswith(("PASS", "FAIL"))]
+    assert lines == ["PASS", "PASS", "PASS", "FAIL"]
+    assert "0.8786" in verdict.stdout and "0.5061 < 0.8" in verdict.stdout

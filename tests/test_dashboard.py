@@ -14,6 +14,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--virtual-time-budget=20000"]
 ARTIFACTS = ROOT / "artifacts"
+H200_RESULTS = ROOT / "tests/fixtures/results/h200-vm"     # real rows: bench/gpu_check.py
 
 
 def _chromium(tmp_path, *args):
@@ -53,6 +54,21 @@ def test_dashboard_renders_offline_without_errors(tmp_path):
     assert shot.stat().st_size > 20_000
 
 
+@pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium (apt-get install chromium)")
+def test_dashboard_of_a_real_gpu_run_renders_the_feed_view(tmp_path):
+    page = tmp_path / "gpu.html"
+    proc = netbench("report", "--results", str(H200_RESULTS), "-o", str(page))
+    assert proc.returncode == 0, proc.stderr
+    text = page.read_text()
+    assert "link bound 63.02 GB/s" in text and "NVIDIA H200" in text
+    dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
+    body = re.search(r"<body[^>]*>", dom).group(0)
+    assert 'data-status="rendered"' in body and 'data-errors="0"' in body, body
+    ARTIFACTS.mkdir(exist_ok=True)
+    _chromium(tmp_path, "--window-size=1400,3000",
+              f"--screenshot={ARTIFACTS / 'dashboard-h200.png'}", page.as_uri())
+
+
 def test_empty_store_is_a_clear_message(tmp_path):
     assert_clean_error(netbench("report", "--results", str(tmp_path / "none")),
                        "nothing to draw")
@@ -70,8 +86,6 @@ def test_dashboard_does_not_break_reading_the_store(tmp_path):
 
 
 def test_h2d_view_draws_each_gpus_bound_or_says_why_it_cannot(tmp_path):
-    import json
-
     import pandas as pd
 
     from netbench.report.dashboard import h2d_chart, h2d_missing
@@ -85,19 +99,14 @@ def test_h2d_view_draws_each_gpus_bound_or_says_why_it_cannot(tmp_path):
     assert h2d_chart(rows) is None
     text = h2d_missing(rows)
     assert text.startswith("gpu.* skipped: no CUDA device") and "0000:05:00.0: bottleneck" in text
-    # With copy rows (values as a GPU run stores them): one line per GPU and host memory
-    # kind, and the bound each row was divided by, dashed.
-    def case(index, mem, size, bw, eff, bench="gpu.h2d"):
-        common = {"run_id": "r", "case_index": index, "benchmark": bench, "status": "ok",
-                  "transport": "pcie", "device": "cuda:0", "msg_size": size,
-                  "params": json.dumps({"host_mem": mem, "msg_size": size})}
-        return [{**common, "metric": "bw", "value": bw},
-                {**common, "metric": "link_efficiency", "value": eff}]
-    frame = pd.DataFrame(case(0, "pinned", 1 << 20, 40.0, 0.8) + case(1, "pinned", 1 << 26,
-                         50.0, 1.0) + case(2, "pageable", 1 << 26, 20.0, 0.4)
-                         + case(3, "pinned", 1 << 26, 60.0, 0.6, "gpu.bidir"))
-    fig = h2d_chart(frame)
-    names = [t["name"] for t in fig["data"]]
-    assert names == ["gpu.bidir cuda:0 pinned", "gpu.h2d cuda:0 pageable",
-                     "gpu.h2d cuda:0 pinned", "cuda:0 link bound 50.00 GB/s"]   # not bidir's
-    assert fig["data"][2]["y"] == [40.0, 50.0] and fig["data"][3]["line"]["dash"] == "dash"
+    # Real rows from an H200 (Gen5 x16, inside a Firecracker VM): bench/gpu_check.py ran
+    # suites/gpu-acceptance.toml and suites/ci.toml there. One line per GPU, host memory kind
+    # and run; the loader at its batch's bytes; the bound each row was divided by, dashed.
+    fig = h2d_chart(pd.read_parquet(H200_RESULTS))
+    lines = {t["name"]: t for t in fig["data"]}
+    bounds = [name for name in lines if "link bound" in name]
+    assert bounds == ["cuda:0 link bound 63.02 GB/s"]         # Gen5 x16; never bidir's 2x
+    assert lines[bounds[0]]["line"]["dash"] == "dash"
+    pinned = lines["gpu.h2d cuda:0 pinned (gpu-acceptance)"]
+    assert pinned["x"] == [64 << 20, 256 << 20] and all(50 < y < 63.02 for y in pinned["y"])
+    assert lines["gpu.loader_feed cuda:0 (gpu-acceptance)"]["x"] == [256 * 3 * 224 * 224]

@@ -37,6 +37,26 @@ def test_paths_from_the_captured_tree():
     assert env["rdma_devices"][0]["name"] == "rxe0" and env["rdma_devices"][0]["emulated"]
 
 
+H200 = Path(__file__).parent / "fixtures" / "sysfs" / "firecracker-h200"
+
+
+def test_a_real_gpu_capture_an_h200_at_gen5_x16_inside_a_vm():
+    """Captured by bench/gpu_check.py --out (`netbench probe --capture`) on an NVIDIA H200
+    passed through to a Firecracker VM: the GPU sits on the guest's root complex, its link
+    fields say Gen5 x16 at rest and under load (nvidia-smi said the same, gen 5 x16), and
+    the /proc facts kept beside the tree name the GPU, the driver and the hypervisor."""
+    env = probe(H200)
+    assert env["gpus"] == [{"pci_address": "0000:00:06.0", "vendor_id": "0x10de",
+                            "device_id": "0x2335", "model": "NVIDIA H200", "driver": "nvidia",
+                            "driver_version": "580.159.04"}]
+    assert env["virtual_machine"] == "a hypervisor (cpu flag)"
+    (path,) = env["pcie_paths"]
+    assert [h["role"] for h in path["hops"]] == ["device on the root complex"]
+    assert path["bottleneck_gbytes"] == pytest.approx(lane_gbytes(32.0, 16))    # 63.02
+    assert path["now_gbytes"] == path["bottleneck_gbytes"] and path["downgraded"] == []
+    assert not path["idle_gpu"] and "inside a VM" in path["summary"]
+
+
 def test_a_link_trained_below_both_ends_is_flagged(tmp_path):
     tree = tmp_path / "tree"
     shutil.copytree(TREE, tree, symlinks=True)

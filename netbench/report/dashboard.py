@@ -131,11 +131,18 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
     if bw.empty:
         return None
     traces, bounds = [], {}
-    host_mem = bw["params"].map(lambda p: json.loads(p).get("host_mem", ""))
-    for (bench, device, mem), g in bw.groupby([bw["benchmark"], bw["device"], host_mem]):
-        g = g.sort_values("msg_size")
-        traces.append(_line(g["msg_size"], g["value"], " ".join(p for p in (bench, device, mem)
-                                                                  if p)))
+    bw = bw.assign(copy_bytes=[_copy_bytes(b, p, m) for b, p, m in
+                               zip(bw["benchmark"], bw["params"], bw["msg_size"])],
+                   host_mem=bw["params"].map(lambda p: json.loads(p).get("host_mem", "")),
+                   run=bw["label"].where(bw["label"].fillna("") != "", bw["suite"])
+                   if "label" in bw and "suite" in bw else "")
+    several = bw["run_id"].nunique() > 1
+    for (bench, device, mem, run_id), g in bw.groupby(
+            ["benchmark", "device", "host_mem", "run_id"]):
+        g = g.groupby("copy_bytes", as_index=False)["value"].mean()     # repeats: one point
+        run = bw.loc[bw["run_id"] == run_id, "run"].iloc[0] if several else ""
+        name = " ".join(p for p in (bench, device, mem) if p) + (f" ({run})" if run else "")
+        traces.append(_line(g["copy_bytes"], g["value"], name))
     share = pcie[pcie["metric"].isin(["link_efficiency", "link_fraction"])
                  & (pcie["benchmark"] != "gpu.bidir")      # bidir's bound is both directions
                  & (pcie["value"] > 0)]
@@ -143,12 +150,27 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
     for device, bw_value, fraction in zip(pairs["device"], pairs["value"],
                                           pairs["value_share"]):
         bounds[device] = bw_value / fraction
-    sizes = sorted(bw["msg_size"].dropna().unique())
+    sizes = sorted(bw["copy_bytes"].dropna().unique())
     for device, bound in bounds.items():
         traces.append(_line(sizes or [0], [bound] * max(len(sizes), 1),
                             f"{device} link bound {bound:.2f} GB/s", "dash"))
     return _figure(traces, "Host-to-GPU feed vs the link's theoretical bound (dashed)", "bytes",
                    "GB/s")
+
+
+_ITEMSIZE = {"uint8": 1, "int32": 4, "float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def _copy_bytes(benchmark: str, params: str, msg_size: Any) -> float | None:
+    """Bytes per copy: msg_size, or for the loader feed one batch (batch x sample x dtype)."""
+    if benchmark != "gpu.loader_feed":
+        return msg_size
+    p = json.loads(params or "{}")
+    try:
+        dims = [int(d) for d in str(p["sample_shape"]).lower().split("x")]
+        return float(p["batch_size"] * math.prod(dims) * _ITEMSIZE[p["dtype"]])
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 def h2d_missing(rows: Any) -> str:
