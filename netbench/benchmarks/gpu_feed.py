@@ -344,17 +344,20 @@ class GpuBidir(_Gpu):
             with torch.cuda.stream(down):
                 h_dst.copy_(d_src, non_blocking=True)
                 ends["down"][i].record(down)
+        address = pci_address(torch, device)
+        watch = LinkUnderLoad(ctx.env, address)
+        watch(ends["up"][0], ends["up"][-1])
         torch.cuda.synchronize(device)
         up_ms = start.elapsed_time(ends["up"][-1])
         down_ms = start.elapsed_time(ends["down"][-1])
         moved = size * iterations
         values = {"bw": 2 * moved / (max(up_ms, down_ms) * 1e6),
                   "bw_h2d": moved / (up_ms * 1e6), "bw_d2h": moved / (down_ms * 1e6)}
-        address = pci_address(torch, device)
         bound, why = link_bound(ctx.env, address)
         if bound:                        # PCIe is full duplex: each direction has the bound
             values["link_efficiency"] = values["bw"] / (2 * bound)
-        return Measurement(values, device=str(device), note=why, pci_address=address)
+        return Measurement(values, device=str(device),
+                           note="; ".join(n for n in (why, watch.note) if n), pci_address=address)
 
 
 # --- the DataLoader feed --------------------------------------------------------------------------
