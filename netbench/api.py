@@ -15,9 +15,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
-from netbench import stats
+from netbench import linkpath, stats
 from netbench.errors import NetbenchError, PeerError, SkipCase, UsageError
 from netbench.launch import launch_info
 from netbench.wire import Channel
@@ -30,7 +31,8 @@ except ImportError:
 __all__ = [
     "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Measurement",
     "Metric", "NetbenchError", "Param", "PeerError", "ServerSession", "SkipCase", "UsageError",
-    "fastloop", "format_size", "host_memory_available", "launch_info", "parse_size", "stats",
+    "fastloop", "format_size", "host_memory_available", "launch_info", "parse_size",
+    "pcie_path", "stats",
 ]
 
 Better = Literal["higher", "lower"]
@@ -417,6 +419,12 @@ class Benchmark:
         if unknown:
             raise UsageError(f"unknown params for {self.name}: {', '.join(sorted(unknown))}")
         return out
+
+
+def pcie_path(sysfs_root: str, address: str) -> linkpath.LinkPath | None:
+    """The PCIe path of ``address`` read now (hops, their bound and state, downgrades): for a
+    benchmark to see how the links run while it loads them."""
+    return linkpath.walk(Path(sysfs_root), address)
 
 
 def host_memory_available() -> int | None:

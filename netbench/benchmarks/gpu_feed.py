@@ -15,10 +15,8 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from netbench import linkpath
 from netbench.api import (
     Benchmark,
     Case,
@@ -29,6 +27,7 @@ from netbench.api import (
     Param,
     SkipCase,
     host_memory_available,
+    pcie_path,
 )
 
 TORCH_HINT = "torch is not installed: `pip install torch` with a CUDA build"
@@ -180,7 +179,7 @@ class LinkUnderLoad:
             time.sleep(0.001)
         if all_done.query():
             return                               # too short to catch the link busy
-        path = linkpath.walk(Path(self.env["sysfs_root"]), self.address)
+        path = pcie_path(self.env["sysfs_root"], self.address)
         if path is None or path.now_gbytes is None or path.bottleneck_gbytes is None:
             return
         if path.now_gbytes < path.bottleneck_gbytes * 0.99:
