@@ -23,7 +23,7 @@ none stopping the others:
 - Suites: suites/gpu-acceptance.toml and suites/ci.toml run and judged (`netbench accept`),
   their Parquet results packed into DIR/results.tar.gz for `netbench report` elsewhere; then
   H2D/D2H swept over 4K..1G.
-Prints what it skipped and why. About 4 minutes on one GPU; --budget stops starting new
+Prints what it skipped and why. 140 s on one H200; --budget stops starting new
 steps once that many seconds have gone, and rows are written after every step.
 Exit 1 when a check that ran missed its target or failed; 0 otherwise.
 """
