@@ -234,14 +234,12 @@ def smi_link() -> list[dict[str, str]]:
 
 
 def hop_states(address: str, sysfs: Path = Path("/sys")) -> list[str]:
-    """'ADDR Gen5 x16 (max Gen5 x16)' for each hop from the GPU up, read from /sys now."""
-    from netbench.linkpath import walk
+    """The path's summary and each hop from the GPU up, read now, as `netbench probe` says it."""
+    from netbench.linkpath import hop_line, walk
     path = walk(sysfs, address)
     if path is None:
         return [f"{address}: not under /sys/bus/pci/devices"]
-    return [f"{h.address} {h.role}: {h.describe(h.speed, h.width)} "
-            f"(max {h.describe(h.max_speed, h.max_width)}; bound "
-            f"{h.bound_gbytes or float('nan'):.2f} GB/s)" for h in path.hops]
+    return [path.summary(), *(hop_line(hop) for hop in path.as_dict()["hops"])]
 
 
 def check_link(torch, out: Path | None) -> bool:
@@ -302,6 +300,7 @@ def check_suites(out: Path | None) -> bool:
 
 def check_sweep() -> bool:
     """H2D and D2H over 4K..1G (the dashboard's curve); per size, bandwidth only."""
+    from netbench.api import format_size
     missed = False
     for op in ("h2d", "d2h"):
         rows = netbench_rows([f"gpu.{op}", "-p", "msg_size=4K..1G:x4", "-p", "iterations=20"])
@@ -310,11 +309,6 @@ def check_sweep() -> bool:
         print(f"  gpu.{op} GB/s: {', '.join(curve) or shown(rows)}")
         missed |= not curve
     return missed
-
-
-def format_size(n: int) -> str:
-    from netbench.api import format_size as fmt
-    return fmt(n)
 
 
 def check_rdma_gpu() -> bool:

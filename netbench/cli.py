@@ -73,10 +73,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    from netbench.linkpath import CAPTURED_PROC, capture, hop_line
     from netbench.probe import probe
 
     if args.capture:
-        from netbench.linkpath import CAPTURED_PROC, capture
 
         root = Path(args.sysfs_root or "/sys")     # a capture of a capture keeps its _proc
         count = capture(root, Path(args.capture),
@@ -112,9 +112,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     for path in env["pcie_paths"]:
         print(f"  [{path['kind']}] {path['summary']}")
         for hop in path["hops"]:
-            print(f"      {hop['address']}  now {hop['speed'] or '?'} GT/s x{hop['width'] or '?'}"
-                  f"  max {hop['max_speed'] or '?'} GT/s x{hop['max_width'] or '?'}"
-                  f"  {hop['role']}" + ("  (Thunderbolt/USB4 tunnel)" if hop["tunnelled"] else ""))
+            print(f"      {hop_line(hop)}")
     print("rdma" + ("" if env["rdma_devices"] else
                     "      none (no /sys/class/infiniband devices)"))
     for dev in env["rdma_devices"]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -278,6 +279,13 @@ def describe_tunnel(tunnel: dict[str, Any]) -> str:
         text += f", {tunnel['lanes']} lanes x {tunnel['gbps_per_lane']:g} Gb/s"
     device = " ".join(p for p in (tunnel.get("vendor_name"), tunnel.get("device_name")) if p)
     return text + (f" ({device})" if device else "")
+
+
+def hop_line(hop: Mapping[str, Any]) -> str:
+    """One hop of a path (as the fingerprint stores it): its link now, its maximum, its role."""
+    return (f"{hop['address']}  now {hop['speed'] or '?'} GT/s x{hop['width'] or '?'}"
+            f"  max {hop['max_speed'] or '?'} GT/s x{hop['max_width'] or '?'}"
+            f"  {hop['role']}" + ("  (Thunderbolt/USB4 tunnel)" if hop["tunnelled"] else ""))
 
 
 def _least(a: float | None, b: float | None) -> float | None:

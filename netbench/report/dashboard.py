@@ -134,14 +134,12 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
     bw = bw.assign(copy_bytes=[_copy_bytes(b, p, m) for b, p, m in
                                zip(bw["benchmark"], bw["params"], bw["msg_size"])],
                    host_mem=bw["params"].map(lambda p: json.loads(p).get("host_mem", "")),
-                   run=bw["label"].where(bw["label"].fillna("") != "", bw["suite"])
-                   if "label" in bw and "suite" in bw else "")
+                   run=bw["label"].where(bw["label"].fillna("") != "", bw["suite"]))
     several = bw["run_id"].nunique() > 1
-    for (bench, device, mem, run_id), g in bw.groupby(
-            ["benchmark", "device", "host_mem", "run_id"]):
+    for (bench, device, mem, _, run), g in bw.groupby(
+            ["benchmark", "device", "host_mem", "run_id", "run"]):
         g = g.groupby("copy_bytes", as_index=False)["value"].mean()     # repeats: one point
-        run = bw.loc[bw["run_id"] == run_id, "run"].iloc[0] if several else ""
-        name = " ".join(p for p in (bench, device, mem) if p) + (f" ({run})" if run else "")
+        name = " ".join(p for p in (bench, device, mem) if p) + (f" ({run})" if several else "")
         traces.append(_line(g["copy_bytes"], g["value"], name))
     share = pcie[pcie["metric"].isin(["link_efficiency", "link_fraction"])
                  & (pcie["benchmark"] != "gpu.bidir")      # bidir's bound is both directions
