@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from netbench import __version__, hooks, linkpath
+from netbench.errors import UsageError
 from netbench.linkpath import read_attr as _read
 from netbench.linkpath import read_int as _read_int
 
@@ -249,6 +250,10 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """The full fingerprint; ``sysfs_root`` (or NETBENCH_SYSFS_ROOT) replaces /sys."""
     root = Path(sysfs_root or os.environ.get("NETBENCH_SYSFS_ROOT") or "/sys")
     live = root == Path("/sys")
+    if not live and not any((root / part).is_dir() for part in ("bus", "class", "devices")):
+        # A mistyped path would read as a host with nothing on it: say so instead.
+        raise UsageError(f"sysfs root {root}: no bus/, class/ or devices/ under it; give a "
+                         "tree captured with `netbench probe --capture DIR` (or /sys)")
     try:
         import psutil
         memory = psutil.virtual_memory().total

@@ -6,6 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
+from conftest import assert_clean_error, netbench
+
 from netbench.api import Case
 from netbench.probe import nic_summary, probe, probe_nics, probe_rdma
 from netbench.report.console import Reporter, summary_table
@@ -93,3 +95,9 @@ def test_reporter_plain_lines_in_ci_and_a_live_line_on_a_terminal():
     out = tty.getvalue()
     assert "\r" in out and "[##########..........]  50%" in out
     assert "failed: peer vanished" in out
+
+
+def test_a_sysfs_root_that_is_no_tree_is_a_clear_error(tmp_path):
+    for args in (["probe"], ["run", "mem.copy", "--results", str(tmp_path / "r")]):
+        assert_clean_error(netbench(*args, "--sysfs-root", str(tmp_path / "nowhere")),
+                           "no bus/, class/ or devices/")
