@@ -277,6 +277,7 @@ class Measurement:
     defaults for this case (e.g. the NIC a stream actually used). ``note`` lands in the row's
     ``reason`` column, e.g. to mark an emulated device. ``pci_address`` names the PCI function
     a GPU case ran on, so the row's environment carries that GPU and its link path.
+    ``resolved`` records what an ``auto`` param became; ``fallback`` is a run-level line.
     """
 
     values: dict[str, float]
@@ -286,6 +287,10 @@ class Measurement:
     peer: str | None = None
     note: str = ""
     pci_address: str | None = None   # the PCI function measured (a GPU): names it in env_gpu
+    # What the benchmark chose where a param left it the choice (data_plane=auto -> compiled):
+    # stored in the row's params, so a row says what measured it.
+    resolved: dict[str, Any] = field(default_factory=dict)
+    fallback: str = ""               # said once per run (with a count), e.g. a slower data plane
 
 
 # --- what the harness hands a benchmark ------------------------------------------------------

@@ -99,6 +99,7 @@ class Runner:
         self._loopback: peer_mod.ServerProcess | None = None
         self._shared: dict[str, Any] = {}
         self._loopback_error = "no --peer given and no loopback server running"
+        self._case_fallbacks: list[str] = []
 
     # --- peers ---
 
@@ -151,6 +152,8 @@ class Runner:
                     self.store.write_run(path, result.rows)
                     break
                 result.rows.extend(rows)
+                result.fallbacks.extend(self._case_fallbacks)
+                self._case_fallbacks.clear()
                 self.store.write_run(path, result.rows)
                 self.reporter.end_case(index, planned, rows)
                 result.fallbacks.extend(hooks.call("case_finished", rows))
@@ -266,6 +269,10 @@ class Runner:
                               m.pci_address)
         if m.peer:
             common["peer"] = m.peer
+        if m.resolved:
+            common["params"] = params_json({**planned.case.params, **m.resolved})
+        if m.fallback:
+            self._case_fallbacks.append(m.fallback)
         default_n = max((len(s) for s in m.samples.values()), default=None)
         rows = []
         for metric in bench.metrics:

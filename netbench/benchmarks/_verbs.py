@@ -47,6 +47,7 @@ MTU_BYTES = {v: k for k, v in MTU_ENUM.items()}
 PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 SPIN_CHECK = 256          # look at the clock and the cancel flag every this many polls
+PLANE = "pyverbs"         # the data plane this module is: Python loops around pyverbs
 
 
 class VerbsError(NetbenchError):
@@ -85,7 +86,7 @@ class GpuBuffer:
 
     base = 0
 
-    def __init__(self, pd: Any, length: int, device_name: str) -> None:
+    def __init__(self, pd: Any, length: int, device_name: str, register: bool = True) -> None:
         try:
             import torch
         except ImportError:
@@ -104,6 +105,9 @@ class GpuBuffer:
                              f"of {total}") from None
         self.start = -self.tensor.data_ptr() % DMABUF_ALIGN
         self.fd = _cuda_dmabuf_fd(self.tensor.data_ptr() + self.start, span)
+        self.mr = None
+        if not register:            # the compiled data plane registers the fd itself
+            return
         try:
             self.mr = DmaBufMR(pd, length, ACCESS, dmabuf=self.fd, offset=0)
         except PyverbsError as exc:
@@ -123,7 +127,8 @@ class GpuBuffer:
         return self.view(offset, length).cpu().numpy().tobytes()
 
     def close(self) -> None:
-        self.mr.close()
+        if self.mr is not None:
+            self.mr.close()
         os.close(self.fd)
 
 
@@ -250,6 +255,11 @@ class Side:
         return self
 
     def _open(self) -> None:
+        dev = self._discover()
+        self._create(dev)
+
+    def _discover(self) -> Any:
+        """What pyverbs tells of the device and port; checks the case against its limits."""
         try:
             self.ctx = Context(name=self.device)
         except PyverbsError as exc:
@@ -272,8 +282,15 @@ class Side:
         if 2 * self.size > dev.max_mr_size:
             raise VerbsError(f"2 x msg_size ({2 * self.size}) exceeds {self.device}'s max_mr_size "
                              f"{dev.max_mr_size}")
+        if self.depth > dev.max_qp_wr:
+            raise VerbsError(f"tx_depth {self.depth} exceeds {self.device}'s max_qp_wr "
+                             f"{dev.max_qp_wr}")
         self.max_rd_atomic = max(1, min(dev.max_qp_rd_atom, 16))
-        depth = min(self.depth, dev.max_qp_wr)
+        return dev
+
+    def _create(self, dev: Any) -> None:
+        """The data-plane objects, through pyverbs (the fallback data plane)."""
+        depth = self.depth
         self.pd = PD(self.ctx)
         buffer = GpuBuffer if self.mem == "gpu" else HostBuffer
         self.memory = buffer(self.pd, 2 * self.size, self.device)
@@ -287,7 +304,9 @@ class Side:
             try:
                 self.qps.append(QP(self.pd, init, self._init_attr()))
             except PyverbsRDMAError as exc:
-                raise VerbsError(f"cannot create an RC QP on {self.device}: {exc}") from None
+                raise VerbsError(f"cannot create an RC QP on {self.device} with max_send_wr "
+                                 f"{depth} and max_inline_data {self.inline} (device "
+                                 f"max_qp_wr {dev.max_qp_wr}): {exc}") from None
             self.psns.append(random.getrandbits(24))
 
     def _resolve_gid(self, port: Any) -> str:
@@ -319,8 +338,8 @@ class Side:
                         size=self.size,
                         mtu=self.mtu_request or self.active_mtu, link_layer=self.link_layer)
 
-    def connect(self, remote: Endpoint) -> int:
-        """INIT -> RTR -> RTS towards the remote QPs; returns the path MTU used."""
+    def _path_mtu(self, remote: Endpoint) -> int:
+        """The path MTU towards ``remote``, once it is known to match this side."""
         if remote.link_layer != self.link_layer:
             raise VerbsError(f"link layers differ: local {self.link_layer}, peer "
                              f"{remote.link_layer}")
@@ -329,7 +348,11 @@ class Side:
         if len(remote.qpns) != len(self.qps):
             raise VerbsError(f"QP counts differ: local {len(self.qps)}, peer "
                              f"{len(remote.qpns)}")
-        mtu = min(self.mtu_request or self.active_mtu, remote.mtu, self.active_mtu)
+        return min(self.mtu_request or self.active_mtu, remote.mtu, self.active_mtu)
+
+    def connect(self, remote: Endpoint) -> int:
+        """INIT -> RTR -> RTS towards the remote QPs; returns the path MTU used."""
+        mtu = self._path_mtu(remote)
         for qp, rqpn, rpsn, psn in zip(self.qps, remote.qpns, remote.psns, self.psns):
             attr = self._init_attr()
             attr.path_mtu = MTU_ENUM[mtu]
@@ -386,13 +409,34 @@ class Stop(Exception):
 
 
 class Clock:
-    """Deadline, cancellation and an optional interrupt check for spin loops."""
+    """Deadline, cancellation and an optional interrupt check for spin loops.
+
+    ``watch_fd`` (the control connection) lets a compiled loop return when the peer speaks or
+    hangs up, so ``interrupt`` runs then; ``cancel`` also stops compiled loops in flight."""
 
     def __init__(self, deadline: float, cancelled: threading.Event | None, what: str,
-                 interrupt: Callable[[], bool] | None = None) -> None:
+                 interrupt: Callable[[], bool] | None = None, watch_fd: int = -1) -> None:
         self.deadline, self.cancelled, self.what = deadline, cancelled, what
         self.interrupt = interrupt
+        self.watch_fd = watch_fd
         self.spins = 0
+        self._running: list[Any] = []        # compiled sides with a loop that may be running
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """From any thread (the runner's cancel callback): stop whatever spins now."""
+        if self.cancelled is not None:
+            self.cancelled.set()
+        with self._lock:
+            for side in self._running:
+                side.cancel()
+
+    def running(self, sides: list[Any]) -> None:
+        with self._lock:
+            self._running = list(sides)
+            stop = self.cancelled is not None and self.cancelled.is_set()
+        if stop:
+            raise VerbsError(f"{self.what}: cancelled")
 
     def check(self) -> None:
         self.spins += 1
@@ -702,12 +746,13 @@ def read_latency(side: Side, remote: Endpoint, warmup: int, iterations: int, clo
 
 
 @contextmanager
-def loopback_pair(params: Mapping[str, Any], depth: int) -> Iterator[tuple[Side, Side]]:
+def loopback_pair(params: Mapping[str, Any], depth: int,
+                  cls: type[Side] | None = None) -> Iterator[tuple[Side, Side]]:
     """Two sides on one device, their QPs connected to each other; closed on every path."""
-    a = side_from(params, depth)
+    a = side_from(params, depth, cls=cls)
     b = None
     try:
-        b = side_from(params, depth)
+        b = side_from(params, depth, cls=cls)
         a_ep, b_ep = a.endpoint(), b.endpoint()
         a.connect(b_ep)
         b.connect(a_ep)
@@ -718,9 +763,10 @@ def loopback_pair(params: Mapping[str, Any], depth: int) -> Iterator[tuple[Side,
         a.close()
 
 
-def side_from(params: Mapping[str, Any], depth: int, role_device: str = "") -> Side:
+def side_from(params: Mapping[str, Any], depth: int, role_device: str = "",
+              cls: type[Side] | None = None) -> Side:
     mtu = params["mtu"]
-    return Side(device=pick_device(role_device or params["device"]), port=params["port"],
+    return (cls or Side)(device=pick_device(role_device or params["device"]), port=params["port"],
                 gid_index=params["gid_index"], num_qps=params["qps"], depth=depth,
                 size=params["msg_size"], inline=params["inline_size"],
                 mtu_request=0 if mtu == "auto" else int(mtu), mem=params.get("mem", "host")).open()

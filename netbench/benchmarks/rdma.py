@@ -36,12 +36,17 @@ EMULATED_NOTE = ("emulated RDMA device ({}): functional figures, not hardware pe
 PYVERBS_HINT = ("pyverbs is not importable: install the distribution's python3-pyverbs "
                 "(apt-get install python3-pyverbs rdma-core) and run netbench from a venv made "
                 "with --system-site-packages (or /usr/bin/python3)")
+PYVERBS_PLANE_NOTE = (
+    "RDMA timed by the pyverbs fallback data plane (Python loops: ~1 us per operation of the "
+    "interpreter's own in every figure): the C data plane was not built ({why}); install "
+    "libibverbs-dev and a C compiler, then reinstall netbench (pip install -e .)")
 NO_DEVICE_HINT = ("no RDMA device on this host (/sys/class/infiniband is empty); create a "
                   "soft-RoCE one with `netbench rxe add NETDEV` where the kernel has rdma_rxe, "
                   "or run `make bench-softroce` (a VM with a stock kernel and an rxe device)")
 
 
-def _common_params(iterations: int, warmup: int, sizes_default: int) -> tuple[Param, ...]:
+def _common_params(iterations: int, warmup: int, sizes_default: int,
+                   inline_default: int = 0) -> tuple[Param, ...]:
     return (
         Param("msg_size", "size", sizes_default, "bytes per message; 'all' = 2..8M like "
               "perftest -a", minimum=1, maximum=1 << 30, sweep=True, all_range=(2, 8 << 20)),
@@ -62,14 +67,35 @@ def _common_params(iterations: int, warmup: int, sizes_default: int) -> tuple[Pa
         Param("bidirectional", "bool", False, "both ends send at once (perftest -b)"),
         Param("mtu", "choice", "auto", "path MTU; auto = the port's active MTU",
               choices=("auto", "256", "512", "1024", "2048", "4096")),
-        Param("inline_size", "size", 0, "inline messages up to this size (perftest -I)",
-              minimum=0, maximum=4096),
+        Param("inline_size", "size", inline_default, "inline messages up to this size "
+              "(perftest -I; its latency defaults: 220 B write, 236 B send)", minimum=0,
+              maximum=4096),
         Param("validate", "bool", False, "check the delivered bytes after the run"),
         Param("mem", "choice", "host", "buffer memory: host, or gpu (GPUDirect via dma-buf)",
               choices=("host", "gpu")),
         Param("cq_mod", "int", 100, "signal one completion every N sends (perftest -Q)",
               minimum=1, maximum=16384),
+        Param("data_plane", "choice", "auto", "who times the loop: compiled (C, as perftest), "
+              "pyverbs (Python loops, the fallback), auto = compiled where built",
+              choices=("auto", "compiled", "pyverbs")),
     )
+
+
+def _plane(params: Mapping[str, Any]) -> tuple[Any, str]:
+    """The data plane module for this case, and a fallback line when it is the slow one."""
+    from . import _verbs
+
+    if params.get("data_plane", "auto") == "pyverbs":
+        return _verbs, ""
+    try:
+        from . import _verbs_c
+    except ImportError as exc:
+        if params.get("data_plane") == "compiled":
+            raise SkipCase(f"data_plane=compiled: the C data plane is not built ({exc}); "
+                           "install libibverbs-dev and a C compiler, then reinstall netbench "
+                           "(pip install -e .)") from None
+        return _verbs, PYVERBS_PLANE_NOTE.format(why=exc)
+    return _verbs_c, ""
 
 
 _CPU = Metric("cpu_client", "%core", "lower", "this process, busy-polling as perftest does")
@@ -103,11 +129,12 @@ class _Rdma(Benchmark):
         if params["bidirectional"] and self.name.endswith("_lat"):
             raise SkipCase("bidirectional applies to bandwidth tests only")
         try:
-            from . import _verbs as v
+            v, fallback = _plane(params)
         except ImportError as exc:
             raise SkipCase(f"{PYVERBS_HINT} ({exc})") from None
         deadline = time.monotonic() + max(ctx.remaining() - 5.0, 1.0)
         clock = v.Clock(deadline, ctx.cancelled, self.verb.upper())
+        ctx.on_cancel(clock.cancel)        # reaches a compiled loop spinning without the GIL
         meter = CpuMeter()
         try:
             if ctx.peer:
@@ -119,9 +146,11 @@ class _Rdma(Benchmark):
         values, samples, side = result
         cpu = meter.stop()
         values["cpu_client"] = cpu["process_pct"]
-        note = EMULATED_NOTE.format(side.device) if side.emulated else ""
+        notes = [EMULATED_NOTE.format(side.device) if side.emulated else "",
+                 "timed by the pyverbs fallback data plane" if fallback else ""]
         return Measurement(values, samples, device=f"{side.device}:{side.port}",
-                           note=note)
+                           note="; ".join(n for n in notes if n),
+                           resolved={"data_plane": v.PLANE}, fallback=fallback)
 
     def _run_loopback(self, v: Any, params: Mapping[str, Any], clock: Any) -> Any:
         raise NotImplementedError
@@ -156,7 +185,7 @@ class Inbox:
         return self.got.pop(kind)
 
 
-def _serve_setup(v: Any, bench: _Rdma, params: Mapping[str, Any], session: ServerSession,
+def _serve_setup(v: Any, params: Mapping[str, Any], session: ServerSession,
                  depth: int) -> tuple[Any, Any]:
     side = v.side_from(params, depth, os.environ.get("NETBENCH_RDMA_DEV", ""))
     try:
@@ -180,7 +209,10 @@ class _RdmaBw(_Rdma):
         Metric("msg_rate", "Mpps", "higher", "messages per second, millions"),
         _CPU,
     )
-    params = _common_params(5000, 0, 65536)
+    params = (*_common_params(5000, 0, 65536),
+              Param("post_list", "int", 1, "WRs per doorbell (ibv_post_send call) per QP "
+                    "(perftest -l); the compiled data plane chains them", minimum=1,
+                    maximum=64))
 
     def _opcode(self, v: Any) -> int:
         return {"write": v.e.IBV_WR_RDMA_WRITE, "read": v.e.IBV_WR_RDMA_READ,
@@ -194,8 +226,18 @@ class _RdmaBw(_Rdma):
 
     @staticmethod
     def _count(params: Mapping[str, Any]) -> int:
-        """Messages per QP to post: iterations, or unbounded when a duration decides."""
-        return 1 << 40 if params["duration"] else params["iterations"] + params["warmup"]
+        """Timed messages per QP: iterations, or unbounded when a duration decides. Warm-up
+        messages are a sender of their own, posted and completed before this one starts."""
+        return 1 << 40 if params["duration"] else params["iterations"]
+
+    def _sender(self, v: Any, side: Any, remote: Any, params: Mapping[str, Any],
+                count: int, stop_at: float = 0.0) -> Any:
+        return v.Sender(side, remote, self._opcode(v), count, self._depth(params),
+                        params["cq_mod"], stop_at, **self._post_list(v, params))
+
+    @staticmethod
+    def _post_list(v: Any, params: Mapping[str, Any]) -> dict[str, int]:
+        return {"post_list": params["post_list"]} if v.PLANE == "compiled" else {}
 
     def _fill(self, v: Any, side: Any, seed: int, size: int) -> None:
         side.fill(v.pattern(size, seed))
@@ -204,8 +246,7 @@ class _RdmaBw(_Rdma):
               clock: Any) -> None:
         if not params["warmup"]:
             return
-        sender = v.Sender(side, remote, self._opcode(v), params["warmup"], self._depth(params),
-                          params["cq_mod"])
+        sender = self._sender(v, side, remote, params, params["warmup"])
         receiver = (v.Receiver(peer_side, self._depth(params), source=sender)
                     if self.verb == "send" and peer_side is not None else None)
         owners = [(side.cq, sender, None)]
@@ -220,10 +261,10 @@ class _RdmaBw(_Rdma):
             self._fill(v, a, 1, size)
             self._fill(v, b, 2, size)
             self._warm(v, a, b_ep, b, params, clock)
-            op, stop_at = self._opcode(v), self._stop_at(params)
-            count = 1 << 40 if params["duration"] else params["iterations"]
-            send_a = v.Sender(a, b_ep, op, count, depth, params["cq_mod"], stop_at)
-            send_b = (v.Sender(b, a_ep, op, count, depth, params["cq_mod"], stop_at)
+            stop_at = self._stop_at(params)
+            count = self._count(params)
+            send_a = self._sender(v, a, b_ep, params, count, stop_at)
+            send_b = (self._sender(v, b, a_ep, params, count, stop_at)
                       if params["bidirectional"] else None)
             recv_b = v.Receiver(b, depth, source=send_a) if self.verb == "send" else None
             recv_a = (v.Receiver(a, depth, source=send_b)
@@ -259,24 +300,36 @@ class _RdmaBw(_Rdma):
             raise v.VerbsError(f"data validation failed: {self.verb} delivered bytes that "
                                "differ from the source")
 
-    def _exchange(self, v: Any, side: Any, sender: Any, receiver: Any, inbox: Inbox,
-                  clock: Any) -> None:
-        """Both ends alike: send (receiving on the way), say how many, then receive what the
-        peer says it sent. The peer's count arrives through the inbox while we spin."""
+    def _exchange(self, v: Any, side: Any, remote: Any, params: Mapping[str, Any],
+                  sending: bool, receiver: Any, inbox: Inbox, clock: Any) -> Any:
+        """Both ends alike: warm up (untimed), send the timed messages (receiving on the way),
+        say how many in all, then receive what the peer says it sent. The peer's count
+        arrives through the inbox while we spin. Returns the timed sender (None if not
+        sending)."""
         def interrupt() -> bool:
             inbox.poll()
             if receiver is not None and "sent" in inbox.got:
                 receiver.expected = int(inbox.got["sent"]["count"])
             return False
 
-        clock.interrupt = interrupt
-        v.drive([(side.cq, sender, receiver)], clock, self.verb.upper(), wait_receivers=False)
-        inbox.channel.send({"kind": "sent", "count": sender.total_done() if sender else 0})
+        clock.interrupt, clock.watch_fd = interrupt, inbox.channel.sock.fileno()
+        what, sent, timed = self.verb.upper(), 0, None
+        if sending:
+            if params["warmup"]:
+                warm = self._sender(v, side, remote, params, params["warmup"])
+                v.drive([(side.cq, warm, receiver)], clock, what, wait_receivers=False)
+                sent += warm.total_done()
+            timed = self._sender(v, side, remote, params, self._count(params),
+                                 self._stop_at(params))
+            v.drive([(side.cq, timed, receiver)], clock, what, wait_receivers=False)
+            sent += timed.total_done()
+        inbox.channel.send({"kind": "sent", "count": sent})
         if receiver is not None:
-            v.drive([(side.cq, None, receiver)], clock, self.verb.upper())
-        sent = inbox.take("sent", max(clock.deadline - time.monotonic(), 1.0))
-        if receiver is not None and receiver.got != int(sent["count"]):
-            raise v.VerbsError(f"received {receiver.got} messages, peer sent {sent['count']}")
+            v.drive([(side.cq, None, receiver)], clock, what)
+        told = inbox.take("sent", max(clock.deadline - time.monotonic(), 1.0))
+        if receiver is not None and receiver.got != int(told["count"]):
+            raise v.VerbsError(f"received {receiver.got} messages, peer sent {told['count']}")
+        return timed
 
     def _run_remote(self, v: Any, params: Mapping[str, Any], ctx: Context, clock: Any) -> Any:
         size, depth = params["msg_size"], self._depth(params)
@@ -292,11 +345,8 @@ class _RdmaBw(_Rdma):
             receiver = v.Receiver(side, depth) if bidir_send else None
             session.channel.send({"endpoint": side.endpoint().to_json()})
             session.channel.expect(SETUP_TIMEOUT)                       # far end is ready
-            sender = v.Sender(side, remote, self._opcode(v),
-                              self._count(params), depth, params["cq_mod"],
-                              self._stop_at(params))
             inbox = Inbox(session.channel)
-            self._exchange(v, side, sender, receiver, inbox, clock)
+            sender = self._exchange(v, side, remote, params, True, receiver, inbox, clock)
             far = inbox.take("report", SETUP_TIMEOUT)
             values, rates = v.bandwidth(sender, size)
             if params["bidirectional"]:
@@ -315,19 +365,16 @@ class _RdmaBw(_Rdma):
             session.close()
 
     def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
-        from . import _verbs as v
-
+        v, _ = _plane(params)
         size, depth = params["msg_size"], self._depth(params)
-        side, remote = _serve_setup(v, self, params, session, depth)
+        side, remote = _serve_setup(v, params, session, depth)
         try:
             self._fill(v, side, 2, size)
             receiver = v.Receiver(side, depth) if self.verb == "send" else None
-            sender = (v.Sender(side, remote, self._opcode(v),
-                               self._count(params), depth, params["cq_mod"],
-                               self._stop_at(params)) if params["bidirectional"] else None)
             session.channel.send({"ready": True})
             clock = v.Clock(time.monotonic() + 3600, None, self.verb.upper())
-            self._exchange(v, side, sender, receiver, Inbox(session.channel), clock)
+            sender = self._exchange(v, side, remote, params, params["bidirectional"], receiver,
+                                    Inbox(session.channel), clock)
             report: dict[str, Any] = {"kind": "report", "crc": side.crc()}
             if sender is not None:
                 report.update(self._values(v.bandwidth(sender, size)[0]))
@@ -359,6 +406,7 @@ class RdmaSendBw(_RdmaBw):
 class _RdmaLat(_Rdma):
     headline = "lat_p50"
     params = _common_params(1000, 100, 2)
+    depth: ClassVar[int] = 16           # send queue of a ping-pong: one in flight, a few reaping
     half_rtt: ClassVar[bool] = True
 
     def _summary(self, rtts_ns: list[int]) -> tuple[dict[str, float], dict[str, list[float]]]:
@@ -368,7 +416,7 @@ class _RdmaLat(_Rdma):
         return values, {"lat_p50": lat_us}
 
     def _run_loopback(self, v: Any, params: Mapping[str, Any], clock: Any) -> Any:
-        with v.loopback_pair(params, 16) as (a, b):
+        with v.loopback_pair(params, self.depth) as (a, b):
             a_ep, b_ep = a.endpoint(), b.endpoint()
             if self.verb == "read":
                 rtts = v.read_latency(a, b_ep, params["warmup"], params["iterations"], clock,
@@ -385,12 +433,13 @@ class _RdmaLat(_Rdma):
         side = None
         try:
             reply = session.run_remote(self.name, params, SETUP_TIMEOUT)
-            side = v.side_from(params, 16)
+            side = v.side_from(params, self.depth)
             remote = v.Endpoint.from_json(reply.get("endpoint"), session.peer_name)
             side.connect(remote)
             me = v.PingPong(side, remote, self.verb) if self.verb != "read" else None
             session.channel.send({"endpoint": side.endpoint().to_json()})
             session.channel.expect(SETUP_TIMEOUT)
+            clock.watch_fd = session.channel.sock.fileno()     # the peer hanging up ends it
             if self.verb == "read":
                 rtts = v.read_latency(side, remote, params["warmup"], params["iterations"],
                                       clock, params["duration"])
@@ -407,9 +456,8 @@ class _RdmaLat(_Rdma):
             session.close()
 
     def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
-        from . import _verbs as v
-
-        side, remote = _serve_setup(v, self, params, session, 16)
+        v, _ = _plane(params)
+        side, remote = _serve_setup(v, params, session, self.depth)
         try:
             me = v.PingPong(side, remote, self.verb) if self.verb != "read" else None
             session.channel.send({"ready": True})
@@ -419,7 +467,8 @@ class _RdmaLat(_Rdma):
                 inbox.poll()
                 return "done" in inbox.got
 
-            clock = v.Clock(time.monotonic() + 3600, None, self.verb.upper(), client_done)
+            clock = v.Clock(time.monotonic() + 3600, None, self.verb.upper(), client_done,
+                            watch_fd=session.channel.sock.fileno())
             try:
                 if me is not None:
                     v.pingpong_server(me, 1 << 62, clock)
@@ -437,6 +486,7 @@ class RdmaWriteLat(_RdmaLat):
     verb = "write"
     description = "RDMA WRITE ping-pong latency, half the round trip (ib_write_lat)"
     metrics = _lat_metrics("us (half RTT)", "half the round trip")
+    params = _common_params(1000, 100, 2, inline_default=220)       # perftest's default
 
 
 class RdmaReadLat(_RdmaLat):
@@ -452,3 +502,4 @@ class RdmaSendLat(_RdmaLat):
     verb = "send"
     description = "SEND/RECV ping-pong latency, half the round trip (ib_send_lat)"
     metrics = _lat_metrics("us (half RTT)", "half the round trip")
+    params = _common_params(1000, 100, 2, inline_default=236)       # perftest's default
