@@ -31,7 +31,7 @@ from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
-from netbench.api import NetbenchError, PeerError, SkipCase
+from netbench.api import NetbenchError, PeerError, SkipCase, host_memory_available
 
 # enum ibv_wc_status, in order: the verbs ABI (libibverbs verbs.h), stable since OFED 1.x.
 WC_STATUS = (
@@ -282,6 +282,10 @@ class Side:
         if 2 * self.size > dev.max_mr_size:
             raise VerbsError(f"2 x msg_size ({2 * self.size}) exceeds {self.device}'s max_mr_size "
                              f"{dev.max_mr_size}")
+        free = host_memory_available()
+        if self.mem == "host" and free is not None and 2 * self.size > free:
+            raise VerbsError(f"2 x msg_size ({2 * self.size} bytes) of registered host memory "
+                             f"is more than this host has available ({free} bytes)")
         if self.depth > dev.max_qp_wr:
             raise VerbsError(f"tx_depth {self.depth} exceeds {self.device}'s max_qp_wr "
                              f"{dev.max_qp_wr}")

@@ -102,7 +102,7 @@ typedef struct Side {
     int p_armed, p_send;
     struct ibv_send_wr pwr;
     struct ibv_sge psge;
-    uint64_t p_posted, p_acked;
+    uint64_t p_posted, p_acked, p_waited;
     unsigned p_sig_every;
 } Side;
 
@@ -758,7 +758,7 @@ static PyObject *Side_arm_pingpong(Side *s, PyObject *args) {
         s->pwr.wr.rdma.rkey = (uint32_t)rkey;
     }
     s->p_send = op_send;
-    s->p_posted = s->p_acked = 0;
+    s->p_posted = s->p_acked = s->p_waited = 0;
     s->p_sig_every = (unsigned)(s->depth / 2 < 8 ? s->depth / 2 : 8);
     s->buf[2 * s->size - 1] = 0;   /* the receive half's marker byte starts clear */
     if (op_send) {
@@ -789,8 +789,10 @@ static int pp_reap(Side *s, Guard *g, int block) {
         for (int j = 0; j < n; j++) {
             if (wc[j].status != IBV_WC_SUCCESS) return wc_failed(g, &wc[j]);
             if (wc[j].opcode & IBV_WC_RECV) {
+                /* may be the next round's message already: counted, waited for later */
                 s->got++;
                 s->r_posted[0]--;
+                if (receiver_refill(s, 0, g) != DONE) return FAIL;
             } else if (wc[j].wr_id > s->p_acked) {
                 s->p_acked = wc[j].wr_id;
             }
@@ -828,13 +830,13 @@ static int pp_wait(Side *s, uint64_t round, Guard *g) {
         }
         return DONE;
     }
-    uint64_t target = s->got + 1;
-    while (s->got < target) {
+    while (s->got <= s->p_waited) {
         int st = pp_reap(s, g, 0);
         if (st != DONE) return st;
-        if (s->got < target && (st = guard_check(g)) != DONE) return st;
+        if (s->got <= s->p_waited && (st = guard_check(g)) != DONE) return st;
     }
-    return receiver_refill(s, 0, g);
+    s->p_waited++;
+    return DONE;
 }
 
 static PyObject *samples_out(int status, Guard *g, int64_t *rtts, size_t n) {

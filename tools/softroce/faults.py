@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """RDMA faults on a real rxe device, in the VM: each must end as one clear error line, with a
 non-zero exit, within a bounded time, and never a traceback; what cannot run here (GPU memory)
-must be a skipped row with the reason.
+must be a skipped row with the reason. Ctrl-C stops a compiled loop promptly; limits the
+device cannot take are named; the device's PD/CQ/QP/MR counts return to where they were.
 
     faults.py DEVICE ADDR OUT_DIR
 
@@ -52,9 +53,37 @@ def serve(addr: str, port: int, code: str | None = None) -> subprocess.Popen:
     raise RuntimeError("netbench serve did not start")
 
 
+def resources(device: str) -> str:
+    """`rdma resource show DEV`: the device's pd/cq/qp/mr/... counts in one line."""
+    out = subprocess.run(["rdma", "resource", "show", device], capture_output=True, text=True)
+    return " ".join(out.stdout.split()[2:]) if out.returncode == 0 else f"? {out.stderr}"
+
+
+def interrupt_latency(out: Path) -> tuple[int, str, float]:
+    """SIGINT to a loopback write_bw spinning in its compiled loop: seconds to exit."""
+    proc = subprocess.Popen([*PY, "run", "rdma.write_bw", "-p", "duration=120", "-p",
+                             "data_plane=compiled", "--timeout", "200", "--jsonl",
+                             str(out / "faults.jsonl")], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "rdma.write_bw" not in proc.stderr.readline():
+        pass
+    time.sleep(3)                      # inside the timed loop by now
+    proc.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return proc.returncode, err, time.monotonic() - start
+
+
 def main() -> int:
     device, addr, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     failures = 0
+    before = resources(device)
 
     def expect(name: str, result: tuple[int, str, float], *needles: str,
                limit: float = 120) -> None:
@@ -67,7 +96,23 @@ def main() -> int:
         print(f"  {'ok  ' if ok else 'FAIL'} {name}: rc={rc} in {seconds:.1f} s: "
               f"{line or err.strip()[-300:]}")
 
-    print(f"RDMA faults on {device}")
+    print(f"RDMA faults on {device} (resources before: {before})")
+    # Limits the device cannot take: named, never a crash or a hang.
+    expect("inline beyond the device's limit", run(["rdma.write_bw", "-p", "msg_size=64", "-p",
+                                                    "inline_size=4096", "-p",
+                                                    "iterations=10"], out),
+           "max_inline_data")
+    expect("a message larger than the host's memory",
+           run(["rdma.write_bw", "-p", "msg_size=1G", "-p", "iterations=1"], out),
+           "available")
+    rc, err, seconds = interrupt_latency(out)
+    # 130 = interrupted, rows kept. In this emulated VM Python itself runs ~50x slower, so
+    # the whole exit (rows written, interpreter torn down) gets 5 s; the loop's own reaction
+    # is the runner's 0.2 s join slice plus the C loop's flag check.
+    ok = rc == 130 and "Traceback" not in err and seconds < 5.0
+    failures += not ok
+    print(f"  {'ok  ' if ok else 'FAIL'} Ctrl-C in a compiled loop: rc={rc}, exited "
+          f"{seconds:.2f} s after SIGINT: {err.strip().splitlines()[-1] if err.strip() else ''}")
     expect("unknown device", run(["rdma.write_bw", "-p", "device=mlx5_9", "-p",
                                   "iterations=10"], out), "unknown RDMA device 'mlx5_9'",
            device)
@@ -121,6 +166,14 @@ def main() -> int:
         _, err = client.communicate()
     expect("peer killed mid-run", (client.returncode, err, time.monotonic() - start),
            "rdma.write_bw", limit=130)
+    # Every path above released what it created: the device's counts are back where they were
+    # (after the killed server's process is gone: the kernel frees its objects).
+    time.sleep(2)
+    after = resources(device)
+    ok = after == before
+    failures += not ok
+    print(f"  {'ok  ' if ok else 'FAIL'} device resources after every fault: {after} "
+          f"(before: {before})")
     return 1 if failures else 0
 
 

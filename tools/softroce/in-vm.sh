@@ -18,6 +18,7 @@ kill $spid; wait $spid 2>/dev/null
 echo "=== RDMA faults: bad device, port, GID, a peer with a wrong rkey, a peer killed mid-run"
 $PY tools/softroce/faults.py "$NETBENCH_RDMA_DEV" "$NETBENCH_RDMA_ADDR" "$OUT" || rc=1
 rm -f "$OUT/faults.jsonl"      # failed-on-purpose rows stay out of the store
-echo "=== cross-check against perftest"
-$PY tools/softroce/crosscheck.py "$NETBENCH_RDMA_DEV" "$NETBENCH_RDMA_ADDR" "$OUT" || rc=1
+echo "=== cross-check against perftest: same device, alternating rounds, gated on the ratios"
+$PY bench/rdma_vs_perftest.py --device "$NETBENCH_RDMA_DEV" --addr "$NETBENCH_RDMA_ADDR" \
+  --rounds "${CROSSCHECK_ROUNDS:-2}" --out "$OUT" --gate || rc=1
 exit $rc
