@@ -13,11 +13,18 @@ SUITE  ?= suites/ci.toml
 
 # System tools the tests and reference comparisons use; installed when we are root with apt,
 # otherwise reported (tests that need them skip and say why).
-SYSTEM_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf chromium:chromium
+# The headers are what the compiled RDMA data plane needs (paths, checked with test -e).
+SYSTEM_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf chromium:chromium \
+                gcc:gcc
+PY_INCLUDE   := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+SYSTEM_FILES := /usr/include/infiniband/verbs.h:libibverbs-dev $(PY_INCLUDE)/Python.h:python3-dev
 sysdeps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do \
 	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$tool >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	for pair in $(SYSTEM_FILES); do \
+	  file=$${pair%%:*}; pkg=$${pair##*:}; \
+	  test -e $$file || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing:$$missing"; \
@@ -31,7 +38,7 @@ sysdeps:
 # machine's CUDA build) is kept, seen through --system-site-packages; otherwise torch==2.13.0
 # resolves to the CPU build this project's machines carry.
 TORCH_SPEC ?= $(shell $(PYTHON) -c 'import torch' >/dev/null 2>&1 || echo torch==2.13.0)
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml netbench/_fastloop.c netbench/benchmarks/_verbsloop.c
 	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]' $(TORCH_SPEC)
 	touch $(STAMP)
@@ -48,9 +55,15 @@ test: sysdeps $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check netbench tests bench
 
+# Where an RDMA device is present (NETBENCH_RDMA_DEV and NETBENCH_RDMA_ADDR set, perftest
+# installed), the RDMA figures beside perftest's as well.
 bench-compare: sysdeps $(STAMP)
 	$(BIN)/python bench/vs_reference.py
 	$(BIN)/python bench/coll_vs_torch.py
+	@if [ -n "$$NETBENCH_RDMA_DEV" ] && [ -n "$$NETBENCH_RDMA_ADDR" ]; then \
+	  $(BIN)/python bench/rdma_vs_perftest.py --rounds 3; \
+	else echo "bench-compare: RDMA vs perftest skipped: set NETBENCH_RDMA_DEV and" \
+	  "NETBENCH_RDMA_ADDR (this host's IP on that device's netdev) to run it"; fi
 
 # On a GPU machine: every GPU check in one go, each figure beside its reference.
 gpu-check: $(STAMP)

@@ -65,16 +65,22 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 90.0) -> 
     raise RuntimeError(f"nothing listens on port {port} after {timeout:g} s")
 
 
+def taskset(cpu: str | None) -> list[str]:
+    return ["taskset", "-c", cpu] if cpu else []
+
+
 def perftest(tool: str, device: str, gid_index: int, addr: str, size: int,
-             iters: int) -> dict[str, float]:
+             iters: int, pin: list[str]) -> dict[str, float]:
     args = [tool, "-d", device, "-x", str(gid_index), "-s", str(size), "-n", str(iters), "-F",
             "-p", str(PERFTEST_PORT)]
     if tool.endswith("_bw"):
         args.append("--report_gbits")
-    server = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen([*taskset(pin[1] if pin else None), *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_listening(PERFTEST_PORT, server)
-        client = subprocess.run([*args, addr], capture_output=True, text=True, timeout=300)
+        client = subprocess.run([*taskset(pin[0] if pin else None), *args, addr],
+                                capture_output=True, text=True, timeout=300)
     finally:
         try:
             server.wait(60)
@@ -95,30 +101,32 @@ def perftest(tool: str, device: str, gid_index: int, addr: str, size: int,
     return {"lat_min": fields[2], "lat_p50": fields[4], "lat_avg": fields[5]}
 
 
-def netbench_round(addr: str, out: Path, round_no: int) -> tuple[dict[str, float], list]:
+def netbench_round(addr: str, out: Path, round_no: int, points: list, pin: list[str],
+                   plane: str) -> tuple[dict[str, float], list]:
     """Every point in one netbench run (one suite), against the far end's `netbench serve`."""
     work = out / "rounds"            # per-round files; the store imports only out/*.jsonl
     work.mkdir(exist_ok=True)
     suite = work / f"round{round_no}.toml"
     cases = []
-    for _key, bench, size, iters, *_ in POINTS:
+    for _key, bench, size, iters, *_ in points:
         cases.append(f'[[case]]\nbenchmark = "{bench}"\nmsg_size = {size}\n'
-                     f"iterations = {iters}\ntimeout = 300\n")
+                     f'iterations = {iters}\ndata_plane = "{plane}"\ntimeout = 300\n')
     suite.write_text('[suite]\nname = "rdma-vs-perftest"\n\n' + "\n".join(cases))
     rows_file = work / f"round{round_no}.jsonl"
     rows_file.unlink(missing_ok=True)
-    proc = subprocess.run([*NETBENCH, "run", str(suite), "--peer", f"{addr}:{SERVE_PORT}",
-                           "--jsonl", str(rows_file), "--label", "crosscheck-netbench"],
+    proc = subprocess.run([*taskset(pin[0] if pin else None), *NETBENCH, "run", str(suite),
+                           "--peer", f"{addr}:{SERVE_PORT}", "--jsonl", str(rows_file),
+                           "--label", "crosscheck-netbench"],
                           capture_output=True, text=True, timeout=1800, cwd=REPO)
     rows = [json.loads(line) for line in rows_file.read_text().splitlines()] \
         if rows_file.exists() else []
     values: dict[str, float] = {}
-    for index, (key, _bench, _size, _iters, metric, *_rest) in enumerate(POINTS):
+    for index, (key, _bench, _size, _iters, metric, *_rest) in enumerate(points):
         for row in rows:
             if row["case_index"] == index and row["metric"] == metric and \
                     row["status"] == "ok":
                 values[key] = row["value"]
-    if proc.returncode != 0 or len(values) != len(POINTS):
+    if proc.returncode != 0 or len(values) != len(points):
         failed = [r.get("reason") for r in rows if r["status"] != "ok"]
         raise RuntimeError(f"netbench round {round_no} failed (rc {proc.returncode}): "
                            f"{failed or proc.stderr[-800:]}")
@@ -145,7 +153,21 @@ def main() -> int:
     ap.add_argument("--out", default="artifacts/rdma-vs-perftest")
     ap.add_argument("--gate", action="store_true", help="exit 1 when a ratio misses its "
                     "target beyond the noise margin")
+    ap.add_argument("--pin", default="0,1" if (os.cpu_count() or 1) >= 2 else "",
+                    help="CPUs for the client and the server of both tools (taskset), the "
+                    "same for both so placement cannot favour one; '' = unpinned")
+    ap.add_argument("--points", default="", help="comma-separated subset of: " +
+                    ", ".join(p[0] for p in POINTS))
+    ap.add_argument("--plane", default="auto", choices=("auto", "compiled", "pyverbs"),
+                    help="netbench's data_plane param")
     args = ap.parse_args()
+    pin = args.pin.split(",") if args.pin else []
+    wanted = set(filter(None, args.points.split(",")))
+    points = [p for p in POINTS if not wanted or p[0] in wanted]
+    if wanted - {p[0] for p in POINTS} or len(pin) not in (0, 2):
+        print("rdma_vs_perftest: unknown point in --points, or --pin is not CLIENT,SERVER",
+              file=sys.stderr)
+        return 2
     if not args.device or not args.addr:
         print("rdma_vs_perftest: give --device and --addr (or NETBENCH_RDMA_DEV and "
               "NETBENCH_RDMA_ADDR); `ibv_devices` lists devices", file=sys.stderr)
@@ -153,22 +175,24 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, NETBENCH_RDMA_DEV=args.device, PYTHONPATH=str(REPO))
-    server = subprocess.Popen([*NETBENCH, "serve", "--bind", args.addr, "--port",
+    server = subprocess.Popen([*taskset(pin[1] if pin else None), *NETBENCH, "serve",
+                               "--bind", args.addr, "--port",
                                str(SERVE_PORT), "--quiet"], cwd=REPO, env=env,
                               stdout=subprocess.DEVNULL)
-    pairs: dict[str, list[tuple[float, float]]] = {key: [] for key, *_ in POINTS}
+    pairs: dict[str, list[tuple[float, float]]] = {key: [] for key, *_ in points}
     nb_rows, ref_rows = [], []
     try:
         wait_listening(SERVE_PORT, server)
-        print(f"RDMA: netbench vs perftest on {args.device} ({args.addr}), {args.rounds} "
-              "alternating rounds")
+        print(f"RDMA: netbench (data_plane={args.plane}) vs perftest on {args.device} "
+              f"({args.addr}), {args.rounds} alternating rounds, client/server on CPUs "
+              f"{args.pin or 'unpinned'}")
         for r in range(args.rounds):
-            values, rows = netbench_round(args.addr, out, r)
+            values, rows = netbench_round(args.addr, out, r, points, pin, args.plane)
             nb_rows += rows
             ref_run = uuid.uuid4().hex[:12]
             template = next(row for row in rows if row["status"] == "ok")
-            for key, _bench, size, iters, metric, tool, field, _kind in POINTS:
-                ref = perftest(tool, args.device, args.gid_index, args.addr, size, iters)
+            for key, _bench, size, iters, metric, tool, field, _kind in points:
+                ref = perftest(tool, args.device, args.gid_index, args.addr, size, iters, pin)
                 pairs[key].append((values[key], ref[field]))
                 ref_rows.append(reference_rows({**template, "msg_size": size}, tool, metric,
                                                ref[field], ref_run,
@@ -184,7 +208,7 @@ def main() -> int:
             server.kill()
     summary, misses = {}, []
     print("median ratio netbench / perftest (spread over rounds), target, gate:")
-    for key, *_mid, metric, tool, _field, kind in POINTS:
+    for key, *_mid, metric, tool, _field, kind in points:
         ratios = [nb / ref for nb, ref in pairs[key]]
         median = statistics.median(ratios)
         if kind == "lat":

@@ -454,12 +454,13 @@ static PyObject *Side_arm_sender(Side *s, PyObject *args) {
         return NULL;
     if (!side_usable(s)) return NULL;
     if ((opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_READ && opcode != IBV_WR_SEND) ||
-        count < 1 || count >= (1ULL << QP_SHIFT) || depth < 1 || depth > (unsigned)s->depth ||
+        count < 1 || depth < 1 || depth > (unsigned)s->depth ||
         cq_mod < 1 || post_list < 1 || post_list > MAX_POST_LIST) {
-        PyErr_Format(PyExc_ValueError, "arm_sender: bad opcode, count 1..2^40, depth "
+        PyErr_Format(PyExc_ValueError, "arm_sender: bad opcode, count >= 1, depth "
                      "1..%d, cq_mod >= 1 or post_list 1..%d", s->depth, MAX_POST_LIST);
         return NULL;
     }
+    if (count >= (1ULL << QP_SHIFT)) count = (1ULL << QP_SHIFT) - 1;   /* "until stop_at" */
     free(s->posted); free(s->done); free(s->limit); free(s->stamps); free(s->wrs);
     free(s->sges);
     size_t n = (size_t)s->nqps;
