@@ -48,6 +48,7 @@ PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTI
 ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
 SPIN_CHECK = 256          # look at the clock and the cancel flag every this many polls
 PLANE = "pyverbs"         # the data plane this module is: Python loops around pyverbs
+TIMER = "perf_counter"    # its timestamps
 
 
 class VerbsError(NetbenchError):
@@ -650,7 +651,8 @@ def _wait_byte(side: Side, marker: int, clock: Clock) -> None:
 class PingPong:
     """One side of a write or send ping-pong (perftest *_lat): post, then wait for the reply."""
 
-    def __init__(self, side: Side, remote: Endpoint | None, op: str) -> None:
+    def __init__(self, side: Side, remote: Endpoint | None, op: str,
+                 two_processes: bool = True) -> None:
         self.side, self.op = side, op
         size = side.size
         opcode = e.IBV_WR_RDMA_WRITE if op == "write" else e.IBV_WR_SEND

@@ -54,6 +54,51 @@ static inline int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* Timestamps in the loops come from the CPU's cycle counter, as perftest's get_cycles():
+ * clock_gettime is ~20 ns through the vDSO with a TSC clocksource, but a system call of
+ * 1-2 us where the kernel's clocksource is hpet or acpi_pm (measured in the soft-RoCE VM:
+ * 1.1-1.9 us a call against 37-50 ns for rdtsc), which would sit inside every latency sample.
+ * The counter is calibrated against CLOCK_MONOTONIC once, when the module loads (20 ms). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+static inline uint64_t ticks(void) { return __rdtsc(); }
+#define TIMER_NAME "tsc"
+#elif defined(__aarch64__)
+static inline uint64_t ticks(void) {
+    uint64_t v;
+    __asm__ volatile("isb; mrs %0, cntvct_el0" : "=r"(v));
+    return v;
+}
+#define TIMER_NAME "cntvct"
+#else
+static inline uint64_t ticks(void) { return (uint64_t)now_ns(); }
+#define TIMER_NAME "clock_gettime"
+#endif
+
+static double ns_per_tick = 1.0;
+static uint64_t base_tick;
+static int64_t base_ns;
+
+static void calibrate(void) {
+    int64_t t0 = now_ns();
+    uint64_t c0 = ticks();
+    int64_t t1;
+    while ((t1 = now_ns()) - t0 < 20000000) {}
+    uint64_t c1 = ticks();
+    if (c1 > c0) ns_per_tick = (double)(t1 - t0) / (double)(c1 - c0);
+    base_tick = c1;
+    base_ns = t1;
+}
+
+static inline int64_t ticks_ns(uint64_t dt) { return (int64_t)((double)dt * ns_per_tick + 0.5); }
+/* A tick as CLOCK_MONOTONIC ns (for stamps Python compares with its own clock). */
+static inline int64_t tick_as_ns(uint64_t t) {
+    return base_ns + (int64_t)(((double)t - (double)base_tick) * ns_per_tick);
+}
+static inline uint64_t ns_as_tick(int64_t ns) {
+    return base_tick + (uint64_t)((double)(ns - base_ns) / ns_per_tick);
+}
+
 /* What a loop needs to stop on time, and the message it leaves when it fails. */
 typedef struct {
     int64_t deadline;
@@ -83,8 +128,8 @@ typedef struct Side {
     int s_armed, s_finished, s_post_list;
     unsigned s_cq_mod, s_depth;
     uint64_t *posted, *done, *limit;
-    int64_t stop_at, t_first, t_last;
-    int64_t *stamps;           /* pairs: time ns, total completed */
+    uint64_t stop_at, t_first, t_last;   /* ticks */
+    int64_t *stamps;           /* pairs: time (ticks), total completed */
     size_t nstamps;
     uint64_t stamp_gran, last_stamp_n;
     struct ibv_send_wr *wrs;   /* nqps x post_list, chained per QP */
@@ -497,7 +542,7 @@ static PyObject *Side_arm_sender(Side *s, PyObject *args) {
     s->s_depth = depth;
     s->s_cq_mod = cq_mod < depth ? cq_mod : depth;
     s->s_post_list = post_list;
-    s->stop_at = stop_at;
+    s->stop_at = stop_at > 0 ? ns_as_tick(stop_at) : 0;
     s->t_first = s->t_last = 0;
     s->nstamps = 0;
     s->stamp_gran = (uint64_t)depth * n;
@@ -519,7 +564,7 @@ static int sender_finished(const Side *s) {
     return 1;
 }
 
-static void stamp(Side *s, int64_t t) {
+static void stamp(Side *s, uint64_t t) {
     uint64_t n = total_done(s);
     if (n - s->last_stamp_n < s->stamp_gran && !sender_finished(s)) return;
     if (s->nstamps == MAX_STAMPS) {           /* thin by half: memory stays bounded */
@@ -530,7 +575,7 @@ static void stamp(Side *s, int64_t t) {
         s->nstamps = MAX_STAMPS / 2;
         s->stamp_gran *= 2;
     }
-    s->stamps[2 * s->nstamps] = t;
+    s->stamps[2 * s->nstamps] = (int64_t)t;
     s->stamps[2 * s->nstamps + 1] = (int64_t)n;
     s->nstamps++;
     s->last_stamp_n = n;
@@ -538,33 +583,34 @@ static void stamp(Side *s, int64_t t) {
 
 /* Post what the send queues have room for: chains of up to post_list WRs per QP. */
 static int sender_step(Side *s, Guard *g) {
-    int64_t t = 0;
-    if (!s->t_first) s->t_first = now_ns();
+    if (!s->t_first) s->t_first = ticks();
     if (s->stop_at) {
-        t = now_ns();
-        if (t >= s->stop_at)
+        if (ticks() >= s->stop_at)
             for (int i = 0; i < s->nqps; i++)
                 if (s->limit[i] > s->posted[i] + 1) s->limit[i] = s->posted[i] + 1;
     }
     for (int i = 0; i < s->nqps; i++) {
-        uint64_t room = s->s_depth - (s->posted[i] - s->done[i]);
-        uint64_t left = s->limit[i] - s->posted[i];
-        uint64_t k = room < left ? room : left;
-        if (k > (uint64_t)s->s_post_list) k = (uint64_t)s->s_post_list;
-        if (!k || s->posted[i] - s->done[i] >= s->s_depth) continue;
-        struct ibv_send_wr *chain = &s->wrs[(size_t)i * (size_t)s->s_post_list];
-        for (uint64_t j = 0; j < k; j++) {
-            uint64_t count = s->posted[i] + j + 1;
-            int signal = count == s->limit[i] || count % s->s_cq_mod == 0;
-            chain[j].wr_id = ((uint64_t)i << QP_SHIFT) | count;
-            chain[j].send_flags = (chain[j].send_flags & ~IBV_SEND_SIGNALED) |
-                                  (signal ? IBV_SEND_SIGNALED : 0);
-            chain[j].next = j + 1 < k ? &chain[j + 1] : NULL;
+        /* As perftest: fill the send queue (in chains of post_list), then poll. */
+        for (;;) {
+            uint64_t room = s->s_depth - (s->posted[i] - s->done[i]);
+            uint64_t left = s->limit[i] - s->posted[i];
+            uint64_t k = room < left ? room : left;
+            if (k > (uint64_t)s->s_post_list) k = (uint64_t)s->s_post_list;
+            if (!k || s->posted[i] - s->done[i] >= s->s_depth) break;
+            struct ibv_send_wr *chain = &s->wrs[(size_t)i * (size_t)s->s_post_list];
+            for (uint64_t j = 0; j < k; j++) {
+                uint64_t count = s->posted[i] + j + 1;
+                int signal = count == s->limit[i] || count % s->s_cq_mod == 0;
+                chain[j].wr_id = ((uint64_t)i << QP_SHIFT) | count;
+                chain[j].send_flags = (chain[j].send_flags & ~IBV_SEND_SIGNALED) |
+                                      (signal ? IBV_SEND_SIGNALED : 0);
+                chain[j].next = j + 1 < k ? &chain[j + 1] : NULL;
+            }
+            struct ibv_send_wr *bad = NULL;
+            int rc = ibv_post_send(s->qps[i], chain, &bad);
+            if (rc) return errno_failed(g, "ibv_post_send", rc);
+            s->posted[i] += k;
         }
-        struct ibv_send_wr *bad = NULL;
-        int rc = ibv_post_send(s->qps[i], chain, &bad);
-        if (rc) return errno_failed(g, "ibv_post_send", rc);
-        s->posted[i] += k;
     }
     return DONE;
 }
@@ -630,7 +676,7 @@ static int side_poll(Side *s, Guard *g) {
     int n = ibv_poll_cq(s->cq, POLL_BATCH, wc);
     if (n < 0) return errno_failed(g, "ibv_poll_cq", -n);
     if (!n) return DONE;
-    int64_t t = now_ns();
+    uint64_t t = ticks();
     for (int j = 0; j < n; j++) {
         if (wc[j].status != IBV_WC_SUCCESS) return wc_failed(g, &wc[j]);
         if (wc[j].opcode & IBV_WC_RECV) {
@@ -724,9 +770,18 @@ static PyObject *drive(PyObject *self, PyObject *args) {
 /* sender_result() -> (t_first_ns, t_last_ns, total_done, stamps bytes of int64 pairs) */
 static PyObject *Side_sender_result(Side *s, PyObject *unused) {
     if (!s->s_armed) { PyErr_SetString(Error, "no sender armed"); return NULL; }
-    return Py_BuildValue("LLKy#", (long long)s->t_first, (long long)s->t_last,
-                         (unsigned long long)total_done(s), (const char *)s->stamps,
-                         (Py_ssize_t)(s->nstamps * 2 * sizeof(int64_t)));
+    int64_t *ns = malloc(s->nstamps * 2 * sizeof(int64_t) + 1);
+    if (!ns) return PyErr_NoMemory();
+    for (size_t i = 0; i < s->nstamps; i++) {
+        ns[2 * i] = tick_as_ns((uint64_t)s->stamps[2 * i]);
+        ns[2 * i + 1] = s->stamps[2 * i + 1];
+    }
+    PyObject *out = Py_BuildValue(
+        "LLKy#", (long long)(s->t_first ? tick_as_ns(s->t_first) : 0),
+        (long long)(s->t_last ? tick_as_ns(s->t_last) : 0), (unsigned long long)total_done(s),
+        (const char *)ns, (Py_ssize_t)(s->nstamps * 2 * sizeof(int64_t)));
+    free(ns);
+    return out;
 }
 
 static PyObject *Side_get_got(Side *s, void *c) {
@@ -738,14 +793,18 @@ static PyObject *Side_get_sent(Side *s, void *c) {
 
 /* ------------------------------------------------------------- latency ------------------ */
 
-/* arm_pingpong(op_send, remote_addr, rkey, inline): one side of a write or send ping-pong.
- * The message's last byte carries the round's marker; the far side spins on it (write) or on
- * a receive completion (send). */
+/* arm_pingpong(op_send, remote_addr, rkey, inline, sig_every=0): one side of a write or send
+ * ping-pong. The message's last byte carries the round's marker; the far side spins on it
+ * (write) or on a receive completion (send). sig_every 1 signals every post and waits for its
+ * completion right after posting, as perftest's write ping-pong does; N > 1 signals every Nth
+ * and reaps lazily (perftest's send ping-pong, cq_mod); 0 picks min(depth / 2, 8). */
 static PyObject *Side_arm_pingpong(Side *s, PyObject *args) {
     int op_send, use_inline;
     unsigned long long raddr;
     unsigned long rkey;
-    if (!PyArg_ParseTuple(args, "pKkp", &op_send, &raddr, &rkey, &use_inline)) return NULL;
+    unsigned sig_every = 0;
+    if (!PyArg_ParseTuple(args, "pKkp|I", &op_send, &raddr, &rkey, &use_inline, &sig_every))
+        return NULL;
     if (!side_usable(s)) return NULL;
     if (!s->buf) { PyErr_SetString(Error, "ping-pong needs host memory"); return NULL; }
     if (s->depth < 2) { PyErr_SetString(PyExc_ValueError, "ping-pong needs depth >= 2"); return NULL; }
@@ -760,7 +819,8 @@ static PyObject *Side_arm_pingpong(Side *s, PyObject *args) {
     }
     s->p_send = op_send;
     s->p_posted = s->p_acked = s->p_waited = 0;
-    s->p_sig_every = (unsigned)(s->depth / 2 < 8 ? s->depth / 2 : 8);
+    unsigned lazy = (unsigned)(s->depth / 2 < 8 ? s->depth / 2 : 8);
+    s->p_sig_every = sig_every == 0 ? lazy : (sig_every < lazy ? sig_every : lazy);
     s->buf[2 * s->size - 1] = 0;   /* the receive half's marker byte starts clear */
     if (op_send) {
         free(s->r_posted);
@@ -817,7 +877,13 @@ static int pp_post(Side *s, uint64_t round, Guard *g) {
     s->pwr.send_flags = flags;
     struct ibv_send_wr *bad = NULL;
     int rc = ibv_post_send(s->qps[0], &s->pwr, &bad);
-    return rc ? errno_failed(g, "ibv_post_send", rc) : DONE;
+    if (rc) return errno_failed(g, "ibv_post_send", rc);
+    if (s->p_sig_every == 1)            /* perftest write_lat: this post's completion first */
+        while (s->p_acked < s->p_posted) {
+            if ((st = pp_reap(s, g, 0)) != DONE) return st;
+            if (s->p_acked < s->p_posted && (st = guard_check(g)) != DONE) return st;
+        }
+    return DONE;
 }
 
 /* Wait for the far side's message of this round. */
@@ -897,20 +963,25 @@ static PyObject *pingpong(PyObject *self, PyObject *args) {
     size_t count = 0;
     set_busy(sides, n, 1);
     Py_BEGIN_ALLOW_THREADS
-    int64_t end = 0;
+    uint64_t end = 0;
     for (uint64_t round = 0;; round++) {
-        if (round == warmup && duration > 0) end = now_ns() + duration;
+        if (round == warmup && duration > 0)
+            end = ticks() + (uint64_t)((double)duration / ns_per_tick);
         int timed = round >= warmup;
-        if (timed && !grow(&rtts, &cap, count)) { status = FAIL; snprintf(g.msg, sizeof g.msg, "out of memory for samples"); break; }
-        int64_t t0 = now_ns();
+        if (timed && !grow(&rtts, &cap, count)) {
+            status = FAIL;
+            snprintf(g.msg, sizeof g.msg, "out of memory for samples");
+            break;
+        }
+        uint64_t t0 = ticks();
         status = pp_post(me, round, &g);
         if (status == DONE && peer) status = pp_wait(peer, round, &g);
         if (status == DONE && peer) status = pp_post(peer, round, &g);
         if (status == DONE) status = pp_wait(me, round, &g);
-        int64_t t1 = now_ns();
+        uint64_t t1 = ticks();
         if (status != DONE) break;
         if (timed) {
-            rtts[count++] = t1 - t0;
+            rtts[count++] = ticks_ns(t1 - t0);
             if (duration > 0 ? t1 >= end : count >= iterations) break;
         }
         if ((status = pp_reap(me, &g, 0)) != DONE) break;        /* outside the timing */
@@ -991,25 +1062,30 @@ static PyObject *read_latency(PyObject *self, PyObject *args) {
     size_t count = 0;
     s->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    int64_t end = 0;
+    uint64_t end = 0;
     struct ibv_wc wc;
     for (uint64_t round = 0;; round++) {
-        if (round == warmup && duration > 0) end = now_ns() + duration;
+        if (round == warmup && duration > 0)
+            end = ticks() + (uint64_t)((double)duration / ns_per_tick);
         int timed = round >= warmup;
-        if (timed && !grow(&rtts, &cap, count)) { status = FAIL; snprintf(g.msg, sizeof g.msg, "out of memory for samples"); break; }
+        if (timed && !grow(&rtts, &cap, count)) {
+            status = FAIL;
+            snprintf(g.msg, sizeof g.msg, "out of memory for samples");
+            break;
+        }
         struct ibv_send_wr *bad = NULL;
-        int64_t t0 = now_ns();
+        uint64_t t0 = ticks();
         int rc = ibv_post_send(s->qps[0], &wr, &bad);
         if (rc) { status = errno_failed(&g, "ibv_post_send", rc); break; }
         int got;
         while ((got = ibv_poll_cq(s->cq, 1, &wc)) == 0)
             if ((status = guard_check(&g)) != DONE) break;
-        int64_t t1 = now_ns();
+        uint64_t t1 = ticks();
         if (status != DONE) break;
         if (got < 0) { status = errno_failed(&g, "ibv_poll_cq", -got); break; }
         if (wc.status != IBV_WC_SUCCESS) { status = wc_failed(&g, &wc); break; }
         if (timed) {
-            rtts[count++] = t1 - t0;
+            rtts[count++] = ticks_ns(t1 - t0);
             if (duration > 0 ? t1 >= end : count >= iterations) break;
         }
     }
@@ -1077,8 +1153,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__verbsloop(void) {
     if (PyType_Ready(&SideType) < 0) return NULL;
+    calibrate();
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    PyObject *tick = PyFloat_FromDouble(ns_per_tick);
     Error = PyErr_NewException("netbench.benchmarks._verbsloop.Error", PyExc_RuntimeError, NULL);
     CancelledError = PyErr_NewException("netbench.benchmarks._verbsloop.Cancelled", Error, NULL);
     TimeoutError_ = PyErr_NewException("netbench.benchmarks._verbsloop.Timeout", Error, NULL);
@@ -1091,9 +1169,13 @@ PyMODINIT_FUNC PyInit__verbsloop(void) {
         PyModule_AddIntConstant(m, "WATCH", WATCH) < 0 ||
         PyModule_AddIntConstant(m, "WR_RDMA_WRITE", IBV_WR_RDMA_WRITE) < 0 ||
         PyModule_AddIntConstant(m, "WR_RDMA_READ", IBV_WR_RDMA_READ) < 0 ||
-        PyModule_AddIntConstant(m, "WR_SEND", IBV_WR_SEND) < 0) {
+        PyModule_AddIntConstant(m, "WR_SEND", IBV_WR_SEND) < 0 ||
+        PyModule_AddStringConstant(m, "TIMER", TIMER_NAME) < 0 ||
+        !tick || PyModule_AddObjectRef(m, "NS_PER_TICK", tick) < 0) {
+        Py_XDECREF(tick);
         Py_DECREF(m);
         return NULL;
     }
+    Py_DECREF(tick);
     return m;
 }

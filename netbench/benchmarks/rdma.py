@@ -150,7 +150,8 @@ class _Rdma(Benchmark):
                  "timed by the pyverbs fallback data plane" if fallback else ""]
         return Measurement(values, samples, device=f"{side.device}:{side.port}",
                            note="; ".join(n for n in notes if n),
-                           resolved={"data_plane": v.PLANE}, fallback=fallback)
+                           resolved={"data_plane": v.PLANE, "timer": v.TIMER},
+                           fallback=fallback)
 
     def _run_loopback(self, v: Any, params: Mapping[str, Any], clock: Any) -> Any:
         raise NotImplementedError
@@ -422,7 +423,8 @@ class _RdmaLat(_Rdma):
                 rtts = v.read_latency(a, b_ep, params["warmup"], params["iterations"], clock,
                                       params["duration"])
             else:
-                me, peer = v.PingPong(a, b_ep, self.verb), v.PingPong(b, a_ep, self.verb)
+                me = v.PingPong(a, b_ep, self.verb, two_processes=False)
+                peer = v.PingPong(b, a_ep, self.verb, two_processes=False)
                 rtts = v.pingpong_client(me, peer, params["warmup"], params["iterations"],
                                          clock, params["duration"])
             values, samples = self._summary(rtts)
