@@ -926,6 +926,20 @@ static int grow(int64_t **rtts, size_t *cap, size_t n) {
     return 1;
 }
 
+/* Before a latency round: 1 if it is timed, 0 if warm-up, -1 when the samples cannot grow.
+ * The first timed round of a duration run sets when it ends. */
+static int round_start(uint64_t round, uint64_t warmup, long long duration, uint64_t *end,
+                       int64_t **rtts, size_t *cap, size_t count, Guard *g) {
+    if (round == warmup && duration > 0)
+        *end = ticks() + (uint64_t)((double)duration / ns_per_tick);
+    if (round < warmup) return 0;
+    if (!grow(rtts, cap, count)) {
+        snprintf(g->msg, sizeof g->msg, "out of memory for samples");
+        return -1;
+    }
+    return 1;
+}
+
 /* pingpong(me, peer, warmup, iterations, duration_ns, deadline_ns, watch_fd=-1) -> bytes
  * Round-trip times in ns (int64). With peer (a Side, loopback) this thread plays the far
  * end too; with None the far end is another process. Each sample: post to reply seen. */
@@ -965,14 +979,8 @@ static PyObject *pingpong(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     uint64_t end = 0;
     for (uint64_t round = 0;; round++) {
-        if (round == warmup && duration > 0)
-            end = ticks() + (uint64_t)((double)duration / ns_per_tick);
-        int timed = round >= warmup;
-        if (timed && !grow(&rtts, &cap, count)) {
-            status = FAIL;
-            snprintf(g.msg, sizeof g.msg, "out of memory for samples");
-            break;
-        }
+        int timed = round_start(round, warmup, duration, &end, &rtts, &cap, count, &g);
+        if (timed < 0) { status = FAIL; break; }
         uint64_t t0 = ticks();
         status = pp_post(me, round, &g);
         if (status == DONE && peer) status = pp_wait(peer, round, &g);
@@ -1065,14 +1073,8 @@ static PyObject *read_latency(PyObject *self, PyObject *args) {
     uint64_t end = 0;
     struct ibv_wc wc;
     for (uint64_t round = 0;; round++) {
-        if (round == warmup && duration > 0)
-            end = ticks() + (uint64_t)((double)duration / ns_per_tick);
-        int timed = round >= warmup;
-        if (timed && !grow(&rtts, &cap, count)) {
-            status = FAIL;
-            snprintf(g.msg, sizeof g.msg, "out of memory for samples");
-            break;
-        }
+        int timed = round_start(round, warmup, duration, &end, &rtts, &cap, count, &g);
+        if (timed < 0) { status = FAIL; break; }
         struct ibv_send_wr *bad = NULL;
         uint64_t t0 = ticks();
         int rc = ibv_post_send(s->qps[0], &wr, &bad);

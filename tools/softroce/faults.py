@@ -59,25 +59,40 @@ def resources(device: str) -> str:
     return " ".join(out.stdout.split()[2:]) if out.returncode == 0 else f"? {out.stderr}"
 
 
-def interrupt_latency(out: Path) -> tuple[int, str, float]:
-    """SIGINT to a loopback write_bw spinning in its compiled loop: seconds to exit."""
-    proc = subprocess.Popen([*PY, "run", "rdma.write_bw", "-p", "duration=120", "-p",
-                             "data_plane=compiled", "--timeout", "200", "--jsonl",
+def long_run(out: Path, *args: str) -> subprocess.Popen:
+    """A write_bw that runs for a minute or two, in the background."""
+    return subprocess.Popen([*PY, "run", "rdma.write_bw", *args, "--jsonl",
                              str(out / "faults.jsonl")], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
+
+
+def under_way(proc: subprocess.Popen, settle: float) -> None:
+    """Python starts slowly (and unevenly) in the VM: wait until ``proc`` logs the run, then
+    ``settle`` seconds more, so what comes next lands inside the timed loop."""
     assert proc.stderr is not None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and "rdma.write_bw" not in proc.stderr.readline():
         pass
-    time.sleep(3)                      # inside the timed loop by now
-    proc.send_signal(signal.SIGINT)
+    time.sleep(settle)
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, float]:
+    """Exit code, stderr, and seconds from now until ``proc`` exited (killed past timeout)."""
     start = time.monotonic()
     try:
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
     return proc.returncode, err, time.monotonic() - start
+
+
+def interrupt_latency(out: Path) -> tuple[int, str, float]:
+    """SIGINT to a loopback write_bw spinning in its compiled loop: seconds to exit."""
+    proc = long_run(out, "-p", "duration=120", "-p", "data_plane=compiled", "--timeout", "200")
+    under_way(proc, 3)
+    proc.send_signal(signal.SIGINT)
+    return finish(proc, 60)
 
 
 def main() -> int:
@@ -146,26 +161,11 @@ def main() -> int:
         bad.kill()
         bad.wait()
     victim = serve(addr, 5303)
-    client = subprocess.Popen([*PY, "run", "rdma.write_bw", "--peer", f"{addr}:5303", "-p",
-                               "duration=60", "--timeout", "120", "--jsonl",
-                               str(out / "faults.jsonl")], cwd=REPO, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
-    # Python starts slowly (and unevenly) in the VM: kill once the server logs the run.
-    assert victim.stderr is not None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and "rdma.write_bw" not in victim.stderr.readline():
-        pass
-    time.sleep(5)
+    client = long_run(out, "--peer", f"{addr}:5303", "-p", "duration=60", "--timeout", "120")
+    under_way(victim, 5)               # the server logs the run once it is set up
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    start = time.monotonic()
-    try:
-        _, err = client.communicate(timeout=150)
-    except subprocess.TimeoutExpired:
-        client.kill()
-        _, err = client.communicate()
-    expect("peer killed mid-run", (client.returncode, err, time.monotonic() - start),
-           "rdma.write_bw", limit=130)
+    expect("peer killed mid-run", finish(client, 150), "rdma.write_bw", limit=130)
     # Every path above released what it created: the device's counts are back where they were
     # (after the killed server's process is gone: the kernel frees its objects).
     time.sleep(2)
