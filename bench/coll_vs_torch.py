@@ -27,6 +27,8 @@ from pathlib import Path
 
 # size -> iterations: ~0.1-0.5 s of timed work per size on a 2-core host with gloo.
 SIZES = {1 << 10: 2000, 64 << 10: 1000, 1 << 20: 200, 16 << 20: 30}
+# --same-ranks: many short pairs (~0.2 s a measurement) instead of few long ones.
+SAME_RANK_SIZES = {1 << 10: 150, 64 << 10: 130, 1 << 20: 100, 16 << 20: 20}
 WARMUP = 10
 TARGET = 1.02
 
@@ -37,6 +39,9 @@ def bare_worker() -> None:
     import torch.distributed as dist
 
     backend = os.environ["BARE_BACKEND"]
+    if os.environ.get("BARE_BIND") == "rank":    # as netbench's cpu_bind=rank, before torch runs
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[int(os.environ["RANK"]) % len(cpus)]})
     dist.init_process_group(backend)
     rank = dist.get_rank()
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
@@ -61,9 +66,78 @@ def bare_worker() -> None:
     dist.destroy_process_group()
 
 
-def bare(world: int, backend: str) -> dict[int, float]:
+def bare_loop(torch: object, dist: object, device: object, size: int, iters: int) -> float:
+    """The reference: us per all_reduce, as the least code times it (this rank's figure)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    x = torch.ones(size // 4, dtype=torch.float32, device=device)
+    for _ in range(WARMUP):
+        dist.all_reduce(x)
+    sync()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    sync()
+    return (time.perf_counter() - t0) / iters * 1e6
+
+
+def same_rank_worker() -> None:
+    """Both timed sections in the same rank processes, alternating per size (ABBA): the
+    process, its placement and its memory are the same for both, so what is left of the ratio
+    is the timed section itself. Rank 0 prints {size: [[netbench_us, bare_us], ...]}."""
+    import torch
+    import torch.distributed as dist
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from netbench.benchmarks import _ranks
+
+    backend = os.environ["BARE_BACKEND"]
+    if os.environ.get("BARE_BIND") == "rank":
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[int(os.environ["RANK"]) % len(cpus)]})
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    out: dict[int, list[list[float]]] = {}
+    for size, iters in SAME_RANK_SIZES.items():
+        spec = {"op": "all_reduce", "bytes": size, "dtype": "float32", "iters": iters,
+                "warmup": WARMUP, "reduce_op": "sum", "root": 0, "in_place": False}
+        pairs = []
+        for i in range(int(os.environ["BARE_ROUNDS"])):
+            first_nb = i % 2 == 0
+            got = {}
+            for who in (("nb", "bare") if first_nb else ("bare", "nb")):
+                if who == "nb":
+                    res = _ranks.run_case(torch, dist, spec, rank, world, device)
+                    assert res["wrong"] == 0, res
+                    mine = res["time_us"]
+                else:
+                    mine = bare_loop(torch, dist, device, size, iters)
+                times = [None] * world
+                dist.all_gather_object(times, mine)
+                got[who] = sum(times) / world
+            pairs.append([got["nb"], got["bare"]])
+        out[size] = pairs
+    if rank == 0:
+        print(json.dumps(out))
+    dist.destroy_process_group()
+
+
+def same_ranks(world: int, backend: str, bind: str, rounds: int) -> dict[int, list]:
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000),
-               WORLD_SIZE=str(world), BARE_BACKEND=backend, BARE_SIZES=json.dumps(SIZES))
+               WORLD_SIZE=str(world), BARE_BACKEND=backend, BARE_BIND=bind,
+               BARE_ROUNDS=str(rounds))
+    procs = [subprocess.Popen([sys.executable, __file__, "--same-rank-worker"],
+                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
+             for r in range(world)]
+    outs = [p.communicate(timeout=3600)[0] for p in procs]
+    return {int(k): v for k, v in json.loads(outs[0]).items()}
+
+
+def bare(world: int, backend: str, bind: str) -> dict[int, float]:
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000),
+               WORLD_SIZE=str(world), BARE_BACKEND=backend, BARE_SIZES=json.dumps(SIZES),
+               BARE_BIND=bind)
     procs = [subprocess.Popen([sys.executable, __file__, "--bare-worker"],
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
              for r in range(world)]
@@ -71,13 +145,14 @@ def bare(world: int, backend: str) -> dict[int, float]:
     return {int(k): v for k, v in json.loads(outs[0]).items()}
 
 
-def netbench(world: int, backend: str) -> dict[int, float]:
+def netbench(world: int, backend: str, bind: str) -> dict[int, float]:
     with tempfile.TemporaryDirectory() as tmp:
         suite = Path(tmp) / "coll.toml"
         suite.write_text('[suite]\nname = "coll-vs-torch"\n' + "".join(
             f'\n[[case]]\nbenchmark = "coll.all_reduce"\nmsg_size = {size}\n'
             f'iterations = {iters}\nwarmup = {WARMUP}\nworld_size = {world}\n'
-            f'backend = "{backend}"\ndtype = "float32"\n' for size, iters in SIZES.items()))
+            f'backend = "{backend}"\ndtype = "float32"\ncpu_bind = "{bind}"\n'
+            for size, iters in SIZES.items()))
         proc = subprocess.run([sys.executable, "-m", "netbench", "run", str(suite), "--json",
                                "--results", str(Path(tmp) / "r")],
                               capture_output=True, text=True, timeout=600, check=True)
@@ -96,20 +171,43 @@ def main() -> int:
     if "--bare-worker" in sys.argv:
         bare_worker()
         return 0
+    if "--same-rank-worker" in sys.argv:
+        same_rank_worker()
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--backend", default="gloo")
+    ap.add_argument("--bind", default="rank", choices=("rank", "none"),
+                    help="both sides: rank i on CPU i (netbench's cpu_bind), or unbound")
+    ap.add_argument("--same-ranks", type=int, default=0, metavar="N",
+                    help="instead: N ABBA pairs of netbench's timed section and the bare loop "
+                    "inside the same rank processes (isolates the timed section)")
     args = ap.parse_args()
+    if args.same_ranks:
+        pairs = same_ranks(args.world, args.backend, args.bind, args.same_ranks)
+        print(f"timed section: netbench's run_case vs the bare loop in the same {args.world} "
+              f"{args.backend} ranks (bound: {args.bind}), {args.same_ranks} ABBA pairs per size")
+        worst = 0.0
+        for size in SIZES:
+            r = [nb / ref for nb, ref in pairs[size]]
+            low, high = interval(r)
+            worst = max(worst, statistics.median(r))
+            print(f"  {size >> 10:>6} KiB: {statistics.median(r):.3f} [{low:.3f}-{high:.3f}] "
+                  f"({min(r):.3f}-{max(r):.3f})")
+        print("PASS" if worst <= TARGET else "MISS")
+        return 0 if worst <= TARGET else 1
     ratios: dict[int, list[float]] = {s: [] for s in SIZES}
     print(f"coll.all_reduce vs bare torch.distributed loop: {args.world} ranks, {args.backend}, "
-          f"float32 sum, iterations {SIZES}; time per op in us; ABBA rounds")
+          f"float32 sum, iterations {SIZES}; ranks bound: {args.bind}; time per op in us; "
+          "ABBA rounds")
     for i in range(args.rounds):
         if i % 2 == 0:
-            nb, ref = netbench(args.world, args.backend), bare(args.world, args.backend)
+            nb = netbench(args.world, args.backend, args.bind)
+            ref = bare(args.world, args.backend, args.bind)
         else:
-            ref = bare(args.world, args.backend)
-            nb = netbench(args.world, args.backend)
+            ref = bare(args.world, args.backend, args.bind)
+            nb = netbench(args.world, args.backend, args.bind)
         cells = []
         for size in SIZES:
             ratios[size].append(nb[size] / ref[size])

@@ -245,3 +245,26 @@ def test_backend_gives_every_rank_on_a_host_its_own_gpu(monkeypatch, requested, 
     else:
         assert _backend(requested, world, launched) == expected
     assert _backend("auto", 2, None) == "gloo"          # spawned here: 2 ranks, 1 GPU
+
+
+def test_cpu_bind_rank_puts_rank_i_on_cpu_i():
+    """cpu_bind=rank (mpirun --bind-to core): each spawned rank, and every thread it starts
+    later, may run only on its CPU; without it they may run anywhere this process may."""
+    from netbench.benchmarks._ranks import RankGroup
+
+    cpus = sorted(os.sched_getaffinity(0))
+    for bind, want in (("rank", [{cpus[0]}, {cpus[1 % len(cpus)]}]),
+                       ("none", [set(cpus), set(cpus)])):
+        group = RankGroup(2, "gloo", 0, 30.0, bind)
+        try:
+            spec = {"op": "all_reduce", "bytes": 4096, "dtype": "float32", "iters": 3,
+                    "warmup": 1}
+            results = group.run(spec, 60)
+            assert [r["wrong"] for r in results] == [0, 0]
+            for proc, cpu_set in zip(group.procs, want):
+                threads = psutil.Process(proc.pid).threads()
+                assert len(threads) > 1                   # torch and gloo started theirs
+                for thread in threads:
+                    assert os.sched_getaffinity(thread.id) == cpu_set, (bind, thread.id)
+        finally:
+            group.close()

@@ -264,6 +264,8 @@ def init(backend: str, rank: int, world: int, local_rank: int, timeout_s: float)
 def worker_main() -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     out = os.fdopen(int(os.environ["NETBENCH_RESULT_FD"]), "w")
+    if os.environ.get("NETBENCH_CPU"):     # before torch starts a thread: they all inherit it
+        os.sched_setaffinity(0, {int(os.environ["NETBENCH_CPU"])})
 
     def send(message: dict[str, Any]) -> None:
         out.write(json.dumps(message) + "\n")
@@ -308,8 +310,10 @@ def free_port() -> int:
 class RankGroup:
     """``world_size`` worker processes on this host, one per rank, reused across cases."""
 
-    def __init__(self, world: int, backend: str, master_port: int, timeout_s: float) -> None:
+    def __init__(self, world: int, backend: str, master_port: int, timeout_s: float,
+                 bind: str = "none") -> None:
         self.world, self.backend, self.timeout_s = world, backend, timeout_s
+        cpus = sorted(os.sched_getaffinity(0))
         port = master_port or free_port()
         self.procs: list[subprocess.Popen[str]] = []
         self.pipes: list[Any] = []
@@ -321,6 +325,8 @@ class RankGroup:
             read_fd, write_fd = os.pipe()
             env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank),
                        NETBENCH_RESULT_FD=str(write_fd))
+            if bind == "rank":
+                env["NETBENCH_CPU"] = str(cpus[rank % len(cpus)])
             log = tempfile.TemporaryFile("w+")       # a file, so a chatty rank never blocks
             proc = subprocess.Popen([sys.executable, "-m", "netbench.benchmarks._ranks"],
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,

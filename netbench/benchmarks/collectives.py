@@ -52,6 +52,9 @@ def _params(default_size: int) -> tuple[Param, ...]:
               minimum=0, maximum=65535),
         Param("pg_timeout", "float", 60.0, "seconds a rank waits for the others before failing",
               minimum=1, maximum=3600),
+        Param("cpu_bind", "choice", "none", "spawned ranks: rank = rank i on CPU i (mod the "
+              "CPUs this process may use), as mpirun --bind-to core; under a launcher its own "
+              "binding holds", choices=("none", "rank")),
     )
 
 
@@ -72,18 +75,18 @@ class _Group:
     """The spawned ranks of one run, kept for every case with the same shape."""
 
     def __init__(self) -> None:
-        self.groups: dict[tuple[int, str, int, float], Any] = {}
+        self.groups: dict[tuple[int, str, int, float, str], Any] = {}
 
-    def get(self, world: int, backend: str, port: int, timeout: float) -> Any:
+    def get(self, world: int, backend: str, port: int, timeout: float, bind: str) -> Any:
         from . import _ranks
 
-        key = (world, backend, port, timeout)
+        key = (world, backend, port, timeout, bind)
         if key not in self.groups:
             for old in self.groups.values():       # one set of ranks at a time on this host
                 old.close()
             self.groups = {}
             try:
-                self.groups[key] = _ranks.RankGroup(world, backend, port, timeout)
+                self.groups[key] = _ranks.RankGroup(world, backend, port, timeout, bind)
             except _ranks.RankError as exc:
                 raise NetbenchError(f"could not start {world} {backend} ranks: {exc}") from None
         return self.groups[key]
@@ -156,7 +159,8 @@ class _Collective(Benchmark):
         else:
             _check_host_can_run(world, backend)
             group = ctx.shared.setdefault("coll.ranks", _Group()).get(
-                world, backend, params["master_port"], params["pg_timeout"])
+                world, backend, params["master_port"], params["pg_timeout"],
+                params.get("cpu_bind", "none"))
             from . import _ranks
             try:
                 results = group.run(spec, max(ctx.remaining() - 5, 10))
