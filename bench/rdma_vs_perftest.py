@@ -199,7 +199,8 @@ def main() -> int:
               f"{args.pin or 'unpinned'}", flush=True)
         ref_run = uuid.uuid4().hex[:12]
         for r in range(args.rounds):
-            for key, bench, size, iters, metric, tool, field, _kind in points:
+            for point in points:
+                key, bench, size, iters, metric, tool, field, _kind = point
                 # ABBA: netbench first in even rounds, perftest first in odd ones, so a drift
                 # during the run moves both sides alike.
                 order = ("nb", "ref") if r % 2 == 0 else ("ref", "nb")
@@ -207,7 +208,8 @@ def main() -> int:
                 for who in order:
                     if who == "nb":
                         got["nb"], rows = cases.run(bench, size, iters, metric)
-                        nb_rows += rows
+                        nb_rows += [{**row, "case_index": len(pairs[key]) * len(points) +
+                                     points.index(point)} for row in rows]
                     else:
                         got["ref"] = perftest(tool, args.device, args.gid_index, args.addr,
                                               size, iters, pin)[field]
@@ -246,6 +248,9 @@ def main() -> int:
     (out / "crosscheck.json").write_text(json.dumps(summary, indent=1))
     from netbench.store import JsonlStore  # rows as `netbench run --jsonl` writes them
 
+    # One stored run for netbench's side (each case ran as a run of its own), as for perftest.
+    for row in nb_rows:
+        row.update(run_id=nb_rows[0]["run_id"], started_at=nb_rows[0]["started_at"])
     for name, rows in (("crosscheck-netbench.jsonl", nb_rows),
                        ("crosscheck-perftest.jsonl", ref_rows)):
         JsonlStore(out / name).write_run(out / name, rows)

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -166,6 +167,29 @@ def main() -> int:
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     expect("peer killed mid-run", finish(client, 150), "rdma.write_bw", limit=130)
+    # Two clients at once through one `netbench serve`: its far ends spin in C with the GIL
+    # released, so neither starves the other; both finish with validated rows.
+    shared = serve(addr, 5304)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            clients = [subprocess.Popen([*PY, "run", "rdma.write_bw", "--peer", f"{addr}:5304",
+                                         "-p", "iterations=2000", "-p", "validate=true",
+                                         "--jsonl", f"{tmp}/c{i}.jsonl"], cwd=REPO,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        text=True) for i in range(2)]
+            results = [finish(c, 180) for c in clients]
+            rows = [json.loads(line) for i in range(2) if Path(f"{tmp}/c{i}.jsonl").exists()
+                    for line in Path(f"{tmp}/c{i}.jsonl").read_text().splitlines()]
+        ok = (all(rc == 0 for rc, _, _ in results) and len(rows) >= 2
+              and all(r["status"] == "ok" for r in rows))
+        failures += not ok
+        print(f"  {'ok  ' if ok else 'FAIL'} two clients at once through one serve: rc "
+              f"{[rc for rc, _, _ in results]}, {len(rows)} rows "
+              f"{sorted({r['status'] for r in rows})}"
+              + ("" if ok else f": {[e.strip()[-300:] for _, e, _ in results]}"))
+    finally:
+        shared.kill()
+        shared.wait()
     # Every path above released what it created: the device's counts are back where they were
     # (after the killed server's process is gone: the kernel frees its objects).
     time.sleep(2)
