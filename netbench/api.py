@@ -9,6 +9,7 @@ The harness (runner, store, CLI) does everything else.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import threading
@@ -56,6 +57,26 @@ class Metric:
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def finite(value: float) -> float:
+    """``value`` if it is a finite number; NaN and infinities are never a user's number (NaN
+    compares false with everything, so a gate given one would always pass)."""
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    return value
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinity made None, for strict JSON (bare NaN is not JSON,
+    and a consumer reading it may take it for a number)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def parse_size(text: str | int) -> int:
@@ -188,7 +209,7 @@ class Param:
     def _parse_one(self, raw: Any) -> Any:
         try:
             value = self._convert(raw)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise UsageError(f"param {self.name}: bad value {raw!r} ({exc}); accepted: "
                              f"{self.accepted()}") from None
         if self.kind in ("int", "float", "size"):
@@ -208,7 +229,7 @@ class Param:
         if self.kind == "float":
             if isinstance(raw, bool):
                 raise ValueError("not a number")
-            return float(raw)
+            return finite(float(raw))
         if self.kind == "bool":
             if isinstance(raw, bool):
                 return raw

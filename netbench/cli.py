@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from collections import Counter
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from netbench import __version__, hooks
+from netbench.api import json_safe
 from netbench.errors import NetbenchError, UsageError
 
 
@@ -171,7 +173,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130 if result.interrupted else (1 if failed else 0)
     out = sys.stdout
     if args.json:
-        json.dump([_row_to_json(r) for r in result.rows], out, default=str)
+        json.dump(json_safe([_row_to_json(r) for r in result.rows]), out, default=str,
+                  allow_nan=False)
         out.write("\n")
         out = sys.stderr
     if result.rows:
@@ -431,8 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "timeout", None) is not None and args.timeout <= 0:
-        print("netbench: error: --timeout must be positive", file=sys.stderr)
+    if getattr(args, "timeout", None) is not None and not 0 < args.timeout < math.inf:
+        print("netbench: error: --timeout must be a positive, finite number of seconds",
+              file=sys.stderr)
         return 2
     try:
         return args.func(args)

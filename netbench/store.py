@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from netbench.api import json_safe
 from netbench.errors import NetbenchError
 
 SCHEMA_VERSION = 1
@@ -229,7 +230,8 @@ class JsonlStore:
         try:
             with open(tmp, "w") as f:
                 for row in rows:
-                    f.write(json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n")
+                    f.write(json.dumps(json_safe({k: _jsonable(v) for k, v in row.items()}),
+                                       allow_nan=False) + "\n")
             os.replace(tmp, path)
         except OSError as exc:
             tmp.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ valid.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -135,7 +136,7 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
             fail(str(exc), index, "benchmark")
         case_timeout = entry.get("timeout", DEFAULT_TIMEOUT)
         if isinstance(case_timeout, bool) or not isinstance(case_timeout, (int, float)) or (
-                case_timeout <= 0):
+                not math.isfinite(case_timeout) or case_timeout <= 0):
             fail(f"timeout must be a positive number of seconds, not {case_timeout!r}", index,
                  "timeout")
         raw = {k: v for k, v in entry.items() if k not in _CASE_KEYS}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from netbench.api import parse_size
+from netbench.api import finite, parse_size
 from netbench.errors import NetbenchError, UsageError
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
@@ -127,8 +127,15 @@ def load_spec(path: str | Path) -> Spec:
             fail(str(exc))
         checks.append(check)
     line_rate = accept.get("line_rate")
-    if line_rate is not None and line_rate != "probe" and _num(line_rate) is None:
-        raise UsageError(f"{path}: line_rate must be a number (Gbit/s) or \"probe\"")
+    if line_rate is not None and line_rate != "probe":
+        try:
+            line_rate = _num(line_rate)
+        except ValueError:
+            raise UsageError(f"{path}: line_rate must be a positive, finite number (Gbit/s) or "
+                             f"\"probe\", not {line_rate!r}") from None
+        if line_rate is None or line_rate <= 0:
+            raise UsageError(f"{path}: line_rate must be a positive, finite number (Gbit/s) or "
+                             f"\"probe\", not {line_rate!r}")
     suite = (data.get("suite") or {}).get("name") if data.get("case") else None
     return Spec(str(accept.get("name") or path.stem), suite, line_rate, checks)
 
@@ -138,7 +145,7 @@ def _num(value: Any) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{value!r} is not a number")
-    return float(value)
+    return finite(float(value))
 
 
 def choose_run(store: Any, spec: Spec, run: str | None, label: str | None) -> Any:

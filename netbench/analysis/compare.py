@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from netbench.api import finite, json_safe
 from netbench.errors import NetbenchError, UsageError
 from netbench.stats import median_sorted
 
@@ -74,10 +75,13 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
 def parse_threshold(text: str) -> float:
     text = str(text).strip()
     try:
-        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        value = finite(float(text[:-1]) / 100 if text.endswith("%") else float(text))
     except ValueError:
-        raise UsageError(f"threshold {text!r}: use a fraction (0.05) or a percentage (5%)") \
-            from None
+        value = -1.0
+    if value < 0:
+        raise UsageError(f"threshold {text!r}: use a finite, non-negative fraction (0.05) or "
+                         "percentage (5%)")
+    return value
 
 
 def load_thresholds(flags: Sequence[str], path: str | None) -> dict[str, float]:
@@ -221,6 +225,8 @@ def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]
 
 
 def to_json(verdicts: Sequence[Verdict], changes: Sequence[tuple[str, Any, Any]]) -> str:
-    return json.dumps({"verdicts": [asdict(v) for v in verdicts],
-                       "environment_changes": [{"what": k, "baseline": a, "candidate": b}
-                                               for k, a, b in changes]}, indent=2)
+    return json.dumps(json_safe({"verdicts": [asdict(v) for v in verdicts],
+                                 "environment_changes": [{"what": k, "baseline": a,
+                                                          "candidate": b}
+                                                         for k, a, b in changes]}),
+                      indent=2, allow_nan=False)
