@@ -386,6 +386,11 @@ class Benchmark:
     def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
         raise NetbenchError(f"{self.name} has no server side")
 
+    def server_memory(self, params: Mapping[str, Any]) -> int:
+        """Bytes ``serve`` allocates for these params, so `netbench serve` can bound what one
+        client makes it hold (a far end that allocates by params must say so)."""
+        return 0
+
     # --- helpers the harness uses; benchmarks rarely override these ---
 
     def metric(self, name: str) -> Metric:

@@ -339,10 +339,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes end as one `netbench: error:` line (exit 2), as every other bad input."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"netbench: error: {self.prog}: {message}\n")
+
+
+def _port(text: str) -> int:
+    """A TCP port, 0..65535 (0: the kernel picks one); anything else is a usage error."""
+    if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from netbench.peer import DEFAULT_PORT
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="netbench", description="Interconnect benchmarks: RDMA, collectives, host-to-GPU "
         "feed and TCP baselines, stored in Parquet.")
     parser.add_argument("--version", action="version", version=f"netbench {__version__}")
@@ -425,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="answer benchmarks from a peer (like iperf3 -s)")
     p.add_argument("--bind", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
                    help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("--quiet", action="store_true", help="log only problems")
     p.set_defaults(func=cmd_serve)

@@ -8,6 +8,7 @@ benchmark's own ``serve`` method, so a new benchmark brings its far end with it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import queue
@@ -26,9 +27,18 @@ from netbench.errors import NetbenchError, PeerError, UsageError
 from netbench.wire import PROTOCOL, Channel, parse_hostport
 
 DEFAULT_PORT = 5301
-HELLO_TIMEOUT = 10.0     # a new connection must say who it is within this
+HELLO_TIMEOUT = 10.0     # a new connection must say who it is within this (the whole frame)
 IDLE_TIMEOUT = 600.0     # a control connection may sit idle this long between requests
 MAX_CLIENTS = 32
+# Data connections announced but not yet taken by a far end: bounded per session and in all,
+# so one client cannot queue sockets until the server runs out of file descriptors.
+MAX_QUEUED_DATA = 256    # a session's (tcp.stream takes at most 2 x 128 streams)
+MAX_QUEUED_DATA_TOTAL = 1024
+# Memory the far ends may allocate (each benchmark says what a request costs it): per session
+# and in all; a request beyond either is refused with the reason.
+SESSION_MEMORY = 512 << 20
+TOTAL_MEMORY = 1 << 30
+FD_BACKOFF = 0.5         # seconds to stop accepting when the process is out of descriptors
 
 log = logging.getLogger("netbench.serve")
 
@@ -42,14 +52,40 @@ def _describe(addr: Any) -> str:
 class _ServerSession:
     """One client's control session on the server; data connections are routed here."""
 
-    def __init__(self, channel: Channel, client_name: str, token: str) -> None:
+    def __init__(self, channel: Channel, client_name: str, token: str,
+                 queued: Callable[[int], bool] | None = None) -> None:
         self.channel = channel
         self.client_name = client_name
         self.token = token
-        self._data: queue.Queue[tuple[int, socket.socket]] = queue.Queue()
+        self._data: queue.Queue[tuple[int, socket.socket]] = queue.Queue(MAX_QUEUED_DATA)
+        self._queued = queued or (lambda change: True)   # the server-wide count
 
-    def deliver(self, index: int, sock: socket.socket) -> None:
-        self._data.put((index, sock))
+    def deliver(self, index: int, sock: socket.socket) -> bool:
+        """Queue a data connection for the far end; False (the caller closes it) when this
+        session or the whole server already holds as many as it may."""
+        if not self._queued(+1):
+            return False
+        try:
+            self._data.put_nowait((index, sock))
+        except queue.Full:
+            self._queued(-1)
+            return False
+        return True
+
+    def _take(self, timeout: float) -> tuple[int, socket.socket]:
+        item = self._data.get(timeout=timeout)
+        self._queued(-1)
+        return item
+
+    def _control_closed(self) -> bool:
+        """The client hung up its control connection (EOF waiting, not a message)."""
+        sock = self.channel.sock
+        try:
+            if not select.select([sock], [], [], 0)[0]:
+                return False
+            return sock.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def accept_data(self, count: int, timeout: float) -> list[socket.socket]:
         deadline = time.monotonic() + timeout
@@ -57,10 +93,17 @@ class _ServerSession:
         while len(got) < count:
             left = deadline - time.monotonic()
             try:
-                index, sock = self._data.get(timeout=max(left, 0.001))
+                # Short waits: a client that hangs up meanwhile frees its far end at once.
+                index, sock = self._take(max(min(left, 0.25), 0.001))
             except queue.Empty:
+                gone = self._control_closed()
+                if not gone and deadline - time.monotonic() > 0:
+                    continue
                 for sock in got.values():
                     sock.close()
+                if gone:
+                    raise PeerError(f"{self.client_name} closed the control connection "
+                                    "before opening its data connections") from None
                 raise PeerError(f"{self.client_name} opened {len(got)} of {count} data "
                                 f"connections within {timeout:g} s") from None
             if index in got or not 0 <= index < count:
@@ -72,7 +115,7 @@ class _ServerSession:
     def drain(self) -> None:
         while True:
             try:
-                self._data.get_nowait()[1].close()
+                self._take(0.0)[1].close()
             except queue.Empty:
                 return
 
@@ -89,6 +132,32 @@ class Server:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._listener: socket.socket | None = None
+        self._queued_data = 0
+        self._memory = 0                      # bytes the running far ends reserved
+
+    def _count_queued(self, change: int) -> bool:
+        with self._lock:
+            if change > 0 and self._queued_data >= MAX_QUEUED_DATA_TOTAL:
+                return False
+            self._queued_data += change
+            return True
+
+    def _reserve(self, nbytes: int, session: _ServerSession) -> str | None:
+        """Book a far end's memory; the reason it cannot be booked, or None."""
+        if nbytes > SESSION_MEMORY:
+            return (f"the far end would allocate {nbytes >> 20} MiB; this server allows "
+                    f"{SESSION_MEMORY >> 20} MiB per client (lower msg_size or streams)")
+        with self._lock:
+            if self._memory + nbytes > TOTAL_MEMORY:
+                return (f"server busy: the far end would allocate {nbytes >> 20} MiB and "
+                        f"{self._memory >> 20} of {TOTAL_MEMORY >> 20} MiB are in use by "
+                        "other clients; retry later")
+            self._memory += nbytes
+        return None
+
+    def _release(self, nbytes: int) -> None:
+        with self._lock:
+            self._memory -= nbytes
 
     def listen(self) -> tuple[str, int]:
         try:
@@ -123,9 +192,16 @@ class Server:
                 conn, addr = self._listener.accept()
             except TimeoutError:
                 continue
-            except OSError:
+            except OSError as exc:
                 if self._stop.is_set():
                     break
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors or memory: stop accepting for a moment, keep serving
+                    # the sessions already open (their connections are what holds the fds).
+                    log.warning("cannot accept a connection: %s; pausing %g s", exc.strerror,
+                                FD_BACKOFF)
+                    time.sleep(FD_BACKOFF)
+                    continue
                 raise
             if not self._slots.acquire(blocking=False):
                 _refuse(conn, "server busy: too many clients")
@@ -168,10 +244,12 @@ class Server:
         with self._lock:
             session = self._sessions.get(str(first.get("session")))
         index = first.get("index")
-        if session is None or not isinstance(index, int):
+        if session is None or not isinstance(index, int) or isinstance(index, bool):
             return False
         conn.settimeout(None)
-        session.deliver(index, conn)
+        if not session.deliver(index, conn):
+            log.info("%s: data connection refused: too many waiting", session.client_name)
+            return False
         return True
 
     def _control(self, channel: Channel, hello: Mapping[str, Any], name: str) -> None:
@@ -180,7 +258,7 @@ class Server:
                                    f"this server speaks {PROTOCOL} (netbench {__version__})"})
             return
         token = secrets.token_hex(16)
-        session = _ServerSession(channel, name, token)
+        session = _ServerSession(channel, name, token, self._count_queued)
         with self._lock:
             self._sessions[token] = session
         try:
@@ -205,9 +283,15 @@ class Server:
     def _run_far_end(self, session: _ServerSession, request: Mapping[str, Any]) -> bool:
         """Run one benchmark's far end; False when the control connection is unusable."""
         name = str(request.get("benchmark"))
+        reserved = 0
         try:
             bench = self._lookup(name)
             params = bench.validate_remote(request.get("params") or {})
+            need = int(bench.server_memory(params))
+            refused = self._reserve(need, session)
+            if refused:
+                raise NetbenchError(refused)
+            reserved = need
             log.info("%s: %s", session.client_name, name)
             bench.serve(params, session)
         except PeerError as exc:
@@ -215,6 +299,9 @@ class Server:
             return False
         except NetbenchError as exc:
             session.channel.send({"error": str(exc)})
+        finally:
+            if reserved:
+                self._release(reserved)
         session.drain()
         return True
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 from typing import Any
 
 from netbench.errors import PeerError
@@ -36,17 +37,21 @@ class Channel:
             raise PeerError(f"lost connection to {self.peer_name}: {exc}") from None
 
     def recv(self, timeout: float | None) -> dict[str, Any]:
-        """The next message; PeerError on timeout, EOF or a malformed frame."""
-        self.sock.settimeout(timeout)
-        (length,) = _HEADER.unpack(self._read_exact(_HEADER.size, timeout))
+        """The next message; PeerError on timeout, EOF or a malformed frame. ``timeout``
+        bounds the whole frame, not each read: a sender that trickles a byte every few
+        seconds cannot hold the connection past it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        (length,) = _HEADER.unpack(self._read_exact(_HEADER.size, timeout, deadline))
         if length > MAX_MESSAGE:
             raise PeerError(f"{self.peer_name} sent a {length}-byte message; the limit is "
                             f"{MAX_MESSAGE}")
-        body = self._read_exact(length, timeout)
+        body = self._read_exact(length, timeout, deadline)
         try:
             message = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             raise PeerError(f"{self.peer_name} sent a message that is not JSON") from None
+        except RecursionError:
+            raise PeerError(f"{self.peer_name} sent JSON nested too deeply") from None
         if not isinstance(message, dict):
             raise PeerError(f"{self.peer_name} sent JSON that is not an object")
         return message
@@ -62,11 +67,19 @@ class Channel:
             raise PeerError(f"{self.peer_name}: {reply['error']}")
         return reply
 
-    def _read_exact(self, n: int, timeout: float | None) -> bytes:
+    def _read_exact(self, n: int, timeout: float | None, deadline: float | None) -> bytes:
         buf = bytearray(n)
         view = memoryview(buf)
         got = 0
         while got < n:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PeerError(f"{self.peer_name} did not send a whole message within "
+                                    f"{timeout:g} s")
+                self.sock.settimeout(left)
+            else:
+                self.sock.settimeout(None)
             try:
                 chunk = self.sock.recv_into(view[got:], n - got)
             except TimeoutError:

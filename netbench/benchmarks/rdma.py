@@ -118,6 +118,9 @@ class _Rdma(Benchmark):
                 "; and " + PYVERBS_HINT if no_pyverbs else "")
         return PYVERBS_HINT if no_pyverbs else None
 
+    def server_memory(self, params: Mapping[str, Any]) -> int:
+        return 2 * int(params["msg_size"]) if params["mem"] == "host" else 0   # the MR
+
     def run(self, case: Case, ctx: Context) -> Measurement:
         params = case.params
         if params["mem"] == "gpu" and self.name.endswith("_lat"):

@@ -35,6 +35,7 @@ from netbench.api import (
 
 SETUP_TIMEOUT = 15.0      # to open data connections and agree to start
 STALL_TIMEOUT = 10.0      # a data socket that moves nothing this long means the peer is gone
+RECV_BUFFER = 256 << 10   # each receiving stream's buffer, whatever msg_size is
 MAX_SERIES = 20_000       # interval samples per run, keeps the result message bounded
 
 _AFFINITY = Param("affinity", "str", "", "pin the client[,server] to CPU ids (iperf3 -A n,m)",
@@ -174,7 +175,7 @@ class _Transfer:
         sock.shutdown(socket.SHUT_WR)
 
     def _receive(self, sock: socket.socket, index: int) -> None:
-        buf = bytearray(max(self.msg_size, 128 * 1024))
+        buf = bytearray(RECV_BUFFER)       # a stream: the receiver's chunk need not be msg_size
         recv_into, counts = sock.recv_into, self.counts
         total = 0
         while True:
@@ -234,6 +235,12 @@ class _TcpBenchmark(Benchmark):
         with _pinned(_affinity(params, 1)):
             self._serve(params, session)
 
+    def server_memory(self, params: Mapping[str, Any]) -> int:
+        return self._far_end_bytes(params)
+
+    def _far_end_bytes(self, params: Mapping[str, Any]) -> int:
+        raise NotImplementedError
+
     def _run(self, case: Case, ctx: Context) -> Measurement:
         raise NotImplementedError
 
@@ -270,6 +277,10 @@ class TcpStream(_TcpBenchmark):
               minimum=0, maximum=1 << 30),
         _AFFINITY,
     )
+
+    def _far_end_bytes(self, params: Mapping[str, Any]) -> int:
+        fwd, rev = self._split(params)      # it receives fwd streams, sends rev (one payload)
+        return fwd * RECV_BUFFER + (params["msg_size"] if rev else 0)
 
     @staticmethod
     def _split(params: Mapping[str, Any]) -> tuple[int, int]:
@@ -490,6 +501,9 @@ class TcpRr(_TcpBenchmark):
             sent = send(view)
             if sent != size:
                 _send_rest(send, view, sent)
+
+    def _far_end_bytes(self, params: Mapping[str, Any]) -> int:
+        return int(params["msg_size"])          # the echo buffer
 
     def _serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
         size = params["msg_size"]
