@@ -79,10 +79,20 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from netbench.probe import probe
 
     if args.capture:
-
+        dest = Path(args.capture)
+        where = dest.resolve()
+        if any(where == Path(p) or Path(p) in where.parents for p in ("/proc", "/sys", "/dev")):
+            raise UsageError(f"--capture {dest}: {where} is under /proc, /sys or /dev; "
+                             "capture into an ordinary directory")
+        if dest.exists() and not dest.is_dir():
+            raise UsageError(f"--capture {dest}: exists and is not a directory")
         root = Path(args.sysfs_root or "/sys")     # a capture of a capture keeps its _proc
-        count = capture(root, Path(args.capture),
-                        root / CAPTURED_PROC if args.sysfs_root else Path("/proc"))
+        try:
+            count = capture(root, dest,
+                            root / CAPTURED_PROC if args.sysfs_root else Path("/proc"))
+        except OSError as exc:
+            raise NetbenchError(f"--capture {dest}: cannot write "
+                                f"{exc.filename or dest}: {exc.strerror or exc}") from None
         print(f"captured {count} sysfs files into {args.capture}; read it back with "
               f"`netbench probe --sysfs-root {args.capture}`")
         return 0

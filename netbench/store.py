@@ -19,6 +19,7 @@ from typing import Any
 
 from netbench.api import json_safe
 from netbench.errors import NetbenchError
+from netbench.textfile import read_text
 
 SCHEMA_VERSION = 1
 MAX_STORED_SAMPLES = 100_000   # beyond this, samples are thinned evenly; n_samples stays true
@@ -238,6 +239,28 @@ class JsonlStore:
             raise NetbenchError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+_PYTHON_TYPES = {"int32": int, "int64": int, "float64": (int, float), "string": str}
+
+
+def _mistyped(row: Mapping[str, Any]) -> str | None:
+    """What in an imported row does not fit its column's type, or None."""
+    for name, kind in COLUMNS:
+        value = row.get(name)
+        if value is None or kind == "timestamp":
+            continue
+        if kind == "list<double>":
+            if not isinstance(value, list) or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+                return f"{name} must be a list of numbers, not {str(value)[:60]!r}"
+            continue
+        want = _PYTHON_TYPES[kind]
+        if isinstance(value, bool) or not isinstance(value, want):
+            return f"{name} must be {kind}, not {type(value).__name__} {str(value)[:60]!r}"
+    if row.get("status") not in ("ok", "skipped", "failed"):
+        return f"status must be ok, skipped or failed, not {row.get('status')!r}"
+    return None
+
+
 def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Path]:
     """Store rows written by JsonlStore as Parquet runs (one file per run id)."""
     from datetime import datetime
@@ -245,22 +268,22 @@ def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Pat
     source = Path(source)
     runs: dict[str, list[dict[str, Any]]] = {}
     names = {name for name, _ in COLUMNS}
-    try:
-        lines = source.read_text().splitlines()
-    except OSError as exc:
-        raise NetbenchError(f"cannot read {source}: {exc.strerror or exc}") from None
+    lines = read_text(source, "rows").splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
             row["started_at"] = datetime.fromisoformat(row["started_at"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise NetbenchError(f"{source}:{number}: not a netbench result row") from None
         unknown = set(row) - names
         if unknown or row.get("schema_version") != SCHEMA_VERSION:
             raise NetbenchError(f"{source}:{number}: not a schema-{SCHEMA_VERSION} row "
                                 f"(unknown keys: {', '.join(sorted(unknown)) or 'none'})")
+        bad = _mistyped(row)
+        if bad:
+            raise NetbenchError(f"{source}:{number}: {bad}")
         runs.setdefault(row["run_id"], []).append({**{n: None for n in names}, **row})
     if not runs:
         raise NetbenchError(f"{source}: no rows to import")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 from netbench import registry
 from netbench.api import Benchmark, Case
 from netbench.errors import NetbenchError, UsageError
+from netbench.textfile import load_toml
 
 DEFAULT_TIMEOUT = 300.0
 _CASE_KEYS = ("benchmark", "timeout")
@@ -88,16 +88,7 @@ def _line_of(lines: list[str], case_index: int | None, key: str | None) -> int |
 
 def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read suite {path}: {exc.strerror or exc}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        where = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        prefix = f"{path}:{where.group(1)}:{where.group(2)}" if where else str(path)
-        raise UsageError(f"{prefix}: not valid TOML: {exc}") from None
+    data, text = load_toml(path, "suite")
     lines = text.splitlines()
 
     def fail(message: str, case_index: int | None = None, key: str | None = None) -> None:
@@ -127,6 +118,8 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
         fail("no [[case]] entries: nothing to run")
     planned: list[PlannedCase] = []
     for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            fail(f"each case must be a [[case]] table, not {entry!r}", None, "case")
         bench_name = entry.get("benchmark")
         if not isinstance(bench_name, str):
             fail("case has no 'benchmark' key", index)

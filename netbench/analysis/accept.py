@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from xml.etree import ElementTree
 
 from netbench.api import finite, parse_size
 from netbench.errors import NetbenchError, UsageError
+from netbench.textfile import load_toml
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
                "max", "min_line_rate")
@@ -83,33 +83,34 @@ def load_spec(path: str | Path) -> Spec:
     from netbench import registry
 
     path = Path(path)
-    try:
-        text = path.read_text()
-        data = tomllib.loads(text)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    data, text = load_toml(path, "acceptance spec")
     lines = text.splitlines()
     entries = data.get("check")
     if not isinstance(entries, list) or not entries:
         raise UsageError(f"{path}: no [[check]] entries")
     accept = data.get("accept", {})
+    if not isinstance(accept, dict):
+        raise UsageError(f"{path}: 'accept' must be a table ([accept] name = ..., line_rate = "
+                         f"...), not {accept!r}")
+    if data.get("case") is not None and not isinstance(data.get("suite", {}), dict):
+        raise UsageError(f"{path}: 'suite' must be a table ([suite] name = ...)")
     benches = registry.all_benchmarks()
     checks = []
     for i, entry in enumerate(entries):
         def fail(msg: str, key: str | None = None, i: int = i) -> None:
             raise UsageError(f"{path}{_line(lines, i, key)}: {msg}")
 
+        if not isinstance(entry, dict):
+            raise UsageError(f"{path}: each check must be a [[check]] table, not {entry!r}")
         for key in entry:
             if key not in _CHECK_KEYS:
                 fail(f"unknown key {key!r}; accepted: {', '.join(_CHECK_KEYS)}", key)
         name = entry.get("benchmark")
-        if name not in benches:
+        if not isinstance(name, str) or name not in benches:
             fail(f"unknown benchmark {name!r}; known: {', '.join(benches)}", "benchmark")
         metric = entry.get("metric")
         known = [m.name for m in benches[name].metrics]
-        if metric not in known:
+        if not isinstance(metric, str) or metric not in known:
             fail(f"{name} has no metric {metric!r}; its metrics: {', '.join(known)}", "metric")
         if not any(k in entry for k in ("min", "max", "min_line_rate")):
             fail("a check needs a bound: min, max or min_line_rate")
@@ -167,7 +168,12 @@ def choose_run(store: Any, spec: Spec, run: str | None, label: str | None) -> An
         chosen = chosen.tail(1)
     if chosen.empty:
         raise NetbenchError(f"no stored run matches {run or label!r}")
-    return store.read(chosen["run_id"])
+    rows = store.read(chosen["run_id"])
+    if rows.empty:
+        raise NetbenchError(f"run {chosen['run_id'].iloc[0]}: its file "
+                            f"{chosen['path'].iloc[0]} has no readable rows (corrupt or "
+                            "truncated?); choose another run with --run or --label")
+    return rows
 
 
 _RATE = re.compile(r"([\d.]+)\s*Gb/sec")

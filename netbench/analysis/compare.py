@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from netbench.api import finite, json_safe
 from netbench.errors import NetbenchError, UsageError
 from netbench.stats import median_sorted
+from netbench.textfile import load_toml
 
 DEFAULT_THRESHOLD = 0.05
 KEY = ["benchmark", "params", "metric"]
@@ -88,12 +88,7 @@ def load_thresholds(flags: Sequence[str], path: str | None) -> dict[str, float]:
     """``metric=5%`` or ``benchmark:metric=0.1`` flags, and a TOML ``[thresholds]`` table."""
     out: dict[str, float] = {}
     if path:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except OSError as exc:
-            raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path}: not valid TOML: {exc}") from None
+        data, _ = load_toml(path, "thresholds")
         table = data.get("thresholds")
         if not isinstance(table, dict):
             raise UsageError(f"{path}: needs a [thresholds] table (metric = 0.05, ...)")
