@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 from netbench.api import json_safe
 from netbench.errors import NetbenchError
-from netbench.textfile import read_text
+from netbench.textfile import check_writable, read_text, write_atomic
 
 SCHEMA_VERSION = 1
 MAX_STORED_SAMPLES = 100_000   # beyond this, samples are thinned evenly; n_samples stays true
@@ -95,13 +94,9 @@ class ResultStore:
 
     def check_writable(self) -> None:
         """Fail before measuring anything if results could not be kept."""
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.directory, prefix=".probe-"):
-                pass
-        except OSError as exc:
-            raise NetbenchError(f"results directory {self.directory} cannot be written: "
-                                f"{exc.strerror or exc}") from None
+        if self.directory.exists() and not self.directory.is_dir():
+            raise NetbenchError(f"results directory {self.directory} is a file")
+        check_writable(self.directory, "results directory")
 
     def path_for(self, run_id: str, started_at: str) -> Path:
         stamp = started_at.replace(":", "").replace("-", "")[:15]
@@ -115,13 +110,7 @@ class ResultStore:
         rows = [dict(r) for r in rows]
         schema = arrow_schema().with_metadata(_run_metadata(rows))
         table = pa.Table.from_pylist(rows, schema=schema)
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            pq.write_table(table, tmp, compression="zstd")
-            os.replace(tmp, path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise NetbenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+        write_atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
     def files(self) -> list[Path]:
         try:
@@ -214,29 +203,29 @@ class JsonlStore:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.file = Path(path)
+        self._earlier = ""            # rows of earlier runs in the file: kept, never lost
 
     def check_writable(self) -> None:
-        try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.file.parent, prefix=".probe-"):
-                pass
-        except OSError as exc:
-            raise NetbenchError(f"cannot write {self.file}: {exc.strerror or exc}") from None
+        if self.file.is_dir():
+            raise NetbenchError(f"--jsonl {self.file} is a directory; name a file")
+        check_writable(self.file.parent, "the folder of")
+        if self.file.exists():
+            self._earlier = read_text(self.file, "rows")
+            if self._earlier and not self._earlier.endswith("\n"):
+                self._earlier += "\n"
 
     def path_for(self, run_id: str, started_at: str) -> Path:
         return self.file
 
     def write_run(self, path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
+        def write(tmp: Path) -> None:
             with open(tmp, "w") as f:
+                f.write(self._earlier)            # this run's rows follow the earlier runs'
                 for row in rows:
                     f.write(json.dumps(json_safe({k: _jsonable(v) for k, v in row.items()}),
                                        allow_nan=False) + "\n")
-            os.replace(tmp, path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise NetbenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+        write_atomic(path, write)
 
 
 _PYTHON_TYPES = {"int32": int, "int64": int, "float64": (int, float), "string": str}

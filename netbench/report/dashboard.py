@@ -19,6 +19,7 @@ from typing import Any
 
 from netbench.errors import NetbenchError
 from netbench.store import COLUMNS
+from netbench.textfile import write_atomic
 
 VERDICT_COLOURS = {"regressed": "#d62728", "improved": "#2ca02c", "unchanged": "#7f7f7f"}
 
@@ -301,7 +302,7 @@ def render(store: Any, out: str | Path, run: str | None = None, verdicts: Sequen
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(page)
+        write_atomic(out, lambda tmp: tmp.write_text(page))
     except OSError as exc:
         raise NetbenchError(f"cannot write {out}: {exc.strerror}") from None
     return {"run": chosen, "charts": sorted(figures), "path": str(out), "bytes": len(page)}

@@ -1,0 +1,69 @@
+"""Nothing written is ever half-written, and a result that could not be kept is known before
+anything is measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from conftest import assert_clean_error, netbench
+
+
+def test_a_failed_report_leaves_the_previous_dashboard_whole(tmp_path):
+    results = tmp_path / "r"
+    assert netbench("run", "mem.copy", "-p", "msg_size=1M", "-p", "iterations=2", "--results",
+                    str(results)).returncode == 0
+    out = results / "_dashboard.html"
+    assert netbench("report", "--results", str(results), "-o", str(out)).returncode == 0
+    before = out.read_bytes()
+    (results / "._dashboard.html.tmp").mkdir()          # the next write cannot happen
+    proc = netbench("report", "--results", str(results), "-o", str(out))
+    assert_clean_error(proc, "cannot write")
+    assert out.read_bytes() == before
+
+
+def test_jsonl_into_a_directory_fails_before_measuring(tmp_path):
+    start = time.monotonic()
+    proc = netbench("run", "tcp.stream", "-p", "duration=5", "--jsonl", str(tmp_path))
+    assert_clean_error(proc, "is a directory")
+    assert time.monotonic() - start < 4                 # nothing was measured first
+
+
+def test_jsonl_keeps_the_rows_of_earlier_runs(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    for _ in range(2):
+        assert netbench("run", "mem.copy", "-p", "msg_size=1M", "-p", "iterations=2",
+                        "--jsonl", str(rows)).returncode == 0
+    runs = {json.loads(line)["run_id"] for line in rows.read_text().splitlines()}
+    assert len(runs) == 2
+
+
+def test_stale_temp_files_of_a_killed_writer_are_swept(tmp_path):
+    results = tmp_path / "r"
+    results.mkdir()
+    stale = results / ".20260101T000000-dead.parquet.tmp"
+    stale.write_bytes(b"half a file")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    fresh = results / ".20260101T000000-live.parquet.tmp"     # maybe a writer right now
+    fresh.write_bytes(b"x")
+    assert netbench("run", "mem.copy", "-p", "msg_size=1M", "-p", "iterations=2",
+                    "--results", str(results)).returncode == 0
+    assert not stale.exists() and fresh.exists()
+
+
+@pytest.mark.root
+def test_a_full_filesystem_is_refused_before_measuring(tmp_path):
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
+                                            str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("needs root and a tmpfs mount")
+    try:
+        proc = netbench("run", "mem.copy", "-p", "msg_size=1M", "--results", str(mnt / "r"))
+        assert_clean_error(proc, "cannot be written")
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
