@@ -28,6 +28,7 @@ from netbench.report.console import Reporter
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
 from netbench.suite import Plan, PlannedCase
 
+CONNECT_TIMEOUT = 10.0   # at most, to reach the peer and hear its hello
 CANCEL_GRACE = 10.0   # after a timeout fires, how long a benchmark gets to unwind
 
 
@@ -35,7 +36,7 @@ class _CaseContext:
     """What one case's ``run`` sees: the env, the peer, cancellation, progress."""
 
     def __init__(self, env: Mapping[str, Any], peer: str | None,
-                 connect: Callable[[], ClientSession], deadline: float,
+                 connect: Callable[[float], ClientSession], deadline: float,
                  progress: Callable[[float], None], shared: dict[str, Any]) -> None:
         self.env = env
         self.peer = peer
@@ -50,7 +51,8 @@ class _CaseContext:
     def connect(self) -> ClientSession:
         if self.cancelled.is_set():
             raise NetbenchError("case cancelled")
-        session = self._connect()
+        # Connecting and the hello count against the case's timeout, not a fixed 10 s.
+        session = self._connect(max(min(CONNECT_TIMEOUT, self.remaining()), 0.1))
         self.on_cancel(session.channel.close)
         return session
 
@@ -103,12 +105,12 @@ class Runner:
 
     # --- peers ---
 
-    def _connect(self) -> ClientSession:
+    def _connect(self, timeout: float = CONNECT_TIMEOUT) -> ClientSession:
         if self.peer:
-            return peer_mod.connect(self.peer)
+            return peer_mod.connect(self.peer, timeout)
         if self._loopback is None:
             raise NetbenchError(self._loopback_error)
-        return peer_mod.connect(self._loopback.address)
+        return peer_mod.connect(self._loopback.address, timeout)
 
     # --- the run ---
 

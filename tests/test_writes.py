@@ -67,3 +67,22 @@ def test_a_full_filesystem_is_refused_before_measuring(tmp_path):
         assert_clean_error(proc, "cannot be written")
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_timeout_bounds_the_whole_case_connecting_included(tmp_path):
+    """A peer that accepts and then says nothing (a blackhole after the SYN): the case ends
+    at --timeout, not at a fixed connect timeout."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        start = time.monotonic()
+        proc = netbench("run", "tcp.rr", "--peer", f"127.0.0.1:{silent.getsockname()[1]}",
+                        "--timeout", "2", "--results", str(tmp_path / "r"))
+        took = time.monotonic() - start
+    finally:
+        silent.close()
+    assert proc.returncode == 1, proc.stderr
+    assert took < 2 + 4, took          # the case's 2 s, plus the interpreter starting
