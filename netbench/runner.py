@@ -188,7 +188,8 @@ class Runner:
             self.env = {**self.env, "softroce_error": str(exc)}
             result.fallbacks.append(f"no RDMA device, and soft-RoCE could not be set up: {exc}")
             return None
-        self.env = probe(self.env.get("sysfs_root"))
+        # The device is new: probe again, keeping what the CLI added (launcher, collective env).
+        self.env = {**self.env, **probe(self.env.get("sysfs_root"))}
         result.fallbacks.append(f"no RDMA device: created soft-RoCE rxe0 on {netdev} for this "
                                 "run (removed afterwards); its figures are emulated")
         return "rxe0"

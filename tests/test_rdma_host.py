@@ -116,3 +116,24 @@ def test_runs_from_an_uninstalled_source_tree(tmp_path):
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "rdma.write_bw" in out.stdout and "tcp.stream" in out.stdout
+
+
+def test_softroce_setup_keeps_what_the_cli_added_to_the_environment(monkeypatch, tmp_path):
+    """After creating rxe0 the runner probes again (the device is new), but the launcher and
+    collective facts the CLI put in the fingerprint must survive it. rdma_rxe cannot load on
+    this kernel, so the two kernel-facing calls are stood in for."""
+    from netbench import runner as runner_mod
+    from netbench.store import NullStore
+    from netbench.suite import Plan
+
+    monkeypatch.setattr(runner_mod.softroce, "add", lambda netdev, name: "lo")
+    monkeypatch.setattr(runner_mod, "probe", lambda root=None: {"host": "h",
+                                                                "rdma_devices": [{"name": "rxe0"}]})
+    env = {"host": "h", "rdma_devices": [], "launcher": {"name": "torchrun", "rank": 0},
+           "collective_env": {"NCCL_DEBUG": "INFO"}}
+    run = runner_mod.Runner(NullStore(), env)
+    result = runner_mod.RunResult("r", None)
+    assert run._softroce(Plan("s", [], softroce="auto"), result) == "rxe0"
+    assert run.env["rdma_devices"] == [{"name": "rxe0"}]
+    assert run.env["launcher"] == {"name": "torchrun", "rank": 0}
+    assert run.env["collective_env"] == {"NCCL_DEBUG": "INFO"}
