@@ -155,18 +155,20 @@ def walk(sysfs: Path, address: str) -> LinkPath | None:
         else:
             hop.role = "switch downstream port" if i % 2 else "switch upstream port"
     switches = max(len(hops) - 2, 0) // 2
-    # The tunnelled hop is the top-most removable one: its link to the external-facing port
-    # above it is the virtual PCIe link carried over Thunderbolt/USB4.
+    # The tunnelled link joins the top-most removable hop to the external-facing port above
+    # it: a virtual PCIe link carried over Thunderbolt/USB4, which both of its ends report
+    # (Intel Thunderbolt 3 controllers read 2.5 GT/s x4 on both). Both are bounded by the
+    # tunnel, neither by its virtual fields.
     tunnel = None
     top = max((i for i, r in enumerate(removable) if r), default=None)
     if top is not None:
-        hop = hops[top]
-        hop.tunnelled = True
         tunnel = thunderbolt_link(sysfs, [h.address for h in hops]) or {
             "kind": "thunderbolt", "generation": None, "gbytes": None,
             "note": "attached through an external-facing port; no thunderbolt bus in sysfs"}
-        hop.gbytes = tunnel["gbytes"]
-        hop.max_gbytes = hop.gbytes
+        for hop in hops[top:top + 2]:
+            hop.tunnelled = True
+            hop.gbytes = tunnel["gbytes"]
+            hop.max_gbytes = hop.gbytes
     # A link joins a function below (a device, a switch's upstream port) and the port above
     # it (a switch downstream port, a root port); both report it. It can train to the lower of
     # both ends' maxima and is downgraded only when it runs below that: a root port that

@@ -140,9 +140,10 @@ def test_capture_round_trip_and_cli(tmp_path):
 def _egpu_tree(tmp_path: Path, generation: str = "3") -> Path:
     """The captured switch path turned into a Thunderbolt 3 eGPU, with exactly the files the
     kernel ABI documents (sysfs-bus-thunderbolt; PCI `removable` since 5.12): the device and
-    the enclosure's port are removable, the port's link to the host controller is the
-    virtual tunnel link (Gen1 x4, a number that means nothing), the GPU's own link and the
-    host controller's are Gen3 x4.
+    the enclosure's port are removable, the port's link to the host controller's external-
+    facing port is the virtual tunnel link, reported by both of its ends (Gen1 x4, a number
+    that means nothing, as Intel Thunderbolt 3 controllers show it), the GPU's own link and
+    the root port's are Gen3 x4.
     A capture from a real eGPU replaces this as soon as one is at hand."""
     tree = tmp_path / "tree"
     shutil.copytree(TREE, tree, symlinks=True)
@@ -150,7 +151,7 @@ def _egpu_tree(tmp_path: Path, generation: str = "3") -> Path:
     gpu, port, host, root = (Path(str((pci / a).resolve())) for a in (
         "0000:05:00.0", "0000:04:00.0", "0000:03:00.0", "0000:00:05.0"))
     for dev, (speed, width) in ((gpu, ("8.0 GT/s PCIe", "4")), (port, ("2.5 GT/s PCIe", "4")),
-                                (host, ("8.0 GT/s PCIe", "4")), (root, ("8.0 GT/s PCIe", "4"))):
+                                (host, ("2.5 GT/s PCIe", "4")), (root, ("8.0 GT/s PCIe", "4"))):
         if dev in (gpu, port):          # the host controller and its root port are internal
             (dev / "removable").write_text("removable\n")
         for attr in ("current_link_speed", "max_link_speed"):
@@ -176,11 +177,14 @@ def test_a_thunderbolt_egpu_is_bounded_by_its_real_links_not_the_virtual_one(tmp
     tree = _egpu_tree(tmp_path)
     path = walk(tree, "0000:05:00.0")
     tunnelled = [h.address for h in path.hops if h.tunnelled]
-    assert tunnelled == ["0000:04:00.0"]                   # the top-most removable hop
+    # Both ends of the tunnelled link: the top-most removable hop and the port above it.
+    assert tunnelled == ["0000:04:00.0", "0000:03:00.0"]
     assert path.tunnel["generation"] == 3 and path.tunnel["lanes"] == 2
     assert path.tunnel["gbytes"] == pytest.approx(5.0)    # 2 lanes x 20 Gb/s per direction
     assert path.bottleneck == "0000:05:00.0"               # Gen3 x4 = 3.94 GB/s < 5 GB/s
-    assert path.bottleneck_gbytes == pytest.approx(lane_gbytes(8.0, 4))
+    # Computed by hand, not by the function under test: 8 GT/s x 4 lanes x 128/130 / 8 bits.
+    assert path.bottleneck_gbytes == pytest.approx(8.0 * 4 * 128 / 130 / 8)
+    assert all(h.bound_gbytes != pytest.approx(1.0) for h in path.hops)   # no 2.5 GT/s x4
     assert path.downgraded == []                           # the 2.5 GT/s virtual link is no fault
     assert "through Thunderbolt 3 tunnel, 2 lanes x 20 Gb/s (Razer Core X)" in path.summary()
     # The same tree as a user would capture it reads back the same.
