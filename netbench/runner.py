@@ -17,14 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from netbench import hooks, softroce
 from netbench import peer as peer_mod
 from netbench.api import Benchmark, Case, ClientSession, Measurement
 from netbench.errors import NetbenchError, SkipCase
 from netbench.probe import gpu_summary, nic_summary, probe, rdma_summary
-from netbench.report.console import Reporter
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
 from netbench.suite import Plan, PlannedCase
 
@@ -80,6 +79,35 @@ class _CaseContext:
                 pass
 
 
+class RunEvents(Protocol):
+    """What the runner tells whoever presents a run (the CLI's console reporter); running
+    never imports presentation, so the presenter is handed in."""
+
+    def start_run(self, run_id: str, suite: str, n_cases: int, label: str) -> None: ...
+
+    def start_case(self, index: int, case: Case, description: str | None = None) -> None: ...
+
+    def progress(self, fraction: float) -> None: ...
+
+    def end_case(self, index: int, planned: Any, rows: Any) -> None: ...
+
+
+class SilentEvents:
+    """The default: a run that nobody watches."""
+
+    def start_run(self, run_id: str, suite: str, n_cases: int, label: str) -> None:
+        pass
+
+    def start_case(self, index: int, case: Case, description: str | None = None) -> None:
+        pass
+
+    def progress(self, fraction: float) -> None:
+        pass
+
+    def end_case(self, index: int, planned: Any, rows: Any) -> None:
+        pass
+
+
 @dataclass
 class RunResult:
     run_id: str
@@ -95,9 +123,9 @@ class RunResult:
 
 class Runner:
     def __init__(self, store: ResultStore, env: Mapping[str, Any], label: str = "",
-                 peer: str | None = None, reporter: Reporter | None = None) -> None:
+                 peer: str | None = None, reporter: RunEvents | None = None) -> None:
         self.store, self.env, self.label, self.peer = store, env, label, peer
-        self.reporter = reporter or Reporter()
+        self.reporter = reporter or SilentEvents()
         self._loopback: peer_mod.ServerProcess | None = None
         self._shared: dict[str, Any] = {}
         self._loopback_error = "no --peer given and no loopback server running"

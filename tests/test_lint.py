@@ -1,9 +1,16 @@
+"""The house rules, held by tests that read every module's imports (statically: lazy imports
+inside functions count, relative ones are resolved)."""
+
+import ast
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
+
+PACKAGE = ROOT / "netbench"
 
 
 def test_ruff_clean():
@@ -15,17 +22,84 @@ def test_ruff_clean():
     assert proc.returncode == 0, proc.stdout
 
 
-def test_core_never_imports_benchmark_modules():
-    """DESIGN rule: runner, store, analysis and report never import a benchmark module."""
-    code = ("import sys, netbench.runner, netbench.store, netbench.cli, netbench.suite;"
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it, as absolute dotted names."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            found.add(stem)
+            found |= {f"{stem}.{alias.name}" for alias in node.names}   # from x import mod
+    return {m for m in found if m.startswith("netbench")}
+
+
+def _modules() -> dict[str, set[str]]:
+    return {_module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
+
+
+def _benchmark_modules(mods: dict[str, set[str]]) -> set[str]:
+    return {m for m in mods if m.startswith("netbench.benchmarks.")}
+
+
+def _offenders(mods, sources, forbidden) -> list[str]:
+    return sorted(f"{src} imports {dep}" for src in sources for dep in mods[src]
+                  if any(dep == f or dep.startswith(f + ".") for f in forbidden))
+
+
+def test_the_parser_sees_lazy_and_relative_imports():
+    mods = _modules()
+    assert "netbench.benchmarks._verbs" in mods["netbench.benchmarks.rdma"]      # relative, lazy
+    assert "netbench.analysis.compare" in mods["netbench.cli"]                   # lazy
+
+
+def test_core_never_imports_a_benchmark():
+    mods = _modules()
+    core = [m for m in mods if not m.startswith("netbench.benchmarks")]
+    assert _offenders(mods, core, ["netbench.benchmarks"]) == []
+
+
+def test_benchmarks_import_only_the_api_and_their_own_helpers():
+    mods = _modules()
+    bad = []
+    for src in _benchmark_modules(mods) | {"netbench.benchmarks"}:
+        for dep in mods[src]:
+            if dep.startswith("netbench.benchmarks") or dep in ("netbench", "netbench.api") \
+                    or dep.startswith("netbench.api."):
+                continue
+            bad.append(f"{src} imports {dep}")
+    assert bad == []
+
+
+def test_running_never_imports_presentation_and_storage_knows_no_verdicts():
+    mods = _modules()
+    running = ["netbench.runner", "netbench.suite", "netbench.probe", "netbench.peer",
+               "netbench.store", "netbench.registry", "netbench.hooks", "netbench.api"]
+    assert _offenders(mods, running, ["netbench.report", "netbench.cli"]) == []
+    analysis = [m for m in mods if m.startswith("netbench.analysis")]
+    assert _offenders(mods, analysis, ["netbench.report", "netbench.cli",
+                                       "netbench.runner"]) == []
+    assert _offenders(mods, ["netbench.store"], ["netbench.analysis"]) == []
+
+
+def test_importing_the_core_loads_no_benchmark():
+    """And at run time too: the CLI's own import loads no benchmark module."""
+    code = ("import sys, netbench.runner, netbench.store, netbench.cli, netbench.suite, "
+            "netbench.analysis.compare, netbench.analysis.accept, netbench.report.dashboard;"
             "print([m for m in sys.modules if m.startswith('netbench.benchmarks.')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
-
-
-def test_benchmarks_import_only_the_api():
-    for path in (ROOT / "netbench" / "benchmarks").glob("*.py"):
-        for line in path.read_text().splitlines():
-            stripped = line.strip()
-            if stripped.startswith(("from netbench", "import netbench")):
-                assert stripped.startswith("from netbench.api import"), f"{path.name}: {line}"
