@@ -52,7 +52,7 @@ def test_a_real_gpu_capture_an_h200_at_gen5_x16_inside_a_vm():
     assert env["virtual_machine"] == "a hypervisor (cpu flag)"
     (path,) = env["pcie_paths"]
     assert [h["role"] for h in path["hops"]] == ["device on the root complex"]
-    assert path["bottleneck_gbytes"] == pytest.approx(lane_gbytes(32.0, 16))    # 63.02
+    assert path["bottleneck_gbytes"] == pytest.approx(32 * 16 * 128 / 130 / 8)   # 63.02
     assert path["now_gbytes"] == path["bottleneck_gbytes"] and path["downgraded"] == []
     assert not path["idle_gpu"] and "inside a VM" in path["summary"]
 
@@ -83,8 +83,8 @@ def test_a_gpu_idling_its_link_is_bounded_by_what_the_link_can_train_to(tmp_path
                             ("current_link_width", "16")):
             (port / attr).write_text(value + "\n")
     path = walk(tree, "0000:01:00.0")
-    assert path.bottleneck_gbytes == pytest.approx(lane_gbytes(16.0, 16))
-    assert path.now_gbytes == pytest.approx(lane_gbytes(2.5, 16))
+    assert path.bottleneck_gbytes == pytest.approx(16 * 16 * 128 / 130 / 8)     # Gen4 x16
+    assert path.now_gbytes == pytest.approx(2.5 * 16 * 8 / 10 / 8)               # Gen1 x16
     assert path.idle_gpu and "bottleneck Gen4 16 GT/s x16" in path.summary()
     assert "GPUs lower their link speed when idle" in path.summary()
 
@@ -105,7 +105,7 @@ def test_a_narrow_device_behind_a_switch_is_no_downgrade(tmp_path):
     path = walk(tree, "0000:05:00.0")
     assert path.downgraded == []
     assert path.bottleneck == "0000:05:00.0"
-    assert path.bottleneck_gbytes == pytest.approx(lane_gbytes(16.0, 8))
+    assert path.bottleneck_gbytes == pytest.approx(16 * 8 * 128 / 130 / 8)      # Gen4 x8
     assert [h.bound for h in path.hops] == [(16.0, 8), (16.0, 8), (16.0, 16), (16.0, 16)]
 
 

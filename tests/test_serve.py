@@ -39,17 +39,23 @@ def _works(server, tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("payload", [
-    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",                       # huge length prefix
-    struct.pack("!I", MAX_MESSAGE + 1) + b"x" * 100,             # just over the bound
-    struct.pack("!I", 5) + b"\xff\xfe\xfd\xfc\xfb",              # not UTF-8 / JSON
-    _frame([1, 2, 3]),                                           # JSON, not an object
-    _frame({"op": "__import__('os').system('x')"}),              # unknown op
-    _frame({"op": "data", "session": "forged", "index": 0}) + b"junk" * 1000,
-    b"\x00\x00",                                                 # truncated header
+@pytest.mark.parametrize("payload,answer", [
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", None),                 # huge length prefix
+    (struct.pack("!I", MAX_MESSAGE + 1) + b"x" * 100, None),       # just over the bound
+    (struct.pack("!I", 5) + b"\xff\xfe\xfd\xfc\xfb", None),        # not UTF-8 / JSON
+    (_frame([1, 2, 3]), None),                                     # JSON, not an object
+    (_frame({"op": "__import__('os').system('x')"}), "expected hello or data"),  # unknown op
+    (_frame({"op": "data", "session": "forged", "index": 0}) + b"junk" * 1000, None),
+    (b"\x00\x00", None),                                           # truncated header
 ])
-def test_garbage_is_refused_and_server_keeps_serving(server, tmp_path, payload):
-    _exchange(server, payload)
+def test_garbage_is_refused_and_server_keeps_serving(server, tmp_path, payload, answer):
+    reply = _exchange(server, payload)
+    if answer is None:
+        assert reply == b""              # dropped without a word: nothing to exploit
+    else:
+        (length,) = struct.unpack("!I", reply[:4])
+        message = json.loads(reply[4:4 + length])
+        assert answer in message["error"], message
     assert server.alive()
     _works(server, tmp_path)
 
