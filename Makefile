@@ -8,6 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.netbench-installed
 LABEL  ?= ci
 SUITE  ?= suites/ci.toml
+RESULTS ?= results
 
 .PHONY: setup sysdeps bench test lint bench-compare bench-softroce gpu-check clean
 
@@ -46,8 +47,8 @@ $(STAMP): pyproject.toml netbench/_fastloop.c netbench/benchmarks/_verbsloop.c
 setup: $(STAMP)
 
 bench: $(STAMP)
-	$(BIN)/netbench run $(SUITE) --label $(LABEL)
-	$(BIN)/netbench report --results results -o results/_dashboard.html
+	$(BIN)/netbench run $(SUITE) --label $(LABEL) --results $(RESULTS)
+	$(BIN)/netbench report --results $(RESULTS) -o $(RESULTS)/_dashboard.html
 
 test: sysdeps $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -142,6 +142,17 @@ def _row_to_json(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _print_plan(plan: Any, env: Any) -> int:
+    """`run --dry-run`: the cases a run would measure, each validated, and what would be
+    skipped here and why; nothing is measured or stored."""
+    print(f"{plan.suite}: {len(plan.cases)} case(s)")
+    for index, planned in enumerate(plan.cases, 1):
+        reason = planned.bench.available(env)
+        print(f"  [{index}] {planned.bench.describe(planned.case)} (timeout "
+              f"{planned.timeout:g} s)" + (f"\n      would be skipped: {reason}" if reason else ""))
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from netbench.launch import collective_env, launch_info
     from netbench.probe import probe
@@ -158,6 +169,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan = load_suite(target, args.timeout)
     else:
         plan = plan_single(target, params, args.timeout)
+    if args.dry_run:
+        return _print_plan(plan, probe(args.sysfs_root))
     launched = launch_info()
     quiet = launched is not None and not launched.is_writer
     if quiet:                       # rank 0 stores and reports the run; the others only run
@@ -398,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")
     p.add_argument("--jsonl", metavar="FILE", help="write rows as JSON lines instead of Parquet "
                    "(lean: no pyarrow); store them later with `netbench import`")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the cases, and "
+                   "what would be skipped here; measure nothing")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("compare", help="regression verdicts: baseline vs candidate (exit 1 "

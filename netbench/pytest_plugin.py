@@ -44,6 +44,10 @@ class NetbenchResult:
         self.rows = rows
 
     def row(self, metric: str) -> dict[str, Any]:
+        cases = {r.get("case_index") for r in self.rows if r["metric"] == metric}
+        if len(cases) > 1:
+            raise ValueError(f"this result holds {len(cases)} cases (a sweep): pick one with "
+                             f"result.rows, or run one case per call")
         for row in self.rows:
             if row["metric"] == metric:
                 return row

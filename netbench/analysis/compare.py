@@ -99,7 +99,26 @@ def load_thresholds(flags: Sequence[str], path: str | None) -> dict[str, float]:
         if not sep:
             raise UsageError(f"--threshold {flag!r}: expected METRIC=VALUE, e.g. bw_avg=3%")
         out[key.strip()] = parse_threshold(value)
+    _check_threshold_keys(out)
     return out
+
+
+def _check_threshold_keys(thresholds: Mapping[str, float]) -> None:
+    """A threshold for a metric or benchmark that does not exist would silently never apply:
+    name it, with what is accepted."""
+    from netbench import registry
+
+    benches = registry.all_benchmarks()
+    metrics = {m.name for b in benches.values() for m in b.metrics}
+    for key in thresholds:
+        bench, sep, metric = key.rpartition(":")
+        if key == "default" or (not sep and key in metrics | set(benches)):
+            continue
+        if sep and bench in benches and metric in {m.name for m in benches[bench].metrics}:
+            continue
+        raise UsageError(f"threshold {key!r}: no such metric, benchmark or benchmark:metric; "
+                         "accepted: a metric name (bw_avg, lat_p99, ...), a benchmark name, "
+                         "benchmark:metric, or default")
 
 
 def threshold_for(thresholds: Mapping[str, float], benchmark: str, metric: str) -> float:

@@ -425,7 +425,8 @@ class GpuLoaderFeed(Benchmark):
         Param("baseline", "bool", True, "first time the loader alone (no pin, no copy) to "
               "report feed_efficiency"),
         Param("device", "choice", "cuda", "cuda: feed the GPU; cpu: the loader alone, no copy "
-              "(to see whether the loader or the link is the limit)", choices=("cuda", "cpu")),
+              "(to see whether the loader or the link is the limit)", choices=("cuda", "cpu"),
+              sweep=True),
         _GPU,
     )
 
