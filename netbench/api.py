@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
-from netbench import linkpath, stats
+from netbench import linkpath, softroce, stats
 from netbench.errors import NetbenchError, PeerError, SkipCase, UsageError
 from netbench.launch import launch_info
 from netbench.wire import Channel
@@ -31,7 +31,8 @@ except ImportError:
 
 __all__ = [
     "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Measurement",
-    "Metric", "NetbenchError", "Param", "PeerError", "ServerSession", "SkipCase", "UsageError",
+    "Metric", "NetbenchError", "Param", "PeerError", "RunSetup", "ServerSession", "SkipCase",
+    "UsageError", "softroce",
     "fastloop", "format_size", "host_memory_available", "launch_info", "parse_size",
     "pcie_path", "stats",
 ]
@@ -357,6 +358,17 @@ class Context(Protocol):
     def progress(self, fraction: float) -> None: ...
 
 
+@dataclass
+class RunSetup:
+    """What a family's ``prepare_run`` did: facts for the fingerprint, whether the environment
+    must be probed again (a device appeared), a fallback line for the run, and its undo."""
+
+    env: dict[str, Any] = field(default_factory=dict)
+    reprobe: bool = False
+    fallback: str = ""
+    close: Callable[[], None] | None = None
+
+
 class Benchmark:
     """Base class of every benchmark; subclasses fill the class attributes."""
 
@@ -385,6 +397,13 @@ class Benchmark:
 
     def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
         raise NetbenchError(f"{self.name} has no server side")
+
+    def prepare_run(self, options: Mapping[str, Any],
+                    env: Mapping[str, Any]) -> RunSetup | None:
+        """Once per family per run, before its first case: set up what the suite's options
+        ask of this transport (the RDMA family makes a soft-RoCE device). The runner knows no
+        transport; it applies what comes back and calls ``close`` at the end of the run."""
+        return None
 
     def server_memory(self, params: Mapping[str, Any]) -> int:
         """Bytes ``serve`` allocates for these params, so `netbench serve` can bound what one

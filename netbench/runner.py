@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from netbench import hooks, softroce
+from netbench import hooks
 from netbench import peer as peer_mod
-from netbench.api import Benchmark, Case, ClientSession, Measurement
+from netbench.api import Benchmark, Case, ClientSession, Measurement, RunSetup
 from netbench.errors import NetbenchError, SkipCase
 from netbench.probe import gpu_summary, nic_summary, probe, rdma_summary
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
@@ -149,7 +149,7 @@ class Runner:
         path = self.store.path_for(run_id, started.isoformat())
         result = RunResult(run_id, path)
         result.fallbacks.extend(self.env.get("hook_errors", []))
-        created_rxe = self._softroce(plan, result) if plan.softroce else None
+        setups = self._prepare(plan, result)
         base = {
             "schema_version": SCHEMA_VERSION, "run_id": run_id, "label": self.label,
             "started_at": started, "host": self.env.get("host"), "suite": plan.suite,
@@ -198,29 +198,37 @@ class Runner:
             self._shared.clear()
             if self._loopback is not None:
                 self._loopback.stop()
-            if created_rxe:
+            for family, setup in reversed(setups):
                 try:
-                    softroce.remove(created_rxe)
-                except NetbenchError as exc:
-                    result.fallbacks.append(f"could not remove {created_rxe}: {exc}")
+                    if setup.close is not None:
+                        setup.close()
+                except Exception as exc:   # an undo that fails must not lose the rows
+                    result.fallbacks.append(f"undoing the {family} set-up failed: {exc}")
         result.fallbacks.extend(hooks.call("run_finished", result.rows))
         return result
 
-    def _softroce(self, plan: Plan, result: RunResult) -> str | None:
-        """The suite asks for soft-RoCE: make an rxe device when there is no RDMA device."""
-        if self.env.get("rdma_devices"):
-            return None
-        try:
-            netdev = softroce.add(plan.softroce or "auto", "rxe0")
-        except NetbenchError as exc:
-            self.env = {**self.env, "softroce_error": str(exc)}
-            result.fallbacks.append(f"no RDMA device, and soft-RoCE could not be set up: {exc}")
-            return None
-        # The device is new: probe again, keeping what the CLI added (launcher, collective env).
-        self.env = {**self.env, **probe(self.env.get("sysfs_root"))}
-        result.fallbacks.append(f"no RDMA device: created soft-RoCE rxe0 on {netdev} for this "
-                                "run (removed afterwards); its figures are emulated")
-        return "rxe0"
+    def _prepare(self, plan: Plan, result: RunResult) -> list[tuple[str, RunSetup]]:
+        """Each family in the plan sets up what the suite's options ask of it (once, by its
+        first benchmark); the runner only applies the outcome."""
+        setups: list[tuple[str, RunSetup]] = []
+        if not plan.options:
+            return setups
+        seen = set()
+        for planned in plan.cases:
+            family = planned.bench.family
+            if family in seen:
+                continue
+            seen.add(family)
+            setup = planned.bench.prepare_run(plan.options, self.env)
+            if setup is None:
+                continue
+            setups.append((family, setup))
+            self.env = {**self.env, **setup.env}
+            if setup.reprobe:    # keep what the CLI added (launcher, collective env)
+                self.env = {**self.env, **probe(self.env.get("sysfs_root"))}
+            if setup.fallback:
+                result.fallbacks.append(setup.fallback)
+        return setups
 
     def _run_case(self, index: int, planned: PlannedCase,
                   base: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,9 @@ class PlannedCase:
 class Plan:
     suite: str            # suite name, or the benchmark name for a single run
     cases: list[PlannedCase]
-    softroce: str | None = None   # make an rxe device on this netdev ("auto") when none exists
+    # The [suite] table's options for the families' run set-up (Benchmark.prepare_run), e.g.
+    # softroce = "auto": the RDMA family makes an rxe device when there is none.
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def plan_single(name: str, raw_params: Mapping[str, Any],
@@ -140,4 +142,4 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
                 fail(f"key {key!r}: {exc}", index, key)
         planned.extend(PlannedCase(c, bench, float(timeout or case_timeout))  # CLI wins
                        for c in bench.expand(raw))
-    return Plan(name, planned, softroce)
+    return Plan(name, planned, {"softroce": softroce} if softroce else {})

@@ -118,22 +118,31 @@ def test_runs_from_an_uninstalled_source_tree(tmp_path):
     assert "rdma.write_bw" in out.stdout and "tcp.stream" in out.stdout
 
 
-def test_softroce_setup_keeps_what_the_cli_added_to_the_environment(monkeypatch, tmp_path):
-    """After creating rxe0 the runner probes again (the device is new), but the launcher and
-    collective facts the CLI put in the fingerprint must survive it. rdma_rxe cannot load on
-    this kernel, so the two kernel-facing calls are stood in for."""
+def test_softroce_setup_keeps_what_the_cli_added_to_the_environment(monkeypatch):
+    """The RDMA family's run set-up makes rxe0; the runner then probes again (the device is
+    new) but keeps the launcher and collective facts the CLI put in the fingerprint, and
+    undoes the set-up at the end. rdma_rxe cannot load on this kernel, so the two
+    kernel-facing calls are stood in for."""
     from netbench import runner as runner_mod
+    from netbench import softroce
     from netbench.store import NullStore
-    from netbench.suite import Plan
+    from netbench.suite import Plan, plan_single
 
-    monkeypatch.setattr(runner_mod.softroce, "add", lambda netdev, name: "lo")
+    removed = []
+    monkeypatch.setattr(softroce, "add", lambda netdev, name: "lo")
+    monkeypatch.setattr(softroce, "remove", lambda name: removed.append(name))
     monkeypatch.setattr(runner_mod, "probe", lambda root=None: {"host": "h",
                                                                 "rdma_devices": [{"name": "rxe0"}]})
     env = {"host": "h", "rdma_devices": [], "launcher": {"name": "torchrun", "rank": 0},
            "collective_env": {"NCCL_DEBUG": "INFO"}}
     run = runner_mod.Runner(NullStore(), env)
+    cases = plan_single("rdma.write_lat", {}).cases + plan_single("mem.copy", {}).cases
     result = runner_mod.RunResult("r", None)
-    assert run._softroce(Plan("s", [], softroce="auto"), result) == "rxe0"
+    setups = run._prepare(Plan("s", cases, {"softroce": "auto"}), result)
+    assert [family for family, _ in setups] == ["rdma"]           # mem has nothing to set up
     assert run.env["rdma_devices"] == [{"name": "rxe0"}]
     assert run.env["launcher"] == {"name": "torchrun", "rank": 0}
     assert run.env["collective_env"] == {"NCCL_DEBUG": "INFO"}
+    assert "created soft-RoCE rxe0 on lo" in result.fallbacks[0]
+    setups[0][1].close()
+    assert removed == ["rxe0"]

@@ -24,10 +24,13 @@ from netbench.api import (
     CpuMeter,
     Measurement,
     Metric,
+    NetbenchError,
     Param,
     PeerError,
+    RunSetup,
     ServerSession,
     SkipCase,
+    softroce,
     stats,
 )
 
@@ -117,6 +120,22 @@ class _Rdma(Benchmark):
             return (f"no RDMA device, and soft-RoCE failed: {why}" if why else NO_DEVICE_HINT) + (
                 "; and " + PYVERBS_HINT if no_pyverbs else "")
         return PYVERBS_HINT if no_pyverbs else None
+
+    def prepare_run(self, options: Mapping[str, Any],
+                    env: Mapping[str, Any]) -> RunSetup | None:
+        """`[suite] softroce = "auto"|NETDEV`: with no RDMA device, make a soft-RoCE one for
+        this run and remove it afterwards; if that cannot be done, every case says why."""
+        netdev = options.get("softroce")
+        if not netdev or env.get("rdma_devices"):
+            return None
+        try:
+            used = softroce.add(netdev, "rxe0")
+        except NetbenchError as exc:
+            return RunSetup(env={"softroce_error": str(exc)},
+                            fallback=f"no RDMA device, and soft-RoCE could not be set up: {exc}")
+        return RunSetup(reprobe=True, close=lambda: softroce.remove("rxe0"),
+                        fallback=f"no RDMA device: created soft-RoCE rxe0 on {used} for this "
+                        "run (removed afterwards); its figures are emulated")
 
     def server_memory(self, params: Mapping[str, Any]) -> int:
         return 2 * int(params["msg_size"]) if params["mem"] == "host" else 0   # the MR
