@@ -33,37 +33,25 @@ WARMUP = 10
 TARGET = 1.02
 
 
-def bare_worker() -> None:
-    """One rank of the reference loop; rank 0 prints {size: us per op}."""
+def _init_rank() -> tuple:
+    """This rank, bound as netbench's cpu_bind=rank would (before torch starts a thread)."""
     import torch
     import torch.distributed as dist
 
     backend = os.environ["BARE_BACKEND"]
-    if os.environ.get("BARE_BIND") == "rank":    # as netbench's cpu_bind=rank, before torch runs
+    if os.environ.get("BARE_BIND") == "rank":
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[int(os.environ["RANK"]) % len(cpus)]})
     dist.init_process_group(backend)
     rank = dist.get_rank()
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
-    sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
-    out = {}
-    for size, iters in json.loads(os.environ["BARE_SIZES"]).items():
-        x = torch.ones(int(size) // 4, dtype=torch.float32, device=device)
-        for _ in range(WARMUP):
-            dist.all_reduce(x)
-        sync()
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(x)
-        sync()
-        t = (time.perf_counter() - t0) / iters * 1e6
-        times = [None] * dist.get_world_size()
-        dist.all_gather_object(times, t)
-        out[size] = sum(times) / len(times)
-    if rank == 0:
-        print(json.dumps(out))
-    dist.destroy_process_group()
+    return torch, dist, rank, dist.get_world_size(), device
+
+
+def _average(dist: object, world: int, mine: float) -> float:
+    times = [None] * world
+    dist.all_gather_object(times, mine)
+    return sum(times) / world
 
 
 def bare_loop(torch: object, dist: object, device: object, size: int, iters: int) -> float:
@@ -81,23 +69,24 @@ def bare_loop(torch: object, dist: object, device: object, size: int, iters: int
     return (time.perf_counter() - t0) / iters * 1e6
 
 
+def bare_worker() -> None:
+    """One rank of the reference loop; rank 0 prints {size: us per op}."""
+    torch, dist, rank, world, device = _init_rank()
+    out = {size: _average(dist, world, bare_loop(torch, dist, device, int(size), iters))
+           for size, iters in json.loads(os.environ["BARE_SIZES"]).items()}
+    if rank == 0:
+        print(json.dumps(out))
+    dist.destroy_process_group()
+
+
 def same_rank_worker() -> None:
     """Both timed sections in the same rank processes, alternating per size (ABBA): the
     process, its placement and its memory are the same for both, so what is left of the ratio
     is the timed section itself. Rank 0 prints {size: [[netbench_us, bare_us], ...]}."""
-    import torch
-    import torch.distributed as dist
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from netbench.benchmarks import _ranks
 
-    backend = os.environ["BARE_BACKEND"]
-    if os.environ.get("BARE_BIND") == "rank":
-        cpus = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpus[int(os.environ["RANK"]) % len(cpus)]})
-    dist.init_process_group(backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    torch, dist, rank, world, device = _init_rank()
     out: dict[int, list[list[float]]] = {}
     for size, iters in SAME_RANK_SIZES.items():
         spec = {"op": "all_reduce", "bytes": size, "dtype": "float32", "iters": iters,
@@ -113,9 +102,7 @@ def same_rank_worker() -> None:
                     mine = res["time_us"]
                 else:
                     mine = bare_loop(torch, dist, device, size, iters)
-                times = [None] * world
-                dist.all_gather_object(times, mine)
-                got[who] = sum(times) / world
+                got[who] = _average(dist, world, mine)
             pairs.append([got["nb"], got["bare"]])
         out[size] = pairs
     if rank == 0:
@@ -123,26 +110,23 @@ def same_rank_worker() -> None:
     dist.destroy_process_group()
 
 
-def same_ranks(world: int, backend: str, bind: str, rounds: int) -> dict[int, list]:
+def _spawn(flag: str, world: int, backend: str, bind: str, **extra: str) -> str:
+    """``world`` ranks of this script in ``flag`` mode; rank 0's output."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000),
-               WORLD_SIZE=str(world), BARE_BACKEND=backend, BARE_BIND=bind,
-               BARE_ROUNDS=str(rounds))
-    procs = [subprocess.Popen([sys.executable, __file__, "--same-rank-worker"],
-                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
-             for r in range(world)]
-    outs = [p.communicate(timeout=3600)[0] for p in procs]
-    return {int(k): v for k, v in json.loads(outs[0]).items()}
+               WORLD_SIZE=str(world), BARE_BACKEND=backend, BARE_BIND=bind, **extra)
+    procs = [subprocess.Popen([sys.executable, __file__, flag], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, text=True) for r in range(world)]
+    return [p.communicate(timeout=3600)[0] for p in procs][0]
+
+
+def same_ranks(world: int, backend: str, bind: str, rounds: int) -> dict[int, list]:
+    out = _spawn("--same-rank-worker", world, backend, bind, BARE_ROUNDS=str(rounds))
+    return {int(k): v for k, v in json.loads(out).items()}
 
 
 def bare(world: int, backend: str, bind: str) -> dict[int, float]:
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000),
-               WORLD_SIZE=str(world), BARE_BACKEND=backend, BARE_SIZES=json.dumps(SIZES),
-               BARE_BIND=bind)
-    procs = [subprocess.Popen([sys.executable, __file__, "--bare-worker"],
-                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
-             for r in range(world)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    return {int(k): v for k, v in json.loads(outs[0]).items()}
+    out = _spawn("--bare-worker", world, backend, bind, BARE_SIZES=json.dumps(SIZES))
+    return {int(k): v for k, v in json.loads(out).items()}
 
 
 def netbench(world: int, backend: str, bind: str) -> dict[int, float]:

@@ -27,9 +27,9 @@ def test_a_failed_report_leaves_the_previous_dashboard_whole(tmp_path):
 
 def test_jsonl_into_a_directory_fails_before_measuring(tmp_path):
     start = time.monotonic()
-    proc = netbench("run", "tcp.stream", "-p", "duration=5", "--jsonl", str(tmp_path))
+    proc = netbench("run", "tcp.stream", "-p", "duration=60", "--jsonl", str(tmp_path))
     assert_clean_error(proc, "is a directory")
-    assert time.monotonic() - start < 4                 # nothing was measured first
+    assert time.monotonic() - start < 30                # the 60 s were never measured
 
 
 def test_jsonl_keeps_the_rows_of_earlier_runs(tmp_path):
@@ -85,4 +85,4 @@ def test_timeout_bounds_the_whole_case_connecting_included(tmp_path):
     finally:
         silent.close()
     assert proc.returncode == 1, proc.stderr
-    assert took < 2 + 4, took          # the case's 2 s, plus the interpreter starting
+    assert took < 2 + 6, took          # the case's 2 s plus start-up, not 10 s per connect
