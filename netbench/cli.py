@@ -269,6 +269,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if any(v.verdict == "regressed" for v in verdicts) else 0
 
 
+def cmd_runs(args: argparse.Namespace) -> int:
+    from netbench.store import ResultStore
+
+    index = ResultStore(args.results).runs()
+    if args.label:
+        index = index[index["label"] == args.label]
+    if index.empty:
+        raise NetbenchError(f"no stored runs in {args.results}"
+                            + (f" with label {args.label!r}" if args.label else ""))
+    if args.json:
+        out = index.drop(columns=["path"]).assign(
+            started_at=index["started_at"].map(lambda t: t.isoformat()))
+        print(json.dumps(json_safe(out.to_dict("records")), indent=1, allow_nan=False))
+        return 0
+    print(f"{'run id':<12}  {'label':<24} {'started (UTC)':<19}  {'host':<16} "
+          f"{'suite':<18} {'ok':>3} {'skip':>4} {'fail':>4}  benchmarks")
+    for row in index.itertuples():
+        benches = ", ".join(row.benchmarks)
+        print(f"{row.run_id:<12}  {(row.label or '-')[:24]:<24} "
+              f"{row.started_at.strftime('%Y-%m-%d %H:%M:%S'):<19}  {(row.host or '-')[:16]:<16} "
+              f"{(row.suite or '-')[:18]:<18} {row.ok:>3} {row.skipped:>4} {row.failed:>4}  "
+              f"{benches[:60] + ('...' if len(benches) > 60 else '')}")
+    return 0
+
+
 def cmd_accept(args: argparse.Namespace) -> int:
     from netbench.analysis import accept
     from netbench.store import ResultStore
@@ -414,6 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="validate and print the cases, and "
                    "what would be skipped here; measure nothing")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("runs", help="the stored runs: id, label, time, host, suite, cases")
+    p.add_argument("--results", default="results", help="results directory (default results/)")
+    p.add_argument("--label", help="only runs with this label")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("compare", help="regression verdicts: baseline vs candidate (exit 1 "
                        "when anything regressed)")

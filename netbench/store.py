@@ -66,7 +66,21 @@ def _run_metadata(rows: list[Mapping[str, Any]]) -> dict[str, str]:
         "netbench_benchmarks": json.dumps(sorted({str(r["benchmark"]) for r in rows})),
         "netbench_ok_benchmarks": json.dumps(sorted({str(r["benchmark"]) for r in rows
                                                      if r.get("status") == "ok"})),
+        "netbench_cases": json.dumps(case_counts(rows)),
     }
+
+
+def case_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Cases (not rows) by status: a case is failed if any of its rows failed, skipped if all
+    were skipped, else ok."""
+    by_case: dict[Any, set[str]] = {}
+    for row in rows:
+        by_case.setdefault(row.get("case_index"), set()).add(str(row.get("status")))
+    counts = {"ok": 0, "skipped": 0, "failed": 0}
+    for statuses in by_case.values():
+        status = "failed" if "failed" in statuses else "ok" if "ok" in statuses else "skipped"
+        counts[status] += 1
+    return counts
 
 
 def params_json(params: Mapping[str, Any]) -> str:
@@ -135,10 +149,11 @@ class ResultStore:
                 continue
             info = {k.decode(): v.decode() for k, v in meta.items()
                     if k.decode().startswith("netbench_")}
-            if "netbench_run_id" not in info:
-                info = self._metadata_from_columns(path)
-                if info is None:
+            if "netbench_run_id" not in info or "netbench_cases" not in info:
+                info = self._metadata_from_columns(path) or {}
+                if "netbench_run_id" not in info:
                     continue
+            cases = json.loads(info["netbench_cases"])
             index.append({"path": str(path), "run_id": info["netbench_run_id"],
                           "label": info.get("netbench_label", ""),
                           "started_at": pd.Timestamp(info["netbench_started_at"]),
@@ -146,9 +161,11 @@ class ResultStore:
                           "host": info.get("netbench_host", ""),
                           "benchmarks": json.loads(info.get("netbench_benchmarks", "[]")),
                           "ok_benchmarks": json.loads(info.get("netbench_ok_benchmarks",
-                                                               "[]"))})
+                                                               "[]")),
+                          "ok": cases["ok"], "skipped": cases["skipped"],
+                          "failed": cases["failed"]})
         columns = ["path", "run_id", "label", "started_at", "suite", "host", "benchmarks",
-                   "ok_benchmarks"]
+                   "ok_benchmarks", "ok", "skipped", "failed"]
         frame = pd.DataFrame(index, columns=columns)
         return frame.sort_values("started_at", ignore_index=True) if index else frame
 
@@ -158,7 +175,7 @@ class ResultStore:
 
         try:
             table = pq.read_table(path, columns=["run_id", "label", "started_at", "suite",
-                                                 "host", "benchmark", "status"])
+                                                 "host", "benchmark", "status", "case_index"])
         except Exception:
             warnings.warn(f"skipping {path}: not a netbench result file", stacklevel=3)
             return None

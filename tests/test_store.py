@@ -75,3 +75,32 @@ def test_thin_keeps_bounded_evenly_spaced_samples():
     out = thin(data, 1000)
     assert len(out) == 1000 and out[0] == 0 and out[-1] >= 249_000
     assert thin([1, 2, 3]) == [1.0, 2.0, 3.0]
+
+
+def test_runs_lists_each_stored_run_with_its_case_counts(tmp_path):
+    import json as _json
+
+    from conftest import assert_clean_error, netbench
+
+    results = tmp_path / "r"
+    for label, bench in (("a", "mem.copy"), ("b", "rdma.write_bw")):
+        assert netbench("run", bench, "-p", "msg_size=1M,2M", "-p", "iterations=2",
+                        "--label", label, "--results", str(results)).returncode == 0
+    runs = _json.loads(netbench("runs", "--results", str(results), "--json").stdout)
+    assert [(r["label"], r["ok"], r["skipped"], r["failed"]) for r in runs] == [
+        ("a", 2, 0, 0), ("b", 0, 2, 0)]                 # no RDMA here: both cases skipped
+    text = netbench("runs", "--results", str(results)).stdout
+    assert runs[0]["run_id"] in text and "mem.copy" in text
+    assert_clean_error(netbench("runs", "--results", str(results), "--label", "nope"),
+                       "no stored runs", "'nope'")
+
+
+def test_runs_reads_files_written_before_case_counts_were_kept():
+    from conftest import ROOT, netbench
+
+    proc = netbench("runs", "--results", str(ROOT / "tests/fixtures/results/h200-vm"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    import json as _json
+
+    runs = _json.loads(proc.stdout)
+    assert runs and all(r["ok"] + r["skipped"] + r["failed"] > 0 for r in runs)
