@@ -159,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from netbench.report.console import Reporter, summary_table
     from netbench.runner import Runner
     from netbench.store import JsonlStore, NullStore, ResultStore
-    from netbench.suite import load_suite, parse_cli_params, plan_single
+    from netbench.suite import load_suite, parse_cli_params, plan_single, repeated
 
     params = parse_cli_params(args.param or [])
     target = args.target
@@ -169,6 +169,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan = load_suite(target, args.timeout)
     else:
         plan = plan_single(target, params, args.timeout)
+    if args.repeat is not None:
+        if args.repeat < 1:
+            raise UsageError(f"--repeat {args.repeat}: at least 1 (each case runs that many "
+                             "times, interleaved)")
+        plan = repeated(plan, args.repeat)
     if args.dry_run:
         return _print_plan(plan, probe(args.sysfs_root))
     launched = launch_info()
@@ -235,6 +240,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base, base_desc = cmp.select(store, args.baseline)
     cand, cand_desc = cmp.select(store, args.candidate)
     thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds)
+    if not 0 < args.alpha < 1:
+        raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
     try:
         verdicts = cmp.compare(base, cand, thresholds, args.alpha)
     except NetbenchError as exc:
@@ -256,17 +263,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
             body.append((v.benchmark, case, f"{v.metric} [{v.unit}]",
                          format_value(v.baseline), format_value(v.candidate),
                          f"{v.change:+.1%}", "-" if v.p_value is None else f"{v.p_value:.3f}",
-                         v.verdict.upper() if v.verdict == "regressed" else v.verdict))
+                         v.verdict.upper() if v.verdict == "regressed" else
+                         f"{v.verdict} (~{v.repeats_needed} repeats would decide)"
+                         if v.repeats_needed else v.verdict))
         widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
         for row in (header, *body):
             print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
         counts = {k: sum(v.verdict == k for v in verdicts)
-                  for k in ("regressed", "improved", "unchanged")}
+                  for k in ("regressed", "improved", "unchanged", "noisy", "inconclusive")}
         print(", ".join(f"{n} {k}" for k, n in counts.items()))
         print("environment changes:" if changes else "environment: no differences recorded")
         for what, a, b in changes:
             print(f"  {what}: {a if a is not None else '-'} -> {b if b is not None else '-'}")
-    return 1 if any(v.verdict == "regressed" for v in verdicts) else 0
+    if any(v.verdict == "regressed" for v in verdicts):
+        return 1
+    if args.fail_on_noisy and any(v.verdict in ("noisy", "inconclusive") for v in verdicts):
+        return 3
+    return 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -438,6 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(lean: no pyarrow); store them later with `netbench import`")
     p.add_argument("--dry-run", action="store_true", help="validate and print the cases, and "
                    "what would be skipped here; measure nothing")
+    p.add_argument("--repeat", type=int, metavar="N", help="run every case N times, "
+                   "interleaved (A B A B), so compare has repeats to judge noise by; "
+                   "overrides the suite's repeat")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("runs", help="the stored runs: id, label, time, host, suite, cases")
@@ -457,6 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thresholds", metavar="FILE", help="TOML file with a [thresholds] table")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level of the Mann-Whitney test on raw samples")
+    p.add_argument("--fail-on-noisy", action="store_true", help="exit 3 when nothing "
+                   "regressed but some change could not be told from the noise")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_compare)
 

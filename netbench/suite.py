@@ -33,7 +33,7 @@ from netbench.textfile import load_toml
 
 DEFAULT_TIMEOUT = 300.0
 _CASE_KEYS = ("benchmark", "timeout")
-_SUITE_KEYS = ("name", "description", "softroce")
+_SUITE_KEYS = ("name", "description", "softroce", "repeat")
 
 
 @dataclass(frozen=True)
@@ -142,4 +142,16 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
                 fail(f"key {key!r}: {exc}", index, key)
         planned.extend(PlannedCase(c, bench, float(timeout or case_timeout))  # CLI wins
                        for c in bench.expand(raw))
-    return Plan(name, planned, {"softroce": softroce} if softroce else {})
+    repeat = meta.get("repeat", 1)
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 1000:
+        fail(f"repeat must be a whole number 1..1000, not {repeat!r}", None, "repeat")
+    plan = Plan(name, planned, {"softroce": softroce} if softroce else {})
+    return repeated(plan, repeat)
+
+
+def repeated(plan: Plan, times: int) -> Plan:
+    """Every case ``times`` times, interleaved: the whole list, then again (A B A B), so a
+    drift in the machine hits every case alike and compare gets repeats to judge noise by."""
+    if times <= 1:
+        return plan
+    return Plan(plan.suite, [c for _ in range(times) for c in plan.cases], plan.options)

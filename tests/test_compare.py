@@ -60,17 +60,34 @@ def test_noise_is_not_a_regression_and_thresholds_apply(tmp_path):
     _run(store, "a", "a", {"bw_avg": (100.0, "higher")}, spread=0.3, n=5, seed=3)
     _run(store, "b", "b", {"bw_avg": (92.0, "higher")}, spread=0.3, n=5, seed=4)
     proc = netbench("compare", "a", "b", "--results", str(tmp_path), "--json")
+    assert proc.returncode == 0                      # noise is not a regression
     (v,) = json.loads(proc.stdout)["verdicts"]
-    assert v["verdict"] == "unchanged" and v["p_value"] > 0.05     # -8%, but within the noise
+    # -8%, beyond the threshold but within the noise: it says so, and what would decide it.
+    assert v["verdict"] == "noisy" and v["p_value"] > 0.05 and v["evidence"] == "samples"
+    assert v["repeats_needed"] >= 2
+    assert netbench("compare", "a", "b", "--results", str(tmp_path),
+                    "--fail-on-noisy").returncode == 3
+    # One value a side, no samples: nothing to judge -3% against. Not a regression.
     _run(store, "c", "c", {"bw_avg": (100.0, "higher")}, n=0)
     _run(store, "d", "d", {"bw_avg": (97.0, "higher")}, n=0)
-    strict = netbench("compare", "c", "d", "--results", str(tmp_path), "--threshold",
+    single = netbench("compare", "c", "d", "--results", str(tmp_path), "--threshold",
                       "bw_avg=2%", "--json")
-    assert strict.returncode == 1
-    assert json.loads(strict.stdout)["verdicts"][0]["p_value"] is None   # no samples: threshold
+    assert single.returncode == 0
+    (v,) = json.loads(single.stdout)["verdicts"]
+    assert v["verdict"] == "inconclusive" and v["p_value"] is None and v["repeats_needed"] >= 3
+    # Four repeats a side: the values themselves are the evidence, and -3% is real.
+    for i in range(4):
+        _run(store, f"cc{i}", "cc", {"bw_avg": (100.0 + 0.1 * i, "higher")}, n=0)
+        _run(store, f"dd{i}", "dd", {"bw_avg": (97.0 + 0.1 * i, "higher")}, n=0)
+    strict = netbench("compare", "cc", "dd", "--results", str(tmp_path), "--threshold",
+                      "bw_avg=2%", "--json")
+    assert strict.returncode == 1, strict.stdout
+    (v,) = json.loads(strict.stdout)["verdicts"]
+    assert v["verdict"] == "regressed" and v["evidence"] == "repeats" and v["p_value"] < 0.05
     spec = tmp_path.parent / "t.toml"
     spec.write_text('[thresholds]\n"rdma.write_bw:bw_avg" = "10%"\n')
-    loose = netbench("compare", "c", "d", "--results", str(tmp_path), "--thresholds", str(spec))
+    loose = netbench("compare", "cc", "dd", "--results", str(tmp_path), "--thresholds",
+                     str(spec))
     assert loose.returncode == 0
 
 
@@ -96,3 +113,24 @@ def test_mann_whitney_matches_scipy():
         b = [rng.gauss(shift, 1) for _ in range(35)] + a[:5]      # with ties
         ref = scipy_stats.mannwhitneyu(a, b, alternative="two-sided", method="asymptotic")
         assert mann_whitney_p(a, b) == pytest.approx(ref.pvalue, rel=1e-6, abs=1e-12)
+
+
+def test_a_a_same_noise_twice_is_never_a_regression(tmp_path):
+    """A/A: the same system measured twice (20% noise, 30 samples a side, many metrics): no
+    verdict may say regressed; changes beyond the threshold are noisy, not regressions."""
+    store = ResultStore(tmp_path)
+    metrics = {f"m{i}": (100.0, "higher" if i % 2 else "lower") for i in range(12)}
+    _run(store, "a", "a", metrics, spread=0.2, n=30, seed=11)
+    _run(store, "b", "b", metrics, spread=0.2, n=30, seed=12)
+    proc = netbench("compare", "a", "b", "--results", str(tmp_path), "--json")
+    verdicts = [v["verdict"] for v in json.loads(proc.stdout)["verdicts"]]
+    assert proc.returncode == 0 and "regressed" not in verdicts, verdicts
+
+
+def test_repeat_interleaves_cases_and_compare_uses_the_repeats(tmp_path):
+    proc = netbench("run", "mem.copy", "-p", "msg_size=1M,2M", "-p", "iterations=2",
+                    "--repeat", "3", "--json", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    rows = [r for r in json.loads(proc.stdout) if r["metric"] == "bw"]
+    assert [r["msg_size"] for r in rows] == [1 << 20, 2 << 20] * 3      # A B A B A B
+    assert_clean_error(netbench("run", "mem.copy", "--repeat", "0"), "--repeat 0")

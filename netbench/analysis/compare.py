@@ -37,8 +37,10 @@ class Verdict:
     candidate: float
     change: float              # relative, (candidate - baseline) / |baseline|
     threshold: float
-    p_value: float | None      # Mann-Whitney U, two-sided; None without samples
-    verdict: str               # regressed | improved | unchanged
+    p_value: float | None      # Mann-Whitney U, two-sided; None without evidence
+    verdict: str               # regressed | improved | unchanged | noisy | inconclusive
+    evidence: str = "none"     # samples (per iteration/window), repeats (values of runs), none
+    repeats_needed: int | None = None   # noisy/inconclusive: about how many would decide it
 
 
 # --- statistics ----------------------------------------------------------------------------------
@@ -164,12 +166,13 @@ def _pooled(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         values = sorted(float(v) for v in group["value"] if v is not None and not math.isnan(v))
         if not values:
             continue
+        runs = max(len(values), 1)
         samples: list[float] = []
         for s in group["samples"]:
             if s is not None and len(s):
                 samples.extend(float(x) for x in s)
         first = group.iloc[0]
-        out[key] = {"value": median_sorted(values),
+        out[key] = {"value": median_sorted(values), "values": values, "runs": runs,
                     "samples": samples, "unit": first["unit"], "better": first["better"],
                     "msg_size": None if first["msg_size"] is None or (
                         isinstance(first["msg_size"], float) and math.isnan(first["msg_size"]))
@@ -191,15 +194,71 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float],
         threshold = threshold_for(thresholds, bench, metric)
         change = (y["value"] - x["value"]) / abs(x["value"]) if x["value"] else (
             0.0 if y["value"] == x["value"] else math.inf)
-        p = (mann_whitney_p(x["samples"], y["samples"])
-             if len(x["samples"]) >= 3 and len(y["samples"]) >= 3 else None)
-        verdict = "unchanged"
-        if abs(change) > threshold and (p is None or p < alpha):
+        evidence, a_ev, b_ev = _evidence(x, y)
+        p = mann_whitney_p(a_ev, b_ev) if evidence != "none" else None
+        needed = None
+        if abs(change) <= threshold:
+            verdict = "unchanged"
+        elif evidence == "none":
+            # One value a side: no spread to judge the change against. Not a regression
+            # until repeats show it is more than noise (pyperf: "not significant").
+            verdict, needed = "inconclusive", MIN_REPEATS
+        elif p is not None and p < alpha:
             worse = change < 0 if x["better"] == "higher" else change > 0
             verdict = "regressed" if worse else "improved"
+        else:
+            verdict = "noisy"
+            needed = _repeats_needed(a_ev, b_ev, x, y, evidence, alpha)
         verdicts.append(Verdict(bench, params, x["msg_size"], metric, x["unit"], x["better"],
-                                x["value"], y["value"], change, threshold, p, verdict))
+                                x["value"], y["value"], change, threshold, p, verdict,
+                                evidence, needed))
     return verdicts
+
+
+MIN_REPEATS = 4     # per side, the fewest values a Mann-Whitney test can separate at 0.05
+
+
+def _evidence(x: Mapping[str, Any], y: Mapping[str, Any]) -> tuple[str, list[float],
+                                                                    list[float]]:
+    """What to test a change on: the raw samples where both sides kept at least 3, else the
+    values of the repeats (runs of a label, repeats within a run) where both have enough."""
+    if len(x["samples"]) >= 3 and len(y["samples"]) >= 3:
+        return "samples", x["samples"], y["samples"]
+    if len(x["values"]) >= 3 and len(y["values"]) >= 3:
+        return "repeats", x["values"], y["values"]
+    return "none", [], []
+
+
+def _repeats_needed(a: Sequence[float], b: Sequence[float], x: Mapping[str, Any],
+                    y: Mapping[str, Any], evidence: str, alpha: float) -> int:
+    """About how many repeats per side would tell this change from the noise (a two-sample
+    power estimate at 80%: n = 2 ((z_a/2 + z_0.8) sd / delta)^2, in samples, then in runs)."""
+    def sd(v: Sequence[float]) -> float:
+        m = sum(v) / len(v)
+        return math.sqrt(sum((t - m) ** 2 for t in v) / max(len(v) - 1, 1))
+
+    delta = abs(sum(b) / len(b) - sum(a) / len(a))
+    spread = math.sqrt((sd(a) ** 2 + sd(b) ** 2) / 2)
+    if delta <= 0:
+        return 0
+    z = _z(1 - alpha / 2) + 0.8416
+    samples = math.ceil(2 * (z * spread / delta) ** 2)
+    if evidence == "repeats":
+        return max(samples, MIN_REPEATS)
+    per_run = max(len(a) // max(x["runs"], 1), len(b) // max(y["runs"], 1), 1)
+    return max(math.ceil(samples / per_run), 2)
+
+
+def _z(q: float) -> float:
+    """The standard normal quantile (bisection on erf: no scipy at run time)."""
+    lo, hi = -10.0, 10.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < q:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 # --- what changed in the environment -------------------------------------------------------------

@@ -21,7 +21,8 @@ from netbench.errors import NetbenchError
 from netbench.store import COLUMNS
 from netbench.textfile import write_atomic
 
-VERDICT_COLOURS = {"regressed": "#d62728", "improved": "#2ca02c", "unchanged": "#7f7f7f"}
+VERDICT_COLOURS = {"regressed": "#d62728", "improved": "#2ca02c", "unchanged": "#7f7f7f",
+                   "noisy": "#ff7f0e", "inconclusive": "#c7c7c7"}
 
 
 def _ok(rows: Any) -> Any:
@@ -195,7 +196,8 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
             "marker": {"color": colours},
             "text": [v.verdict for v in verdicts], "name": "change %"}
     return _figure([bars], "Baseline vs candidate: relative change, coloured by verdict "
-                   "(red regressed, green improved, grey unchanged)", "case", "% change",
+                   "(red regressed, green improved, grey unchanged, orange noisy, light grey "
+                   "inconclusive)", "case", "% change",
                    log_x=False)
 
 
