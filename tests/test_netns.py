@@ -76,3 +76,52 @@ def test_goodput_matches_tbf_rate(shaped_pair, tmp_path, direction):
     assert 0.90 <= ratio <= 1.0
     assert rows["goodput"]["device"] == dev_a
     assert rows["goodput"]["peer"] == server.address
+
+
+def _reshape(ns: str, dev: str, mbit: int) -> None:
+    _sh("tc", "-n", ns, "qdisc", "change", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
+        "burst", "256kb", "latency", "100ms")
+
+
+def _stream_run(ns_a: str, server: ServerProcess, results, label: str) -> None:
+    proc = subprocess.run(
+        ["ip", "netns", "exec", ns_a, sys.executable, "-m", "netbench", "run", "tcp.stream",
+         "--peer", server.address, "-p", "duration=3", "-p", "warmup=1", "-p",
+         "interval=0.1", "--label", label, "--results", str(results)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.root
+def test_compare_calls_a_shaped_20_percent_drop_a_goodput_regression(shaped_pair, tmp_path):
+    """Known answers for the gate: the same path re-shaped 20% lower between two runs is a
+    goodput regression (exit 1), the reverse an improvement (exit 0), and nothing else is
+    called regressed (CPU figures carry no samples: inconclusive, not regressed)."""
+    ns_a, ns_b, _ = shaped_pair
+    results = tmp_path / "r"
+    server = ServerProcess(bind="10.203.0.2", prefix=("ip", "netns", "exec", ns_b))
+    try:
+        _stream_run(ns_a, server, results, "fast")
+        for ns in (ns_a, ns_b):
+            dev = next(line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
+                ["ip", "-n", ns, "-o", "link"], capture_output=True, text=True).stdout
+                .splitlines() if "nbv" in line)
+            _reshape(ns, dev, int(RATE_MBIT * 0.8))
+        _stream_run(ns_a, server, results, "slow")
+    finally:
+        server.stop()
+    down = subprocess.run([sys.executable, "-m", "netbench", "compare", "fast", "slow",
+                           "--results", str(results), "--json"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert down.returncode == 1, down.stdout + down.stderr
+    verdicts = {v["metric"]: v for v in json.loads(down.stdout)["verdicts"]}
+    assert verdicts["goodput"]["verdict"] == "regressed"
+    assert verdicts["goodput"]["change"] == pytest.approx(-0.2, abs=0.05)
+    regressed = {m for m, v in verdicts.items() if v["verdict"] == "regressed"}
+    assert regressed <= {"goodput", "goodput_fwd"}, regressed
+    up = subprocess.run([sys.executable, "-m", "netbench", "compare", "slow", "fast",
+                         "--results", str(results), "--json"],
+                        capture_output=True, text=True, cwd=ROOT)
+    assert up.returncode == 0, up.stdout
+    verdicts = {v["metric"]: v for v in json.loads(up.stdout)["verdicts"]}
+    assert verdicts["goodput"]["verdict"] == "improved"

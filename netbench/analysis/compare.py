@@ -45,8 +45,10 @@ class Verdict:
 
 # --- statistics ----------------------------------------------------------------------------------
 
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected)."""
+def mann_whitney_p(a: Sequence[float], b: Sequence[float], scale: float = 1.0) -> float:
+    """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected).
+    ``scale`` < 1 shrinks the statistic for samples that are not independent (see
+    ``effective_fraction``)."""
     n1, n2 = len(a), len(b)
     combined = sorted([(x, 0) for x in a] + [(x, 1) for x in b])
     ranks = [0.0] * len(combined)
@@ -68,8 +70,26 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
     sigma2 = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
     if sigma2 <= 0:
         return 1.0
-    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(sigma2)
+    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(sigma2) * scale
     return max(min(math.erfc(max(z, 0) / math.sqrt(2)), 1.0), 0.0)
+
+
+def effective_fraction(samples: Sequence[float]) -> float:
+    """The share of ``samples`` that counts as independent: per-interval samples of one run
+    drift together (a loopback stream's intervals are strongly autocorrelated), so n of them
+    carry the evidence of about n (1 - r) / (1 + r), r the lag-1 autocorrelation. Without
+    this, two runs of the same code differ "significantly" by their run-to-run drift."""
+    n = len(samples)
+    if n < 4:
+        return 1.0
+    mean = sum(samples) / n
+    var = sum((x - mean) ** 2 for x in samples)
+    if var <= 0:
+        return 1.0
+    r = sum((samples[i] - mean) * (samples[i + 1] - mean) for i in range(n - 1)) / var
+    if r <= 0:
+        return 1.0
+    return max((1 - r) / (1 + r), 1.0 / n)
 
 
 # --- thresholds ----------------------------------------------------------------------------------
@@ -195,7 +215,10 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float],
         change = (y["value"] - x["value"]) / abs(x["value"]) if x["value"] else (
             0.0 if y["value"] == x["value"] else math.inf)
         evidence, a_ev, b_ev = _evidence(x, y)
-        p = mann_whitney_p(a_ev, b_ev) if evidence != "none" else None
+        scale = 1.0
+        if evidence == "samples":
+            scale = math.sqrt(min(effective_fraction(a_ev), effective_fraction(b_ev)))
+        p = mann_whitney_p(a_ev, b_ev, scale) if evidence != "none" else None
         needed = None
         if abs(change) <= threshold:
             verdict = "unchanged"
