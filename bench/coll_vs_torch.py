@@ -17,13 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from netbench.stats import median_interval  # noqa: E402
 
 # size -> iterations: ~0.1-0.5 s of timed work per size on a 2-core host with gloo.
 SIZES = {1 << 10: 2000, 64 << 10: 1000, 1 << 20: 200, 16 << 20: 30}
@@ -83,7 +85,6 @@ def same_rank_worker() -> None:
     """Both timed sections in the same rank processes, alternating per size (ABBA): the
     process, its placement and its memory are the same for both, so what is left of the ratio
     is the timed section itself. Rank 0 prints {size: [[netbench_us, bare_us], ...]}."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from netbench.benchmarks import _ranks
 
     torch, dist, rank, world, device = _init_rank()
@@ -144,13 +145,6 @@ def netbench(world: int, backend: str, bind: str) -> dict[int, float]:
             if r["metric"] == "time_us"}
 
 
-def interval(values: list[float], rounds: int = 2000) -> tuple[float, float]:
-    """90% bootstrap interval of the median (seeded)."""
-    rng = random.Random(1)
-    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(rounds))
-    return meds[int(0.05 * rounds)], meds[int(0.95 * rounds) - 1]
-
-
 def main() -> int:
     if "--bare-worker" in sys.argv:
         bare_worker()
@@ -175,7 +169,7 @@ def main() -> int:
         worst = 0.0
         for size in SIZES:
             r = [nb / ref for nb, ref in pairs[size]]
-            low, high = interval(r)
+            low, high = median_interval(r)
             worst = max(worst, statistics.median(r))
             print(f"  {size >> 10:>6} KiB: {statistics.median(r):.3f} [{low:.3f}-{high:.3f}] "
                   f"({min(r):.3f}-{max(r):.3f})")
@@ -201,7 +195,7 @@ def main() -> int:
     worst = 0.0
     for size in SIZES:
         ratio = statistics.median(ratios[size])
-        low, high = interval(ratios[size])
+        low, high = median_interval(ratios[size])
         worst = max(worst, ratio)
         print(f"  {size >> 10:>6} KiB: {ratio:.3f} [{low:.3f}-{high:.3f}] "
               f"({min(ratios[size]):.3f}-{max(ratios[size]):.3f})")

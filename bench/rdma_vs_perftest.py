@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import statistics
 import subprocess
@@ -35,6 +34,9 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from netbench.stats import median_interval  # noqa: E402
+
 NETBENCH = [sys.executable, "-m", "netbench"]
 PERFTEST_PORT = 18515
 SERVE_PORT = 5301
@@ -111,7 +113,6 @@ class NetbenchCases:
     against the far end's `netbench serve`, each case a run of its own as `netbench run`."""
 
     def __init__(self, addr: str, plane: str) -> None:
-        sys.path.insert(0, str(REPO))
         from netbench.probe import probe
         from netbench.report.console import Reporter
         from netbench.runner import Runner
@@ -133,14 +134,7 @@ class NetbenchCases:
                            f"{[r.get('reason') for r in rows]}")
 
 
-def bootstrap_median(values: list[float], rounds: int = 2000) -> tuple[float, float]:
-    """90% interval of the median by resampling (seeded: the same data, the same interval)."""
-    rng = random.Random(1)
-    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(rounds))
-    return meds[int(0.05 * rounds)], meds[int(0.95 * rounds) - 1]
-
-
-def reference_rows(template: dict, tool: str, metric: str, value: float, run_id: str,
+def reference_row(template: dict, tool: str, metric: str, value: float, run_id: str,
                    args: str) -> dict:
     """perftest's figure as a row of the same schema, beside netbench's, named ref.<tool>."""
     return {**template, "run_id": run_id, "label": "crosscheck-perftest",
@@ -215,7 +209,7 @@ def main() -> int:
                                               size, iters, pin)[field]
                 pairs[key].append((got["nb"], got["ref"]))
                 template = next(row for row in rows if row["status"] == "ok")
-                ref_rows.append(reference_rows({**template, "msg_size": size}, tool, metric,
+                ref_rows.append(reference_row({**template, "msg_size": size}, tool, metric,
                                                got["ref"], ref_run,
                                                f"-s {size} -n {iters} -x {args.gid_index}"))
                 print(f"  round {r}  {key:<14} netbench {got['nb']:10.3f}  {tool:<12} "
@@ -231,7 +225,7 @@ def main() -> int:
     for key, *_mid, metric, tool, _field, kind in points:
         ratios = [nb / ref for nb, ref in pairs[key]]
         median = statistics.median(ratios)
-        low, high = bootstrap_median(ratios)
+        low, high = median_interval(ratios)
         if kind == "lat":
             ok, gate = median <= TARGET[kind], low <= TARGET[kind]
             want = f"<= {TARGET[kind]:.2f}"

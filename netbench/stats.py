@@ -77,3 +77,16 @@ def latency_summary(samples: Sequence[float]) -> dict[str, float]:
 def interval_summary(values: Sequence[float]) -> dict[str, float]:
     """mean, stdev and 95% CI half-width of per-interval rates (bandwidth samples)."""
     return {"mean": mean(values), "stdev": stdev(values), "ci95": ci95_halfwidth(values)}
+
+
+def median_interval(values: Sequence[float], rounds: int = 2000,
+                    level: float = 0.90) -> tuple[float, float]:
+    """Bootstrap interval of the median (seeded: the same data gives the same interval)."""
+    import random
+    import statistics
+
+    rng = random.Random(1)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values)))
+                  for _ in range(rounds))
+    tail = (1 - level) / 2
+    return meds[int(tail * rounds)], meds[int((1 - tail) * rounds) - 1]

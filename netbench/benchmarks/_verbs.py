@@ -469,7 +469,9 @@ class Sender:
     ``cq_mod``th (perftest's selective signalling), and records completion times."""
 
     def __init__(self, side: Side, remote: Endpoint | None, opcode: int, iterations: int,
-                 depth: int, cq_mod: int, stop_at: float = 0.0) -> None:
+                 depth: int, cq_mod: int, stop_at: float = 0.0, post_list: int = 1) -> None:
+        # post_list: this plane posts one WR per call whatever it says (same WRs, same
+        # signalling); only the compiled plane chains them per doorbell.
         self.side, self.opcode = side, opcode
         self.iterations, self.depth = iterations, depth
         self.cq_mod = max(1, min(cq_mod, depth))

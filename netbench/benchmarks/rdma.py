@@ -256,11 +256,7 @@ class _RdmaBw(_Rdma):
     def _sender(self, v: Any, side: Any, remote: Any, params: Mapping[str, Any],
                 count: int, stop_at: float = 0.0) -> Any:
         return v.Sender(side, remote, self._opcode(v), count, self._depth(params),
-                        params["cq_mod"], stop_at, **self._post_list(v, params))
-
-    @staticmethod
-    def _post_list(v: Any, params: Mapping[str, Any]) -> dict[str, int]:
-        return {"post_list": params["post_list"]} if v.PLANE == "compiled" else {}
+                        params["cq_mod"], stop_at, params["post_list"])
 
     def _fill(self, v: Any, side: Any, seed: int, size: int) -> None:
         side.fill(v.pattern(size, seed))
