@@ -48,10 +48,23 @@ class Metric:
     unit: str
     better: Better
     description: str = ""
+    # A summary of another metric's samples (lat_p99 is the "p99" of lat_p50's samples):
+    # compare resamples those samples to judge a change of it, as it cannot test the value.
+    of_samples: str = ""
+    statistic: str = ""          # one of STATISTICS, with of_samples
 
     def __post_init__(self) -> None:
         if self.better not in ("higher", "lower"):
             raise ValueError(f"metric {self.name}: better must be 'higher' or 'lower'")
+        if bool(self.of_samples) != bool(self.statistic) or (
+                self.statistic and self.statistic not in STATISTICS):
+            raise ValueError(f"metric {self.name}: of_samples and statistic go together; "
+                             f"statistic is one of {', '.join(STATISTICS)}")
+
+
+# What a metric can summarise of another's samples (netbench.stats.block_bootstrap computes
+# each): perftest's latency summary plus the mean and the fastest of per-interval rates.
+STATISTICS = ("min", "p50", "avg", "stdev", "p99", "p99.9", "max")
 
 
 # --- sizes -----------------------------------------------------------------------------------

@@ -233,12 +233,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
+    from netbench.analysis.selection import resolve
     from netbench.report.console import format_value
     from netbench.store import ResultStore
 
     store = ResultStore(args.results)
-    base, base_desc = cmp.select(store, args.baseline)
-    cand, cand_desc = cmp.select(store, args.candidate)
+    base_sel = resolve(store, args.baseline)
+    cand_sel = resolve(store, args.candidate)
+    base, cand = base_sel.rows, cand_sel.rows
     thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds)
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
@@ -249,9 +251,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 2
     changes = cmp.env_changes(base, cand)
     if args.json:
-        print(cmp.to_json(verdicts, changes))
+        print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel}))
     else:
-        print(f"baseline:  {base_desc}\ncandidate: {cand_desc}")
+        print(f"baseline:  {base_sel.describe()}\ncandidate: {cand_sel.describe()}")
         header = ("benchmark", "case", "metric", "baseline", "candidate", "change", "p",
                   "verdict")
         body = []
@@ -279,6 +281,63 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 1
     if args.fail_on_noisy and any(v.verdict in ("noisy", "inconclusive") for v in verdicts):
         return 3
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from netbench.analysis import compare as cmp
+    from netbench.analysis import history as hist
+    from netbench.report.console import format_value
+    from netbench.store import ResultStore
+
+    if not 0 < args.alpha < 1:
+        raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
+    thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds)
+    h = hist.build(ResultStore(args.results), args.label or (), args.benchmark or (),
+                   args.metric or (), args.last, args.window, thresholds, args.alpha,
+                   args.host or ())
+    regressed = [s for s in h.series if s.newest.verdict == "regressed"]
+    if args.json:
+        print(hist.to_json(h))
+        return 1 if regressed else 0
+    number = {r["run_id"]: i for i, r in enumerate(h.runs, 1)}
+    print(f"history: {len(h.runs)} runs, {len(h.series)} case metrics; each run judged "
+          f"against up to {args.window} before it (compare's test)")
+    for i, run in enumerate(h.runs, 1):
+        changed = "; ".join(f"{k}: {a if a is not None else '-'} -> {b if b is not None else '-'}"
+                            for k, a, b in run["changes"][:4])
+        more = f" (+{len(run['changes']) - 4} more)" if len(run["changes"]) > 4 else ""
+        print((f"  #{i:<3} {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  "
+               f"{(run['label'] or '-')[:20]:<20}" + (f"  changed: {changed}{more}"
+                                                      if changed else "")).rstrip())
+    for run_id, why in h.left_out[:10]:
+        print(f"  left out {run_id}: {why}")
+    header = ("benchmark", "case", "metric", "unit", "trend", "first", "newest", "change",
+              "newest verdict", "earlier steps")
+    body = []
+    for s in h.series:
+        new = s.newest
+        marks = [f"{'down' if st.verdict == 'regressed' else 'up'} #{number[st.run_id]}"
+                 for st in s.steps[1:-1] if st.verdict in ("regressed", "improved")]
+        verdict = new.verdict.upper() if new.verdict == "regressed" else new.verdict
+        body.append((s.benchmark, s.case()[:40], s.metric, s.unit,
+                     hist.sparkline([st.value for st in s.steps]),
+                     format_value(s.steps[0].value), format_value(new.value),
+                     "-" if new.change is None else f"{new.change:+.1%}",
+                     f"{verdict} (#{number[new.run_id]} vs {new.against})",
+                     ", ".join(marks) or "-"))
+    widths = [max(len(h_), *(len(r[i]) for r in body)) for i, h_ in enumerate(header)]
+    print()
+    for row in (header, *body):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if h.single:
+        print(f"{len(h.single)} case metric(s) measured in one run only, no trend: "
+              + ", ".join(f"{b} {m}" for b, m, _ in h.single[:6])
+              + (" ..." if len(h.single) > 6 else ""))
+    if regressed:
+        print(f"netbench: the newest run regressed in {len(regressed)} case metric(s)",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -312,11 +371,12 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from netbench.store import ResultStore
 
     spec = accept.load_spec(args.spec)
-    rows = accept.choose_run(ResultStore(args.results), spec, args.run, args.label)
+    chosen = accept.choose_run(ResultStore(args.results), spec, args.run, args.label)
+    rows = chosen.rows
     outcomes = accept.evaluate(spec, rows)
-    run_id = rows["run_id"].iloc[0]
-    print(f"acceptance: {spec.name}, run {run_id} ({rows['host'].iloc[0]}, "
-          f"label {rows['label'].iloc[0]!r})")
+    print(f"acceptance: {spec.name}, {chosen.describe()} (host "
+          f"{', '.join(dict.fromkeys(str(h) for h in rows['host']))}, label "
+          f"{rows['label'].iloc[0]!r})")
     for o in outcomes:
         measured = ", ".join(f"{c}: {v:.4g}" for c, v in o.measured) or "nothing measured"
         print(f"  {'PASS' if o.passed else 'FAIL'}  {o.check.name}: expected "
@@ -477,6 +537,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "regressed but some change could not be told from the noise")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("history", help="metrics across stored runs, each run judged against "
+                       "the ones before it (exit 1 when the newest regressed)")
+    p.add_argument("--results", default="results", help="results directory (default results/)")
+    p.add_argument("--label", action="append", help="only runs with this label; repeatable")
+    p.add_argument("--host", action="append", help="only runs on this host; repeatable")
+    p.add_argument("--benchmark", action="append", help="only this benchmark; repeatable")
+    p.add_argument("--metric", action="append", help="only this metric; repeatable")
+    p.add_argument("--last", type=int, metavar="N", help="only the newest N runs")
+    p.add_argument("--window", type=int, default=5, metavar="N",
+                   help="judge each run against up to N runs before it (default 5)")
+    p.add_argument("--threshold", action="append", metavar="METRIC=VALUE",
+                   help="relative change that counts, as for compare; repeatable")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML file with a [thresholds] table")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level, as compare")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_history)
 
     p = sub.add_parser("accept", help="acceptance checks of a stored run against a spec "
                        "(exit 1 on failure)")

@@ -150,30 +150,35 @@ def _num(value: Any) -> float | None:
 
 
 def choose_run(store: Any, spec: Spec, run: str | None, label: str | None) -> Any:
-    """The run to judge: given by id or label, else the latest with the spec's benchmarks."""
-    index = store.runs()
-    if index.empty:
-        raise NetbenchError(f"no results in the store {store.directory}: run the suite first")
-    if run:
-        chosen = index[index["run_id"] == run]
-    elif label:
-        chosen = index[index["label"] == label].tail(1)
-    else:
-        wanted = {c.benchmark for c in spec.checks}
-        chosen = index[index["benchmarks"].map(lambda b: bool(wanted & set(b)))]
-        if spec.suite and (chosen["suite"] == spec.suite).any():
-            chosen = chosen[chosen["suite"] == spec.suite]
-        if chosen.empty:
-            raise NetbenchError(f"no stored run measured {', '.join(sorted(wanted))}")
-        chosen = chosen.tail(1)
-    if chosen.empty:
-        raise NetbenchError(f"no stored run matches {run or label!r}")
-    rows = store.read(chosen["run_id"])
-    if rows.empty:
-        raise NetbenchError(f"run {chosen['run_id'].iloc[0]}: its file "
-                            f"{chosen['path'].iloc[0]} has no readable rows (corrupt or "
-                            "truncated?); choose another run with --run or --label")
-    return rows
+    """The runs to judge, by the one selection rule (netbench.analysis.selection): a run id,
+    a label (all its runs that measured the spec's benchmarks), else the latest run that
+    measured them (of the spec's suite, where the store has runs of it)."""
+    from netbench.analysis.selection import resolve
+
+    wanted = sorted({c.benchmark for c in spec.checks})
+    if run and label:
+        raise UsageError("--run and --label name the same thing: give one")
+    ref = run or label
+    if ref is None and spec.suite:
+        index = store.runs()
+        if not index.empty and (index["suite"] == spec.suite).any():
+            return resolve(_SuiteView(store, spec.suite), None, wanted)
+    return resolve(store, ref, wanted)
+
+
+class _SuiteView:
+    """A store seen through one suite's runs (accept's default prefers the spec's suite)."""
+
+    def __init__(self, store: Any, suite: str) -> None:
+        self._store, self._suite = store, suite
+        self.directory = store.directory
+
+    def runs(self) -> Any:
+        index = self._store.runs()
+        return index[index["suite"] == self._suite].reset_index(drop=True)
+
+    def read(self, run_ids: Any, columns: Any = None) -> Any:
+        return self._store.read(run_ids, columns)
 
 
 _RATE = re.compile(r"([\d.]+)\s*Gb/sec")
@@ -228,9 +233,12 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any) -> Outcome:
         return Outcome(check, False, [], _bounds(check, None), why)
     measured, failures = [], []
     bound_text = ""
+    several = len({row["run_id"] for row in rows}) > 1
     for row in rows:
         value = float(row["value"])
         case = f"msg_size={row['msg_size']}" if row["msg_size"] is not None else "case"
+        if several:
+            case += f" (run {row['run_id']})"
         measured.append((case, value))
         low, high = check.min, check.max
         if check.min_line_rate is not None:

@@ -1,10 +1,13 @@
 """Regression verdicts: baseline vs candidate, metric by metric, direction-aware.
 
 Cases match on (benchmark, params, metric). Each metric's stored direction (``better``) decides
-whether a change is a regression or an improvement; a change counts only when it exceeds the
-metric's threshold and, where both sides kept raw samples, when a Mann-Whitney U test says it
-is unlikely to be noise. Alongside, what changed in the environment (driver, firmware, kernel,
-NCCL, link): the first question after an update.
+whether a change is a regression or an improvement. A change counts only when it exceeds the
+metric's threshold and a test on the evidence says it is unlikely to be noise: Mann-Whitney on
+raw samples (counted by their effective number), a block bootstrap for summaries of samples
+(percentiles, peaks), or Mann-Whitney on the values of repeats. Beyond the threshold but
+within the noise is ``noisy``; without any evidence, ``inconclusive``; neither is a
+regression. Alongside, what changed in the environment (driver, firmware, kernel, NCCL,
+link): the first question after an update.
 """
 
 from __future__ import annotations
@@ -13,12 +16,11 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from netbench.api import finite, json_safe
 from netbench.errors import NetbenchError, UsageError
-from netbench.stats import median_sorted
+from netbench.stats import block_bootstrap, bootstrap_p, median_sorted
 from netbench.textfile import load_toml
 
 DEFAULT_THRESHOLD = 0.05
@@ -39,7 +41,7 @@ class Verdict:
     threshold: float
     p_value: float | None      # Mann-Whitney U, two-sided; None without evidence
     verdict: str               # regressed | improved | unchanged | noisy | inconclusive
-    evidence: str = "none"     # samples (per iteration/window), repeats (values of runs), none
+    evidence: str = "none"     # samples, bootstrap (of the samples summarised), repeats, none
     repeats_needed: int | None = None   # noisy/inconclusive: about how many would decide it
 
 
@@ -150,59 +152,94 @@ def threshold_for(thresholds: Mapping[str, float], benchmark: str, metric: str) 
     return DEFAULT_THRESHOLD
 
 
-# --- selecting the two sides ---------------------------------------------------------------------
+# --- pooling each side --------------------------------------------------------------------------
 
-def select(store: Any, ref: str) -> tuple[Any, str]:
-    """Rows for a label, a run id, or a results directory; with a description of the choice.
-
-    Only the runs chosen are read (the store's index lives in the file footers)."""
-    from netbench.store import ResultStore
-
-    path = Path(ref)
-    if path.is_dir():
-        rows = ResultStore(path).read()
-        if rows.empty:
-            raise NetbenchError(f"{ref}: no netbench results in this directory")
-        return rows, f"directory {ref}"
-    index = store.runs()
-    if index.empty:
-        raise NetbenchError(f"no results in {store.directory}: run `netbench run` first")
-    if (index["run_id"] == ref).any():
-        return store.read([ref]), f"run {ref}"
-    by_label = index[index["label"] == ref]
-    if not by_label.empty:
-        n = len(by_label)
-        return store.read(by_label["run_id"]), f"label {ref!r} ({n} run{'s' * (n > 1)})"
-    labels = sorted({str(x) for x in index["label"] if x})
-    raise UsageError(f"{ref!r} is not a results directory, run id or label in "
-                     f"{store.directory}; labels there: {', '.join(labels[:20]) or 'none'}")
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _pooled(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Per (benchmark, params, metric): median value over runs, pooled samples."""
+def _derived_metrics() -> dict[tuple[str, str], tuple[str, str]]:
+    """(benchmark, metric) -> (metric whose samples it summarises, statistic), as declared."""
+    from netbench import registry
+
+    return {(name, m.name): (m.of_samples, m.statistic)
+            for name, bench in registry.all_benchmarks().items() for m in bench.metrics
+            if m.of_samples}
+
+
+def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Per (benchmark, params, metric): the median value over runs and repeats, the values,
+    and the raw samples grouped by repeat (run, case); a summary metric (lat_p99) gets the
+    grouped samples it summarises."""
     ok = rows[rows["status"] == "ok"]
+    derived = _derived_metrics()
+    by_case: dict[tuple[Any, Any, str], Any] = {}
+    for run_id, case, metric, samples in zip(ok["run_id"], ok["case_index"], ok["metric"],
+                                             ok["samples"]):
+        if samples is not None and len(samples):
+            by_case[(run_id, case, metric)] = samples
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for key, group in ok.groupby(KEY, sort=False):
-        values = sorted(float(v) for v in group["value"] if v is not None and not math.isnan(v))
+        values = sorted(float(v) for v in group["value"] if not _is_missing(v))
         if not values:
             continue
-        runs = max(len(values), 1)
-        samples: list[float] = []
-        for s in group["samples"]:
-            if s is not None and len(s):
-                samples.extend(float(x) for x in s)
+        bench, _, metric = key
+        source = derived.get((bench, metric))
+        own: list[list[float]] = []
+        summarised: list[list[float]] = []
+        for run_id, case in zip(group["run_id"], group["case_index"]):
+            samples = by_case.get((run_id, case, metric))
+            if samples is not None:
+                own.append([float(x) for x in samples])
+            if source and (run_id, case, source[0]) in by_case:
+                summarised.append([float(x) for x in by_case[(run_id, case, source[0])]])
         first = group.iloc[0]
-        out[key] = {"value": median_sorted(values), "values": values, "runs": runs,
-                    "samples": samples, "unit": first["unit"], "better": first["better"],
-                    "msg_size": None if first["msg_size"] is None or (
-                        isinstance(first["msg_size"], float) and math.isnan(first["msg_size"]))
+        out[key] = {"value": median_sorted(values), "values": values, "runs": len(values),
+                    "groups": own, "samples": [x for g in own for x in g],
+                    "summarised": summarised, "statistic": source[1] if source else "",
+                    "units": sorted({str(u) for u in group["unit"]}),
+                    "unit": first["unit"], "better": first["better"],
+                    "msg_size": None if _is_missing(first["msg_size"])
                     else int(first["msg_size"])}
     return out
 
 
+def judge(x: Mapping[str, Any], y: Mapping[str, Any], threshold: float,
+          alpha: float) -> tuple[float, float | None, str, str, int | None]:
+    """One metric of one case, baseline ``x`` vs candidate ``y`` (entries of ``pool``):
+    (change, p, verdict, evidence, repeats needed). History judges its steps with it too."""
+    change = (y["value"] - x["value"]) / abs(x["value"]) if x["value"] else (
+        0.0 if y["value"] == x["value"] else math.inf)
+    evidence, p = _test(x, y)
+    needed = None
+    if abs(change) <= threshold:
+        verdict = "unchanged"
+    elif evidence == "none":
+        # One value a side: no spread to judge the change against. Not a regression
+        # until repeats show it is more than noise (pyperf: "not significant").
+        verdict, needed = "inconclusive", MIN_REPEATS
+    elif p is not None and p < alpha:
+        worse = change < 0 if x["better"] == "higher" else change > 0
+        verdict = "regressed" if worse else "improved"
+    else:
+        verdict = "noisy"
+        needed = _repeats_needed(x, y, evidence, alpha)
+    return change, p, verdict, evidence, needed
+
+
+def check_units(key: tuple[str, str, str], *sides: Mapping[str, Any]) -> None:
+    """Values in different units are not one series: refuse to judge them together."""
+    units = sorted({u for side in sides for u in side["units"]})
+    if len(units) > 1:
+        bench, params, metric = key
+        raise NetbenchError(f"{bench} {metric} ({params}) is stored in different units "
+                            f"({' vs '.join(units)}) across the runs chosen; compare runs "
+                            "of one netbench version, or pick runs by id")
+
+
 def compare(base: Any, cand: Any, thresholds: Mapping[str, float],
             alpha: float = 0.05) -> list[Verdict]:
-    a, b = _pooled(base), _pooled(cand)
+    a, b = pool(base), pool(cand)
     common = [k for k in a if k in b]
     if not common:
         raise NetbenchError("the two sides have no case in common (same benchmark, params and "
@@ -211,27 +248,9 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float],
     for key in common:
         x, y = a[key], b[key]
         bench, params, metric = key
+        check_units(key, x, y)
         threshold = threshold_for(thresholds, bench, metric)
-        change = (y["value"] - x["value"]) / abs(x["value"]) if x["value"] else (
-            0.0 if y["value"] == x["value"] else math.inf)
-        evidence, a_ev, b_ev = _evidence(x, y)
-        scale = 1.0
-        if evidence == "samples":
-            scale = math.sqrt(min(effective_fraction(a_ev), effective_fraction(b_ev)))
-        p = mann_whitney_p(a_ev, b_ev, scale) if evidence != "none" else None
-        needed = None
-        if abs(change) <= threshold:
-            verdict = "unchanged"
-        elif evidence == "none":
-            # One value a side: no spread to judge the change against. Not a regression
-            # until repeats show it is more than noise (pyperf: "not significant").
-            verdict, needed = "inconclusive", MIN_REPEATS
-        elif p is not None and p < alpha:
-            worse = change < 0 if x["better"] == "higher" else change > 0
-            verdict = "regressed" if worse else "improved"
-        else:
-            verdict = "noisy"
-            needed = _repeats_needed(a_ev, b_ev, x, y, evidence, alpha)
+        change, p, verdict, evidence, needed = judge(x, y, threshold, alpha)
         verdicts.append(Verdict(bench, params, x["msg_size"], metric, x["unit"], x["better"],
                                 x["value"], y["value"], change, threshold, p, verdict,
                                 evidence, needed))
@@ -241,25 +260,68 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float],
 MIN_REPEATS = 4     # per side, the fewest values a Mann-Whitney test can separate at 0.05
 
 
-def _evidence(x: Mapping[str, Any], y: Mapping[str, Any]) -> tuple[str, list[float],
-                                                                    list[float]]:
-    """What to test a change on: the raw samples where both sides kept at least 3, else the
-    values of the repeats (runs of a label, repeats within a run) where both have enough."""
+def _test(x: Mapping[str, Any], y: Mapping[str, Any]) -> tuple[str, float | None]:
+    """What the change is tested on, and its p-value:
+
+    - ``samples``: both sides kept >= 3 raw samples of this metric: Mann-Whitney, the samples
+      counted by their effective number (repeats' spread, lag-1 autocorrelation);
+    - ``bootstrap``: a summary of another metric's samples (p99, max): the two-stage block
+      bootstrap of that statistic on each side;
+    - ``repeats``: the values of >= 3 repeats (runs of a label, repeats in a run) a side;
+    - ``none``: nothing to judge the spread by."""
     if len(x["samples"]) >= 3 and len(y["samples"]) >= 3:
-        return "samples", x["samples"], y["samples"]
+        scale = math.sqrt(min(_effective(x["groups"]), _effective(y["groups"])))
+        return "samples", mann_whitney_p(x["samples"], y["samples"], scale)
+    if x["statistic"] and x["summarised"] and y["summarised"] and min(
+            len(g) for g in x["summarised"] + y["summarised"]) >= 16:
+        a = block_bootstrap(x["summarised"], x["statistic"], seed=1)
+        b = block_bootstrap(y["summarised"], y["statistic"], seed=2)
+        return "bootstrap", bootstrap_p(a, b)
     if len(x["values"]) >= 3 and len(y["values"]) >= 3:
-        return "repeats", x["values"], y["values"]
-    return "none", [], []
+        return "repeats", mann_whitney_p(x["values"], y["values"])
+    return "none", None
 
 
-def _repeats_needed(a: Sequence[float], b: Sequence[float], x: Mapping[str, Any],
-                    y: Mapping[str, Any], evidence: str, alpha: float) -> int:
+def _effective(groups: Sequence[Sequence[float]]) -> float:
+    """The share of a side's pooled samples that counts as independent: within one run, from
+    their autocorrelation; across repeats, also from how far the repeats' means spread beyond
+    what their samples' own spread explains (the design effect 1 + (m - 1) ICC)."""
+    within = min((effective_fraction(g) for g in groups), default=1.0)
+    sizes = [len(g) for g in groups if len(g)]
+    if len(sizes) < 2:
+        return within
+    total = sum(sizes)
+    means = [sum(g) / len(g) for g in groups if len(g)]
+    grand = sum(sum(g) for g in groups) / total
+    between = sum(n * (m - grand) ** 2 for n, m in zip(sizes, means)) / (len(sizes) - 1)
+    inside = sum((v - m) ** 2 for g, m in zip((g for g in groups if len(g)), means)
+                 for v in g) / max(total - len(sizes), 1)
+    m0 = (total - sum(n * n for n in sizes) / total) / (len(sizes) - 1)
+    icc = (between - inside) / (between + (m0 - 1) * inside) if between + (
+        m0 - 1) * inside > 0 else 0.0
+    icc = min(max(icc, 0.0), 1.0)
+    return max(min(within, 1.0 / (1 + (m0 - 1) * icc)), 1.0 / total)
+
+
+def _repeats_needed(x: Mapping[str, Any], y: Mapping[str, Any], evidence: str,
+                    alpha: float) -> int:
     """About how many repeats per side would tell this change from the noise (a two-sample
     power estimate at 80%: n = 2 ((z_a/2 + z_0.8) sd / delta)^2, in samples, then in runs)."""
     def sd(v: Sequence[float]) -> float:
         m = sum(v) / len(v)
         return math.sqrt(sum((t - m) ** 2 for t in v) / max(len(v) - 1, 1))
 
+    if evidence == "bootstrap":
+        # The resampled statistic's spread is that of one run's worth: runs needed follow it.
+        a = block_bootstrap(x["summarised"], x["statistic"], seed=1)
+        b = block_bootstrap(y["summarised"], y["statistic"], seed=2)
+        spread = math.sqrt((sd(a) ** 2 * len(x["summarised"])
+                            + sd(b) ** 2 * len(y["summarised"])) / 2)
+        delta = abs(y["value"] - x["value"])
+        z = _z(1 - alpha / 2) + 0.8416
+        return max(math.ceil(2 * (z * spread / delta) ** 2), 2) if delta > 0 else 0
+    a, b = (x["samples"], y["samples"]) if evidence == "samples" else (x["values"],
+                                                                         y["values"])
     delta = abs(sum(b) / len(b) - sum(a) / len(a))
     spread = math.sqrt((sd(a) ** 2 + sd(b) ** 2) / 2)
     if delta <= 0:
@@ -320,8 +382,14 @@ def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
-def to_json(verdicts: Sequence[Verdict], changes: Sequence[tuple[str, Any, Any]]) -> str:
-    return json.dumps(json_safe({"verdicts": [asdict(v) for v in verdicts],
+def to_json(verdicts: Sequence[Verdict], changes: Sequence[tuple[str, Any, Any]],
+            sides: Mapping[str, Any] | None = None) -> str:
+    """Verdicts, environment changes, and (``sides``: name -> Selection) the runs chosen."""
+    chosen = {name: {"what": sel.what, "run_ids": sel.run_ids,
+                     "left_out": [{"run_id": r, "why": w} for r, w in sel.left_out]}
+              for name, sel in (sides or {}).items()}
+    return json.dumps(json_safe({"selection": chosen,
+                                 "verdicts": [asdict(v) for v in verdicts],
                                  "environment_changes": [{"what": k, "baseline": a,
                                                           "candidate": b}
                                                          for k, a, b in changes]}),

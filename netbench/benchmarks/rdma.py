@@ -105,7 +105,8 @@ _CPU = Metric("cpu_client", "%core", "lower", "this process, busy-polling as per
 
 
 def _lat_metrics(unit: str, what: str) -> tuple[Metric, ...]:
-    return (*(Metric(f"lat_{q}", unit, "lower", f"{q} of {what}")
+    return (*(Metric(f"lat_{q}", unit, "lower", f"{q} of {what}",
+                     *(("lat_p50", q) if q != "p50" else ()))
               for q in ("min", "p50", "avg", "stdev", "p99", "p99.9", "max")), _CPU)
 
 

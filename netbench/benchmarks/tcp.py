@@ -386,7 +386,8 @@ class TcpRr(_TcpBenchmark):
     headline = "lat_p50"
     description = "TCP request/response latency, half the round trip (sockperf ping-pong)"
     metrics = (
-        *(Metric(f"lat_{q}", "us (half RTT)", "lower", f"{q} of half the round trip")
+        *(Metric(f"lat_{q}", "us (half RTT)", "lower", f"{q} of half the round trip",
+                 *(("lat_p50", q) if q != "p50" else ()))
           for q in ("min", "p50", "avg", "stdev", "p99", "p99.9", "max")),
         Metric("tps", "transactions/s", "higher", "round trips completed per second"),
         *_CPU_METRICS,

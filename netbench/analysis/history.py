@@ -1,0 +1,191 @@
+"""History: chosen metrics of chosen cases across stored runs, each step judged.
+
+A step is one run against the runs just before it (a window, pooled as repeats), judged by
+compare's own test (``compare.judge``), so "regressed" means here what it means there. What
+changed in the environment between a run and the one before it (driver, firmware, kernel,
+NCCL, torch) is recorded on that run, so a regression points at its run and at what changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from netbench.analysis.compare import check_units, env_changes, judge, pool, threshold_for
+from netbench.errors import NetbenchError, UsageError
+
+DEFAULT_WINDOW = 5
+
+
+@dataclass
+class Step:
+    run_id: str
+    started_at: Any
+    label: str
+    value: float
+    verdict: str = ""           # "" for the first run; else as compare's
+    change: float | None = None
+    p_value: float | None = None
+    evidence: str = ""
+    against: int = 0            # how many earlier runs this step was judged against
+
+
+@dataclass
+class Series:
+    benchmark: str
+    params: str
+    metric: str
+    unit: str
+    better: str
+    msg_size: int | None
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def newest(self) -> Step:
+        return self.steps[-1]
+
+    def case(self) -> str:
+        params = json.loads(self.params or "{}")
+        return " ".join(f"{k}={v}" for k, v in sorted(params.items()))
+
+
+@dataclass
+class History:
+    runs: list[dict[str, Any]]          # run_id, started_at, label, changes [(what, a, b)]
+    series: list[Series]
+    single: list[tuple[str, str, str]]  # cases measured in one run only: (benchmark, metric, run)
+    left_out: list[tuple[str, str]]
+
+
+def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = (),
+          metrics: Sequence[str] = (), last: int | None = None, window: int = DEFAULT_WINDOW,
+          thresholds: Mapping[str, float] | None = None, alpha: float = 0.05,
+          hosts: Sequence[str] = ()) -> History:
+    """The history of every (chosen) case over the (chosen) runs, oldest first."""
+    if window < 1:
+        raise UsageError(f"--window {window}: at least 1 earlier run to judge a step against")
+    if last is not None and last < 2:
+        raise UsageError(f"--last {last}: a trend needs at least 2 runs")
+    index = store.runs()
+    if index.empty:
+        raise NetbenchError(f"no results in the store {store.directory}: run `netbench run` "
+                            "first")
+    known = set(index["label"])
+    for label in labels:
+        if label not in known:
+            raise UsageError(f"label {label!r} names no run in {store.directory}; labels there: "
+                             f"{', '.join(sorted(str(x) for x in known if x)) or 'none'}")
+    if labels:
+        index = index[index["label"].isin(labels)]
+    if hosts:
+        index = index[index["host"].isin(hosts)]
+    wanted = set(benchmarks) or None
+    usable = index[[bool((wanted or set(b)) & set(b)) for b in index["ok_benchmarks"]]]
+    left_out = [(r, "nothing measured" if not ok else "did not measure "
+                 + ", ".join(sorted(wanted or [])))
+                for r, ok in zip(index["run_id"], index["ok_benchmarks"])
+                if r not in set(usable["run_id"])]
+    if last is not None:
+        usable = usable.tail(last)
+    if usable.empty:
+        raise NetbenchError("no stored run measured "
+                            + (", ".join(sorted(wanted)) if wanted else "anything")
+                            + (f" with label {', '.join(labels)}" if labels else ""))
+    rows = store.read(list(usable["run_id"]))
+    if benchmarks:
+        unknown = set(benchmarks) - set(rows["benchmark"])
+        if unknown:
+            raise UsageError(f"no stored run has {', '.join(sorted(unknown))}; benchmarks "
+                             f"there: {', '.join(sorted(set(rows['benchmark'])))}")
+        rows = rows[rows["benchmark"].isin(benchmarks)]
+    if metrics:
+        unknown = set(metrics) - set(rows["metric"].dropna())
+        if unknown:
+            raise UsageError(f"no chosen case has metric {', '.join(sorted(unknown))}; "
+                             f"metrics there: {', '.join(sorted(set(rows['metric'].dropna())))}")
+        rows = rows[rows["metric"].isin(metrics)]
+    order = list(usable["run_id"])
+    per_run = {run_id: rows[rows["run_id"] == run_id] for run_id in order}
+    per_run = {r: g for r, g in per_run.items() if not g.empty}
+    order = [r for r in order if r in per_run]
+    pooled = {r: pool(g) for r, g in per_run.items()}
+    runs, previous = [], None
+    for run_id in order:
+        group = per_run[run_id]
+        changes = env_changes(per_run[previous], group) if previous else []
+        runs.append({"run_id": run_id, "started_at": group["started_at"].iloc[0],
+                     "label": group["label"].iloc[0] or "", "changes": changes})
+        previous = run_id
+    keys = list(dict.fromkeys(k for r in order for k in pooled[r]))
+    series, single = [], []
+    for key in keys:
+        present = [r for r in order if key in pooled[r]]
+        if len(present) < 2:
+            single.append((key[0], key[2], present[0]))
+            continue
+        check_units(key, *(pooled[r][key] for r in present))
+        first = pooled[present[0]][key]
+        s = Series(key[0], key[1], key[2], first["unit"], first["better"], first["msg_size"])
+        threshold = threshold_for(thresholds or {}, key[0], key[2])
+        for i, run_id in enumerate(present):
+            info = next(r for r in runs if r["run_id"] == run_id)
+            step = Step(run_id, info["started_at"], info["label"], pooled[run_id][key]["value"])
+            if i:
+                before = present[max(0, i - window):i]
+                base = _merge([pooled[r][key] for r in before])
+                step.change, step.p_value, step.verdict, step.evidence, _ = judge(
+                    base, pooled[run_id][key], threshold, alpha)
+                step.against = len(before)
+            s.steps.append(step)
+        series.append(s)
+    if not series:
+        what = "; ".join(f"{b} {m} (run {r})" for b, m, r in single[:5])
+        raise NetbenchError("a trend needs a case measured in at least two runs; every chosen "
+                            f"case is in one run only: {what}")
+    return History(runs, series, single, left_out)
+
+
+def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several runs' pooled entries of one case as one side (their values are repeats)."""
+    from netbench.stats import median_sorted
+
+    values = sorted(v for e in entries for v in e["values"])
+    groups = [g for e in entries for g in e["groups"]]
+    first = entries[0]
+    return {**first, "value": median_sorted(values), "values": values, "runs": len(values),
+            "groups": groups, "samples": [x for g in groups for x in g],
+            "summarised": [g for e in entries for g in e["summarised"]],
+            "units": sorted({u for e in entries for u in e["units"]})}
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    low, high = min(values), max(values)
+    if high <= low:
+        return SPARKS[3] * len(values)
+    return "".join(SPARKS[min(int((v - low) / (high - low) * len(SPARKS)), len(SPARKS) - 1)]
+                   for v in values)
+
+
+def to_json(history: History) -> str:
+    from netbench.api import json_safe
+
+    def when(t: Any) -> str:
+        return t.isoformat() if hasattr(t, "isoformat") else str(t)
+
+    return json.dumps(json_safe({
+        "runs": [{**r, "started_at": when(r["started_at"]),
+                  "changes": [{"what": k, "before": a, "after": b} for k, a, b in r["changes"]]}
+                 for r in history.runs],
+        "series": [{"benchmark": s.benchmark, "params": json.loads(s.params or "{}"),
+                    "metric": s.metric, "unit": s.unit, "better": s.better,
+                    "steps": [{**vars(step), "started_at": when(step.started_at)}
+                              for step in s.steps]} for s in history.series],
+        "single_run_cases": [{"benchmark": b, "metric": m, "run_id": r}
+                             for b, m, r in history.single],
+        "left_out": [{"run_id": r, "why": w} for r, w in history.left_out]}),
+        indent=1, allow_nan=False)

@@ -1,0 +1,128 @@
+"""Which stored runs a command judges: one rule for compare, accept, report and history.
+
+A reference names runs, and the rule is the same wherever one is given:
+
+- a **run id** is that run, even when nothing in it measured (it was asked for by name; the
+  description says so);
+- a **label** is every run with that label that measured something: runs whose cases all
+  failed or were skipped are left out and named, never pooled silently;
+- a **results directory** is the same over the runs stored there;
+- **nothing** (accept, report) is the latest run that measured something (of the benchmarks
+  wanted, where a command wants some), with the runs after it that did not named.
+
+Several runs of a label are pooled: compare and history treat them as repeats, accept judges
+every row of every one. Each command prints ``Selection.describe()``: the run ids a side
+resolved to, and what was left out and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from netbench.errors import NetbenchError, UsageError
+
+
+@dataclass
+class Selection:
+    rows: Any                                   # DataFrame of the chosen runs' rows
+    run_ids: list[str]
+    what: str                                   # "label 'nightly'", "run 1a2b", "latest run"
+    left_out: list[tuple[str, str]] = field(default_factory=list)    # (run id, why)
+
+    def describe(self) -> str:
+        n = len(self.run_ids)
+        text = f"{self.what} -> {'run' if n == 1 else f'{n} runs'} {', '.join(self.run_ids)}"
+        if self.left_out:
+            text += "; left out " + ", ".join(f"{r} ({why})" for r, why in self.left_out)
+        return text
+
+
+def _measured(run: Any, benchmarks: Iterable[str] | None) -> bool:
+    """Did this run (a row of the store's index) measure anything (of these benchmarks)?"""
+    if benchmarks is None:
+        return int(run["ok"]) > 0
+    return bool(set(benchmarks) & set(run["ok_benchmarks"]))
+
+
+def _why_not(run: Any, benchmarks: Iterable[str] | None) -> str:
+    if benchmarks is not None and not set(benchmarks) & set(run["benchmarks"]):
+        return "did not run " + ", ".join(sorted(benchmarks))
+    parts = [f"{int(run[k])} {k}" for k in ("failed", "skipped") if int(run[k])]
+    return "nothing measured: " + (", ".join(parts) or "no cases")
+
+
+def _index(store: Any) -> Any:
+    index = store.runs()
+    if index.empty:
+        raise NetbenchError(f"no results in the store {store.directory}: run `netbench run` "
+                            "first")
+    return index
+
+
+def _read(store: Any, run_ids: list[str], columns: list[str] | None) -> Any:
+    rows = store.read(run_ids, columns)
+    if rows.empty:
+        raise NetbenchError(f"run {', '.join(run_ids)}: no readable rows (corrupt or truncated "
+                            "file?); choose another run")
+    return rows
+
+
+def _pooled(store: Any, index: Any, what: str, benchmarks: Iterable[str] | None,
+            columns: list[str] | None) -> Selection:
+    wanted = [r for _, r in index.iterrows() if _measured(r, benchmarks)]
+    left = [(r["run_id"], _why_not(r, benchmarks)) for _, r in index.iterrows()
+            if not _measured(r, benchmarks)]
+    if not wanted:
+        raise NetbenchError(f"{what}: no run measured anything; " + "; ".join(
+            f"{r}: {why}" for r, why in left[-5:]))
+    ids = [r["run_id"] for r in wanted]
+    return Selection(_read(store, ids, columns), ids, what, left)
+
+
+def resolve(store: Any, ref: str | None, benchmarks: Iterable[str] | None = None,
+            columns: list[str] | None = None) -> Selection:
+    """The runs ``ref`` names, by the rule above (``benchmarks``: what "measured" means)."""
+    from netbench.store import ResultStore
+
+    if ref is None:
+        index = _index(store)
+        usable = [i for i, (_, r) in enumerate(index.iterrows()) if _measured(r, benchmarks)]
+        if not usable:
+            # Nothing measured anywhere: judge the latest run that tried, saying so (its
+            # checks then fail with the skip or failure reason, rather than no answer).
+            tried = [r for _, r in index.iterrows()
+                     if benchmarks is None or set(benchmarks) & set(r["benchmarks"])]
+            if not tried:
+                raise NetbenchError("no stored run ran " + ", ".join(sorted(benchmarks or [])))
+            pick = tried[-1]
+            return Selection(_read(store, [pick["run_id"]], columns), [pick["run_id"]],
+                             "latest run (no stored run measured "
+                             + (", ".join(sorted(benchmarks)) if benchmarks else "anything")
+                             + ")", [(pick["run_id"], "chosen anyway: "
+                                      + _why_not(pick, benchmarks))])
+        pick = index.iloc[usable[-1]]
+        later = [(r["run_id"], _why_not(r, benchmarks))
+                 for _, r in index.iloc[usable[-1] + 1:].iterrows()]
+        return Selection(_read(store, [pick["run_id"]], columns), [pick["run_id"]],
+                         "latest run that measured "
+                         + (", ".join(sorted(benchmarks)) if benchmarks else "something"),
+                         later)
+    path = Path(ref)
+    if path.is_dir():
+        inside = ResultStore(path)
+        return _pooled(inside, _index(inside), f"directory {ref}", benchmarks, columns)
+    index = _index(store)
+    if (index["run_id"] == ref).any():
+        run = index[index["run_id"] == ref].iloc[0]
+        note = [] if _measured(run, benchmarks) else [(ref, "asked for by id, though "
+                                                       + _why_not(run, benchmarks))]
+        return Selection(_read(store, [ref], columns), [ref], f"run {ref}", note)
+    by_label = index[index["label"] == ref]
+    if not by_label.empty:
+        return _pooled(store, by_label, f"label {ref!r}", benchmarks, columns)
+    labels = sorted({str(x) for x in index["label"] if x})
+    raise UsageError(f"{ref!r} is not a results directory, run id or label in "
+                     f"{store.directory}; labels there: {', '.join(labels[:20]) or 'none'}")

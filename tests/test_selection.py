@@ -1,0 +1,119 @@
+"""One run-selection rule for compare, accept, report and history; and the evidence compare
+judges percentiles and repeats by (block bootstrap, the repeats' design effect)."""
+
+import json
+import random
+from datetime import UTC, datetime, timedelta
+
+from conftest import assert_clean_error, netbench
+
+from netbench.analysis.selection import resolve
+from netbench.stats import block_bootstrap, latency_summary
+from netbench.store import COLUMNS, SCHEMA_VERSION, ResultStore, params_json
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def _row(run_id, label, when, **kw):
+    row = {name: None for name, _ in COLUMNS}
+    row.update(schema_version=SCHEMA_VERSION, run_id=run_id, label=label, started_at=when,
+               host="h1", suite="s", case_index=0, status="ok", env_json="{}")
+    row.update(kw)
+    return row
+
+
+def _rr_run(store, run_id, label, when, latencies, status="ok", reason=None):
+    """A tcp.rr case as the benchmark stores it: lat_p50 carries the samples, the other
+    percentiles only their values."""
+    common = dict(benchmark="tcp.rr", family="tcp", op="rr", msg_size=64, unit="us (half RTT)",
+                  better="lower", params=params_json({"msg_size": 64}))
+    if status != "ok":
+        rows = [_row(run_id, label, when, status=status, reason=reason, **common)]
+    else:
+        summary = latency_summary(latencies)
+        rows = [_row(run_id, label, when, metric=f"lat_{q}", value=summary[q],
+                     samples=latencies if q == "p50" else None, n_samples=len(latencies),
+                     **common) for q in ("p50", "p99", "max")]
+    store.write_run(store.path_for(run_id, when.isoformat()), rows)
+
+
+def _latencies(rng, n=4000, level=10.0, tail=1.0):
+    return [level * rng.lognormvariate(0, 0.05) * (tail if rng.random() < 0.02 else 1.0)
+            for _ in range(n)]
+
+
+def test_one_rule_label_pools_measured_runs_and_names_what_it_left_out(tmp_path):
+    store = ResultStore(tmp_path)
+    rng = random.Random(1)
+    _rr_run(store, "aaa", "nightly", T0, _latencies(rng))
+    _rr_run(store, "bbb", "nightly", T0 + timedelta(days=1), [], status="failed",
+            reason="connect: refused")
+    _rr_run(store, "ccc", "nightly", T0 + timedelta(days=2), _latencies(rng))
+    chosen = resolve(store, "nightly")
+    assert chosen.run_ids == ["aaa", "ccc"]
+    assert chosen.left_out == [("bbb", "nothing measured: 1 failed")]
+    assert "bbb (nothing measured: 1 failed)" in chosen.describe()
+    # Nothing named: the latest run that measured something, and the later one it passed by.
+    latest = resolve(store, None)
+    assert latest.run_ids == ["ccc"] and latest.left_out == []
+    _rr_run(store, "ddd", "other", T0 + timedelta(days=3), [], status="failed",
+            reason="connect: refused")
+    latest = resolve(store, None)
+    assert latest.run_ids == ["ccc"] and latest.left_out[0][0] == "ddd"
+    # By id, a failed-only run is taken as asked, and said to be one.
+    by_id = resolve(store, "ddd")
+    assert by_id.run_ids == ["ddd"] and "asked for by id" in by_id.describe()
+    # Every command prints the resolution: compare, accept.
+    proc = netbench("compare", "aaa", "nightly", "--results", str(tmp_path))
+    assert "label 'nightly' -> 2 runs aaa, ccc; left out bbb" in proc.stdout, proc.stdout
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[check]]\nbenchmark = "tcp.rr"\nmetric = "lat_p50"\nmax = 100\n')
+    acc = netbench("accept", str(spec), "--results", str(tmp_path))
+    assert acc.returncode == 0, acc.stdout + acc.stderr
+    assert "latest run that measured tcp.rr -> run ccc; left out ddd" in acc.stdout
+    acc = netbench("accept", str(spec), "--results", str(tmp_path), "--label", "nightly")
+    assert "2 runs aaa, ccc" in acc.stdout and "(run aaa)" in acc.stdout
+    # A label whose runs all failed: one error naming them.
+    assert_clean_error(netbench("compare", "other", "nightly", "--results", str(tmp_path)),
+                       "label 'other': no run measured anything", "ddd")
+
+
+def test_percentiles_are_judged_by_resampling_their_samples(tmp_path):
+    store = ResultStore(tmp_path)
+    rng = random.Random(7)
+    _rr_run(store, "base", "base", T0, _latencies(rng))
+    _rr_run(store, "same", "same", T0 + timedelta(hours=1), _latencies(rng))
+    _rr_run(store, "tail", "tail", T0 + timedelta(hours=2), _latencies(rng, tail=1.6))
+    aa = json.loads(netbench("compare", "base", "same", "--results", str(tmp_path),
+                             "--json").stdout)["verdicts"]
+    assert {v["metric"]: v["evidence"] for v in aa} == {
+        "lat_p50": "samples", "lat_p99": "bootstrap", "lat_max": "bootstrap"}
+    assert not [v for v in aa if v["verdict"] in ("regressed", "improved")], aa
+    ab = netbench("compare", "base", "tail", "--results", str(tmp_path), "--json")
+    assert ab.returncode == 1
+    by = {v["metric"]: v for v in json.loads(ab.stdout)["verdicts"]}
+    # A heavier 2% tail moves p99 by half, not the median: caught where it is.
+    assert by["lat_p99"]["verdict"] == "regressed" and by["lat_p99"]["p_value"] < 0.01
+    assert by["lat_p50"]["verdict"] == "unchanged"
+
+
+def test_run_to_run_spread_of_repeats_is_noise_not_a_regression(tmp_path):
+    """Each run sits at its own level (±10%), its samples tight around it: the sides' medians
+    differ by ~8%, which pooled samples taken as independent call significant (one-stage
+    bootstrap p 0.003, Mann-Whitney p ~0); counted by their repeats, it is noise."""
+    store = ResultStore(tmp_path)
+    rng = random.Random(11)
+    levels = [1.0, 0.92, 1.12, 1.0, 0.95, 0.90, 1.09, 1.04]
+    for i, level in enumerate(levels):
+        side = "a" if i % 2 == 0 else "b"
+        _rr_run(store, f"r{i}", side, T0 + timedelta(hours=i), _latencies(rng, level=10 * level))
+    verdicts = json.loads(netbench("compare", "a", "b", "--results", str(tmp_path),
+                                   "--json").stdout)["verdicts"]
+    assert not [v for v in verdicts if v["verdict"] in ("regressed", "improved")], verdicts
+    assert {v["verdict"] for v in verdicts if v["metric"] in ("lat_p50", "lat_p99")} == {
+        "noisy"}, verdicts
+    # The two-stage bootstrap's spread carries the run levels: far wider than one run's.
+    one = block_bootstrap([_latencies(random.Random(3), level=10)], "p99")
+    four = block_bootstrap([_latencies(random.Random(i), level=10 * lv)
+                            for i, lv in enumerate(levels[:4])], "p99")
+    assert max(four) - min(four) > 3 * (max(one) - min(one))
