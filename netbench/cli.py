@@ -390,22 +390,22 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
+    from netbench.analysis.selection import resolve
     from netbench.report import dashboard
     from netbench.store import ResultStore
 
     store = ResultStore(args.results)
-    verdicts, compared, run = [], "", args.run
+    verdicts, base, cand = [], None, None
     if args.baseline or args.candidate:
         if not (args.baseline and args.candidate):
             raise UsageError("--baseline and --candidate go together")
-        base, base_desc = cmp.select(store, args.baseline)
-        cand, cand_desc = cmp.select(store, args.candidate)
-        verdicts = cmp.compare(base, cand, {})
-        compared = f"{base_desc} vs {cand_desc}"
-        run = run or cand["run_id"].iloc[-1]
-    info = dashboard.render(store, args.output, run, verdicts, compared)
-    print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB): run {info['run']}, charts: "
-          f"{', '.join(info['charts']) or 'none'}")
+        base, cand = resolve(store, args.baseline), resolve(store, args.candidate)
+        verdicts = cmp.compare(base.rows, cand.rows, {})
+        print(f"baseline:  {base.describe()}\ncandidate: {cand.describe()}")
+    info = dashboard.render(store, args.output, args.run, args.label, base, cand, verdicts)
+    print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB): {info['view']} (run "
+          f"{info['run']}), charts: {', '.join(info['charts']) or 'none'}; "
+          f"{len(info['views'])} view(s) in the picker")
     return 0
 
 
@@ -570,7 +570,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="results/_dashboard.html",
                    help="output file (default results/_dashboard.html: the leading _ keeps "
                    "pandas.read_parquet('results/') from tripping over it)")
-    p.add_argument("--run", help="the run to draw (default: the latest)")
+    p.add_argument("--run", help="the run to show first (default: the label of the latest "
+                   "run that measured something)")
+    p.add_argument("--label", help="the label to show first")
     p.add_argument("--baseline", help="with --candidate: add the comparison view")
     p.add_argument("--candidate", help="label, run id or directory of the candidate")
     p.set_defaults(func=cmd_report)

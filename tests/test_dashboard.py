@@ -111,3 +111,100 @@ def test_h2d_view_draws_each_gpus_bound_or_says_why_it_cannot(tmp_path):
     pinned = lines["gpu.h2d cuda:0 pinned (gpu-acceptance)"]
     assert pinned["x"] == [64 << 20, 256 << 20] and all(50 < y < 63.02 for y in pinned["y"])
     assert lines["gpu.loader_feed cuda:0 (gpu-acceptance)"]["x"] == [256 * 3 * 224 * 224]
+
+
+def _facts(tmp_path, page, view=""):
+    """What Chromium drew: the page's own record of each chart (ticks, traces, bars, error
+    bars, hover templates, ranges), read from the rendered DOM after plotly finished."""
+    import html as html_
+
+    url = page.as_uri() + (f"#view={view}" if view else "")
+    dom = _chromium(tmp_path, "--dump-dom", url).stdout
+    body = re.search(r"<body[^>]*>", dom).group(0)
+    assert 'data-status="rendered"' in body and 'data-errors="0"' in body, body[:300]
+    attrs = {k: html_.unescape(v) for k, v in re.findall(r'data-(\w+)="([^"]*)"', body)}
+    return attrs, __import__("json").loads(attrs["facts"])
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium (apt-get install chromium)")
+def test_dashboard_never_misleads(tmp_path):
+    """One assertion per defect a new user found, each on what Chromium rendered."""
+    import json
+
+    import pandas as pd
+
+    store = tmp_path / "res"
+    for label in ("before", "after"):
+        run = netbench("run", "tcp.stream", "-p", "msg_size=16K,1M", "-p", "streams=1,4",
+                       "-p", "duration=0.3", "--results", str(store), "--label", label)
+        assert run.returncode == 0, run.stderr
+    # A derived candidate: the "after" run's rows with one metric 26x (a 2,500% outlier) and a
+    # kernel update in its fingerprint.
+    after = pd.read_parquet(next(p for p in store.glob("*.parquet")
+                                 if pd.read_parquet(p)["label"].iloc[0] == "after"))
+    outlier = (after["metric"] == "cpu_per_gbit") & (after["msg_size"] == 16384) & (
+        after["params"].str.contains('"streams":1'))
+    after.loc[outlier, "value"] *= 26
+    after["run_id"], after["label"] = "outlier00001", "after-x"
+    after["started_at"] = after["started_at"] + pd.Timedelta(minutes=5)
+    env = json.loads(after["env_json"].iloc[0])
+    env["kernel"] = "9.9.9-updated"
+    after["env_json"] = json.dumps(env)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from netbench.store import arrow_schema
+    pq.write_table(pa.Table.from_pandas(after, schema=arrow_schema(), preserve_index=False),
+                   store / "20991231T000000-outlier00001.parquet")
+    page = tmp_path / "d.html"
+    proc = netbench("report", "--results", str(store), "-o", str(page), "--baseline", "before",
+                    "--candidate", "after-x")
+    assert proc.returncode == 0, proc.stderr
+    # Run selection is printed: which runs each side resolved to.
+    assert "baseline:  label 'before' -> run " in proc.stdout, proc.stdout
+    attrs, facts = _facts(tmp_path, page)
+    assert attrs["view"] == "compare" and attrs["labels"] == "after-x"   # no label mixing
+    # CPU per Gbit: one dot per case (streams=1 and 4 at one size are two rows), no RDMA
+    # in the title when there is none.
+    cpu = facts["cpu"]
+    assert sorted(cpu["yticks"]) == sorted({*cpu["yticks"]}) and len(cpu["yticks"]) == 4
+    assert any("streams=4" in t for t in cpu["yticks"]) and cpu["bars"] == 0
+    assert "RDMA vs TCP" not in cpu["title"] and "no RDMA rows" in cpu["title"]
+    # Comparison: one row per verdict, labels whole, the outlier written but not flattening
+    # the rest: the axis stops well short of 2,500%.
+    comparison = facts["comparison"]
+    assert len(comparison["yticks"]) == len(set(comparison["yticks"])) == comparison["bars"]
+    assert all(not t.endswith("...") for t in comparison["yticks"])
+    assert comparison["xrange"][1] < 500
+    texts = [t for trace in comparison["texts"] for t in trace]
+    assert any(re.match(r"\+2\d{3}\.\d% \(off scale\)", t) for t in texts), texts
+    # Size axes tick at powers of two, written as sizes.
+    from netbench.api import parse_size
+    ticks = facts["bandwidth"]["xticks"]
+    assert {"16K", "64K", "1M"} <= set(ticks), ticks
+    assert all(parse_size(t) & (parse_size(t) - 1) == 0 for t in ticks), ticks
+    # Hover names params, run and n; error bars from the stored samples.
+    bandwidth = facts["bandwidth"]
+    assert all("run %{customdata[3]}" in h and "n %{customdata[4]}" in h
+               for h in bandwidth["hover"][:2])
+    assert bandwidth["errorbars"] >= 4
+    # Compare mode draws the baseline's curves beside the candidate's.
+    assert any(t.endswith("(baseline)") for t in bandwidth["traces"])
+    # The trend marks the kernel update where it happened.
+    assert facts["trend"]["shapes"] >= 1 and len(facts["trend"]["traces"]) >= 4
+    # The picker shows each label on its own.
+    attrs, facts = _facts(tmp_path, page, "label:before")
+    assert attrs["view"] == "label:before" and attrs["labels"] == "before"
+    assert not any("(baseline)" in t for t in facts["bandwidth"]["traces"])
+    assert "comparison" not in facts
+
+
+def test_a_skip_only_benchmark_is_credited_to_its_latest_run():
+    import pandas as pd
+
+    from netbench.report.dashboard import latest_per_benchmark
+
+    index = pd.DataFrame([{"run_id": "old", "benchmarks": ["gpu.h2d", "tcp.rr"],
+                           "ok_benchmarks": ["tcp.rr"]},
+                          {"run_id": "new", "benchmarks": ["gpu.h2d"], "ok_benchmarks": []}])
+    assert latest_per_benchmark(index) == {"gpu.h2d": "new", "tcp.rr": "old"}

@@ -9,7 +9,7 @@ NCCL, torch) is recorded on that run, so a regression points at its run and at w
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,8 +62,10 @@ class History:
 def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = (),
           metrics: Sequence[str] = (), last: int | None = None, window: int = DEFAULT_WINDOW,
           thresholds: Mapping[str, float] | None = None, alpha: float = 0.05,
-          hosts: Sequence[str] = ()) -> History:
-    """The history of every (chosen) case over the (chosen) runs, oldest first."""
+          hosts: Sequence[str] = (),
+          want: Callable[[str, str], bool] | None = None) -> History:
+    """The history of every (chosen) case over the (chosen) runs, oldest first; ``want``
+    (benchmark, metric) narrows the series further (the dashboard: headline metrics)."""
     if window < 1:
         raise UsageError(f"--window {window}: at least 1 earlier run to judge a step against")
     if last is not None and last < 2:
@@ -106,6 +108,8 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
             raise UsageError(f"no chosen case has metric {', '.join(sorted(unknown))}; "
                              f"metrics there: {', '.join(sorted(set(rows['metric'].dropna())))}")
         rows = rows[rows["metric"].isin(metrics)]
+    if want is not None:
+        rows = rows[[want(b, m) for b, m in zip(rows["benchmark"], rows["metric"])]]
     order = list(usable["run_id"])
     per_run = {run_id: rows[rows["run_id"] == run_id] for run_id in order}
     per_run = {r: g for r, g in per_run.items() if not g.empty}

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from netbench.errors import NetbenchError
-from netbench.store import COLUMNS
+from netbench import stats
+from netbench.errors import NetbenchError, UsageError
+from netbench.stats import median_sorted
 from netbench.textfile import write_atomic
 
 VERDICT_COLOURS = {"regressed": "#d62728", "improved": "#2ca02c", "unchanged": "#7f7f7f",
@@ -38,30 +39,115 @@ def _series(rows: Any, benchmarks: Sequence[str] | None, metric: str) -> dict[st
     return {name: group.sort_values("msg_size") for name, group in sel.groupby("benchmark")}
 
 
+def size_axis(sizes: Sequence[float]) -> dict[str, Any]:
+    """A log axis of message sizes ticked at powers of two as people write them (4K, 64K,
+    1M), at most 8 ticks, instead of plotly's 2 3 ... 100k."""
+    from netbench.api import format_size
+
+    known = [float(s) for s in sizes if s is not None and s == s and s > 0]
+    if not known:
+        return {"type": "log"}
+    low, high = math.floor(math.log2(min(known))), math.ceil(math.log2(max(known)))
+    stride = max(1, math.ceil((high - low + 1) / 8))
+    exps = [e for e in range(low, high + 1) if (e - low) % stride == 0]
+    return {"type": "log", "tickvals": [2.0 ** e for e in exps],
+            "ticktext": [format_size(2 ** e) for e in exps]}
+
+
 def _figure(traces: list[dict[str, Any]], title: str, xtitle: str, ytitle: str,
             log_x: bool = True, log_y: bool = False) -> dict[str, Any]:
+    xaxis: dict[str, Any] = {"title": {"text": xtitle}}
+    if log_x:
+        xaxis.update(size_axis([x for t in traces for x in t.get("x", [])]))
+    else:
+        xaxis["type"] = "category"
     return {"data": traces, "layout": {
         "title": {"text": title}, "height": 420, "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
-        "xaxis": {"title": {"text": xtitle}, "type": "log" if log_x else "category"},
-        "yaxis": {"title": {"text": ytitle}, "type": "log" if log_y else "linear"},
+        "xaxis": xaxis, "yaxis": {"title": {"text": ytitle}, "type": "log" if log_y else "linear"},
         "legend": {"orientation": "h", "y": -0.25}}}
 
 
-def _line(x: Sequence[Any], y: Sequence[float], name: str, dash: str = "solid") -> dict:
-    return {"type": "scatter", "mode": "lines+markers", "x": list(x), "y": list(y),
-            "name": name, "line": {"dash": dash}}
+_HOVER = ("<b>%{fullData.name}</b><br>%{customdata[0]}: %{y:.4g} %{customdata[1]}"
+          "<br>%{customdata[2]}<br>run %{customdata[3]}<br>n %{customdata[4]}<extra></extra>")
+
+
+def _case_text(params: str, keys: Sequence[str] | None = None) -> str:
+    """``k=v`` for the params that name a case (``keys``; all of them without)."""
+    p = json.loads(params or "{}")
+    return " ".join(f"{k}={_param_text(k, p[k])}" for k in sorted(p)
+                    if keys is None or k in keys)
+
+
+def _names(cases: Sequence[tuple[str, str]]) -> list[str]:
+    """Short case names for (benchmark, params) pairs: the benchmark and the params that
+    differ between its cases here (msg_size always), as nccl-tests and perftest print them."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    for bench, params in cases:
+        for key, value in json.loads(params or "{}").items():
+            seen.setdefault(bench, {}).setdefault(key, set()).add(json.dumps(value))
+    keys = {b: {k for k, v in per.items() if len(v) > 1 or k == "msg_size"}
+            for b, per in seen.items()}
+    return [" ".join(filter(None, [bench, _case_text(params, keys.get(bench, set()))]))
+            for bench, params in cases]
+
+
+def _error(metric: str, values: Sequence[float], samples: Sequence[Any]) -> tuple[float, float]:
+    """(above, below) the drawn point: the spread of repeats where there are several, else the
+    95% interval from the stored samples (the median's by order statistics for p50, the
+    mean's otherwise); 0 without evidence."""
+    values = sorted(values)
+    mid = median_sorted(values)
+    if len(values) > 1:
+        return values[-1] - mid, mid - values[0]
+    data = [float(x) for s in samples if s is not None for x in s]
+    if len(data) < 2:
+        return 0.0, 0.0
+    if metric == "lat_p50":
+        data.sort()
+        n = len(data)
+        half = 1.96 * math.sqrt(n) / 2
+        lo, hi = data[max(int(n / 2 - half), 0)], data[min(int(n / 2 + half), n - 1)]
+        return max(hi - mid, 0.0), max(mid - lo, 0.0)
+    width = stats.ci95_halfwidth(data)
+    return (width, width) if width == width else (0.0, 0.0)
+
+
+def _line(g: Any, name: str, dash: str = "solid", scale: float = 1.0) -> dict[str, Any]:
+    """One trace over msg_size from rows of one metric: repeats of a case drawn as one point
+    (their median) with their spread as the error bar; hover names case, run and n."""
+    points = []
+    for (size, params), case in g.groupby(["msg_size", "params"], sort=True, dropna=False):
+        values = [float(v) * scale for v in case["value"]]
+        samples = list(case["samples"]) if "samples" in case else []
+        above, below = _error(str(case["metric"].iloc[0]), values,
+                              [[x * scale for x in s] for s in samples if s is not None])
+        n = int(case["n_samples"].fillna(0).max()) if "n_samples" in case else 0
+        points.append((size, median_sorted(sorted(values)), above, below, [
+            str(case["metric"].iloc[0]), str(case["unit"].iloc[0]) if scale == 1 else "",
+            _case_text(params), ", ".join(dict.fromkeys(case["run_id"])),
+            f"{len(values)} repeats" if len(values) > 1 else str(n or "-")]))
+    points.sort(key=lambda p: p[0])
+    return {"type": "scatter", "mode": "lines+markers", "name": name, "line": {"dash": dash},
+            "x": [p[0] for p in points], "y": [p[1] for p in points],
+            "error_y": {"type": "data", "symmetric": False, "array": [p[2] for p in points],
+                        "arrayminus": [p[3] for p in points], "visible": True, "thickness": 1},
+            "customdata": [p[4] for p in points], "hovertemplate": _HOVER}
+
+
+def _flat(x: Sequence[Any], y: Sequence[float], name: str, dash: str) -> dict[str, Any]:
+    return {"type": "scatter", "mode": "lines", "x": list(x), "y": list(y), "name": name,
+            "line": {"dash": dash}, "hovertemplate": "%{fullData.name}<extra></extra>"}
 
 
 def bandwidth_chart(rows: Any) -> dict[str, Any] | None:
     traces = []
     for name, g in _series(rows, None, "bw_avg").items():
-        traces.append(_line(g["msg_size"], g["value"], f"{name} (Gbit/s)"))
+        traces.append(_line(g, f"{name} (Gbit/s)"))
     for name, g in _series(rows, ["tcp.stream"], "goodput").items():
         shape = g["params"].map(lambda p: (json.loads(p).get("streams"),
                                            json.loads(p).get("direction")))
         for (streams, direction), sub in g.groupby(shape):
-            traces.append(_line(sub["msg_size"], sub["value"],
-                                f"TCP baseline {name} {direction} x{streams} (Gbit/s)",
+            traces.append(_line(sub, f"TCP baseline {name} {direction} x{streams} (Gbit/s)",
                                 dash="dash"))
     if not traces:
         return None
@@ -70,10 +156,10 @@ def bandwidth_chart(rows: Any) -> dict[str, Any] | None:
     if mem is not None and not mem.empty:
         bound = float(mem["value"].max()) * 8
         sizes = sorted({x for t in traces for x in t["x"] if x == x and x is not None})
-        traces.append(_line([sizes[0], sizes[-1]] if sizes else [1, 1 << 20], [bound, bound],
+        traces.append(_flat([sizes[0], sizes[-1]] if sizes else [1, 1 << 20], [bound, bound],
                             f"host memcpy bound {bound:.0f} Gbit/s (mem.copy)", "dot"))
     return _figure(traces, "Bandwidth vs message size (TCP baseline dashed, memcpy bound "
-                   "dotted)", "message size (B)", "Gbit/s", log_y=True)
+                   "dotted)", "message size", "Gbit/s", log_y=True)
 
 
 def latency_chart(rows: Any) -> dict[str, Any] | None:
@@ -81,41 +167,80 @@ def latency_chart(rows: Any) -> dict[str, Any] | None:
     for metric, dash in (("lat_p50", "solid"), ("lat_p99", "dash"), ("lat_p99.9", "dot")):
         for name, g in _series(rows, None, metric).items():
             unit = g["unit"].iloc[0]
-            traces.append(_line(g["msg_size"], g["value"], f"{name} {metric} [{unit}]", dash))
+            traces.append(_line(g, f"{name} {metric} [{unit}]", dash))
     if not traces:
         return None
-    return _figure(traces, "Latency percentiles vs message size", "message size (B)", "us",
+    return _figure(traces, "Latency percentiles vs message size", "message size", "us",
                    log_y=True)
 
 
 def cpu_chart(rows: Any) -> dict[str, Any] | None:
-    """CPU-seconds per Gbit moved: TCP's own metric, RDMA's from its CPU share and bandwidth."""
+    """CPU-seconds per Gbit moved, one dot per case (never two cases on one bar): TCP's own
+    metric, RDMA's from its CPU share and bandwidth. A log axis of dots, not bars: a bar's
+    length on a log axis means nothing."""
     ok = _ok(rows)
-    names, values = [], []
-    for (bench, _case), g in ok.groupby(["benchmark", "case_index"]):
+    points: dict[str, list[tuple[str, float]]] = {}
+    varying = _varying(ok)
+    for (bench, _run, _case), g in ok.groupby(["benchmark", "run_id", "case_index"]):
         by = dict(zip(g["metric"], g["value"]))
-        size = g["msg_size"].iloc[0]
-        label = f"{bench} {int(size) if size == size and size is not None else ''}"
+        params = json.loads(g["params"].iloc[0] or "{}")
+        label = " ".join([bench, *(f"{k}={_param_text(k, params.get(k))}"
+                                   for k in varying.get(bench, ["msg_size"]))])
         if "cpu_per_gbit" in by:
-            names.append(label)
-            values.append(by["cpu_per_gbit"])
+            value = float(by["cpu_per_gbit"])
         elif "cpu_client" in by and by.get("bw_avg"):
-            names.append(label)
-            values.append(by["cpu_client"] / 100.0 / by["bw_avg"])
-    if not names:
+            value = float(by["cpu_client"]) / 100.0 / float(by["bw_avg"])
+        else:
+            continue
+        points.setdefault(g["transport"].iloc[0] or bench.split(".")[0], []).append(
+            (label, value))
+    if not points:
         return None
-    fig = _figure([{"type": "bar", "x": names, "y": values, "name": "CPU-s per Gbit"}],
-                  "CPU cost per Gbit/s: RDMA vs TCP (lower is better)", "case", "CPU-s / Gbit",
-                  log_x=False, log_y=True)
-    return fig
+    traces, categories = [], []
+    for transport, pts in sorted(points.items()):
+        merged: dict[str, list[float]] = {}
+        for label, value in pts:                       # repeats of a case: one dot, median
+            merged.setdefault(label, []).append(value)
+        labels = sorted(merged)
+        categories += labels
+        traces.append({"type": "scatter", "mode": "markers", "name": transport.upper(),
+                       "y": labels, "x": [median_sorted(sorted(merged[k])) for k in labels],
+                       "marker": {"size": 10},
+                       "hovertemplate": "%{y}: %{x:.3g} CPU-s/Gbit<extra>%{fullData.name}"
+                                        "</extra>"})
+    has = set(points)
+    title = ("CPU cost per Gbit/s: RDMA vs TCP (lower is better)" if {"rdma", "tcp"} <= has
+             else f"CPU cost per Gbit/s: {', '.join(t.upper() for t in sorted(has))} only "
+             f"(no {'RDMA' if 'rdma' not in has else 'TCP'} rows in this run; lower is better)")
+    return {"data": traces, "layout": {
+        "title": {"text": title}, "height": max(300, 60 + 24 * len(categories)),
+        "margin": {"l": 20, "r": 20, "t": 50, "b": 50},
+        "xaxis": {"title": {"text": "CPU-s / Gbit (log)"}, "type": "log"},
+        "yaxis": {"type": "category", "automargin": True, "categoryorder": "array",
+                  "categoryarray": categories}, "legend": {"orientation": "h", "y": -0.2}}}
+
+
+def _param_text(key: str, value: Any) -> str:
+    from netbench.api import format_size
+
+    return format_size(value) if key == "msg_size" and isinstance(value, int) else str(value)
+
+
+def _varying(rows: Any) -> dict[str, list[str]]:
+    """Per benchmark, the params whose values differ between its cases: what names a case."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    for bench, params in zip(rows["benchmark"], rows["params"]):
+        for key, value in json.loads(params or "{}").items():
+            seen.setdefault(bench, {}).setdefault(key, set()).add(json.dumps(value))
+    return {b: sorted(k for k, v in per.items() if len(v) > 1) or ["msg_size"]
+            for b, per in seen.items()}
 
 
 def busbw_chart(rows: Any) -> dict[str, Any] | None:
     ok = _ok(rows)
     coll = ok[ok["benchmark"].str.startswith("coll.") & (ok["metric"] == "busbw")
               & ok["msg_size"].notna()]
-    traces = [_line(g.sort_values("msg_size")["msg_size"], g.sort_values("msg_size")["value"],
-                    name) for name, g in coll.groupby("benchmark")]
+    traces = [_line(g, name) for name, g in coll.groupby("benchmark")]
     if not traces:
         return None
     return _figure(traces, "Collective bus bandwidth vs size (nccl-tests busbw)", "bytes",
@@ -142,7 +267,8 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
             ["benchmark", "device", "host_mem", "run_id", "run"]):
         g = g.groupby("copy_bytes", as_index=False)["value"].mean()     # repeats: one point
         name = " ".join(p for p in (bench, device, mem) if p) + (f" ({run})" if several else "")
-        traces.append(_line(g["copy_bytes"], g["value"], name))
+        traces.append({**_flat(g["copy_bytes"], g["value"], name, "solid"),
+                       "mode": "lines+markers"})
     share = pcie[pcie["metric"].isin(["link_efficiency", "link_fraction"])
                  & (pcie["benchmark"] != "gpu.bidir")      # bidir's bound is both directions
                  & (pcie["value"] > 0)]
@@ -152,7 +278,7 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
         bounds[device] = bw_value / fraction
     sizes = sorted(bw["copy_bytes"].dropna().unique())
     for device, bound in bounds.items():
-        traces.append(_line(sizes or [0], [bound] * max(len(sizes), 1),
+        traces.append(_flat(sizes or [0], [bound] * max(len(sizes), 1),
                             f"{device} link bound {bound:.2f} GB/s", "dash"))
     return _figure(traces, "Host-to-GPU feed vs the link's theoretical bound (dashed)", "bytes",
                    "GB/s")
@@ -188,27 +314,109 @@ def h2d_missing(rows: Any) -> str:
 
 
 def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
+    """One horizontal bar per verdict (case and metric named in full, never two on one row),
+    one trace per verdict kind so the legend explains the colours. The axis holds the bulk
+    of the changes: a bar beyond it stops at the edge, its true change written on it."""
     if not verdicts:
         return None
-    labels = [f"{v.benchmark} {v.metric} {v.msg_size or ''}" for v in verdicts]
-    colours = [VERDICT_COLOURS[v.verdict] for v in verdicts]
-    bars = {"type": "bar", "x": labels, "y": [100 * v.change for v in verdicts],
-            "marker": {"color": colours},
-            "text": [v.verdict for v in verdicts], "name": "change %"}
-    return _figure([bars], "Baseline vs candidate: relative change, coloured by verdict "
-                   "(red regressed, green improved, grey unchanged, orange noisy, light grey "
-                   "inconclusive)", "case", "% change",
-                   log_x=False)
+    labels = [f"{name} {v.metric}" for name, v in zip(
+        _names([(v.benchmark, v.params) for v in verdicts]), verdicts)]
+    seen: dict[str, int] = {}
+    for i, label in enumerate(labels):           # identical names would share a row
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] > 1:
+            labels[i] = f"{label} #{seen[label]}"
+    changes = [100 * v.change if math.isfinite(v.change) else math.copysign(1e9, v.change)
+               for v in verdicts]
+    ordered = sorted(abs(c) for c in changes)
+    bulk = ordered[min(int(0.9 * len(ordered)), len(ordered) - 1)]
+    limit = max(1.5 * bulk, 4 * 100 * max(v.threshold for v in verdicts), 1.0)
+    limit = min(limit, max(ordered) * 1.05) if max(ordered) > 0 else 1.0
+    traces = []
+    for kind, colour in VERDICT_COLOURS.items():
+        picked = [i for i, v in enumerate(verdicts) if v.verdict == kind]
+        if not picked:
+            continue
+        shown = [max(min(changes[i], limit), -limit) for i in picked]
+        texts = [f"{changes[i]:+.1f}%{' (off scale)' if abs(changes[i]) > limit else ''} "
+                 f"{kind}" for i in picked]
+        traces.append({
+            "type": "bar", "orientation": "h", "name": kind, "y": [labels[i] for i in picked],
+            "x": shown, "marker": {"color": colour}, "text": texts, "textposition": "auto",
+            "customdata": [[verdicts[i].unit, _fmt(verdicts[i].baseline),
+                            _fmt(verdicts[i].candidate), verdicts[i].evidence,
+                            "-" if verdicts[i].p_value is None else f"{verdicts[i].p_value:.3g}"]
+                           for i in picked],
+            "hovertemplate": "%{y}<br>%{text}<br>%{customdata[1]} -> %{customdata[2]} "
+                             "%{customdata[0]}<br>evidence %{customdata[3]}, p "
+                             "%{customdata[4]}<extra></extra>"})
+    return {"data": traces, "layout": {
+        "title": {"text": "Baseline vs candidate: relative change per case and metric"},
+        "height": 120 + 22 * len(verdicts), "barmode": "overlay",
+        "margin": {"l": 20, "r": 20, "t": 50, "b": 40},
+        "xaxis": {"title": {"text": "% change (candidate vs baseline)"},
+                  "range": [-limit * 1.02, limit * 1.02], "zeroline": True},
+        "yaxis": {"type": "category", "automargin": True, "categoryorder": "array",
+                  "categoryarray": labels[::-1]}, "legend": {"orientation": "h", "y": 1.0,
+                                                            "yanchor": "bottom"}}}
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}" if value == value else "-"
+
+
+def trend_chart(history: Any) -> dict[str, Any] | None:
+    """Each chosen case's metric across runs on a time axis, as a share of its first run's
+    value (one axis for every unit), each step's marker coloured by its verdict; a dotted
+    line where the environment changed, with what changed."""
+    if history is None or not history.series:
+        return None
+    traces = []
+    names = _names([(s.benchmark, s.params) for s in history.series])
+    for name, s in zip(names, history.series):
+        first = s.steps[0].value or 1.0
+        traces.append({
+            "type": "scatter", "mode": "lines+markers", "name": f"{name} {s.metric}",
+            "x": [str(st.started_at) for st in s.steps], "y": [st.value / first for st in s.steps],
+            "marker": {"size": 9, "color": [VERDICT_COLOURS.get(st.verdict, "#1f77b4")
+                                            for st in s.steps]},
+            "customdata": [[_fmt(st.value), s.unit, st.run_id, st.label or "-",
+                            st.verdict or "first run",
+                            "-" if st.change is None else f"{st.change:+.1%}"]
+                           for st in s.steps],
+            "hovertemplate": "%{fullData.name}<br>%{customdata[0]} %{customdata[1]} "
+                             "(%{customdata[5]})<br>run %{customdata[2]}, label "
+                             "%{customdata[3]}<br>%{customdata[4]}<extra></extra>"})
+    shapes, notes = [], []
+    for run in history.runs:
+        if run["changes"]:
+            when = str(run["started_at"])
+            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": when,
+                           "x1": when, "y0": 0, "y1": 1, "line": {"dash": "dot",
+                                                                  "color": "#555"}})
+            what = "; ".join(f"{k} {a} -> {b}" for k, a, b in run["changes"][:2])
+            notes.append({"x": when, "y": 1, "xref": "x", "yref": "paper", "text": what[:60],
+                          "showarrow": False, "textangle": -90, "xanchor": "right",
+                          "yanchor": "top", "font": {"size": 10}})
+    return {"data": traces, "layout": {
+        "title": {"text": "Trend across runs: each value / its first run's (marker colour: "
+                          "the step's verdict; dotted: the environment changed)"},
+        "height": 460, "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
+        "xaxis": {"title": {"text": "run started (UTC)"}, "type": "date"},
+        "yaxis": {"title": {"text": "relative to first run"}}, "shapes": shapes,
+        "annotations": notes, "legend": {"orientation": "h", "y": -0.25}}}
 
 
 def latest_per_benchmark(index: Any) -> dict[str, str]:
     """benchmark -> the latest run that measured it (that only skipped it, if none did)."""
-    picks: dict[str, str] = {}
+    measured: dict[str, str] = {}
+    tried: dict[str, str] = {}
     for _, run in index.iterrows():                      # oldest first: later runs win
         for bench in run["benchmarks"]:
-            if bench in run["ok_benchmarks"] or bench not in picks:
-                picks[bench] = run["run_id"]
-    return picks
+            tried[bench] = run["run_id"]
+            if bench in run["ok_benchmarks"]:
+                measured[bench] = run["run_id"]
+    return {**tried, **measured}
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -253,61 +461,150 @@ def environment_panel(rows: Any, latest: Any) -> str:
              else "<p>Nothing was skipped or failed in this run.</p>"))
 
 
-def render(store: Any, out: str | Path, run: str | None = None, verdicts: Sequence[Any] = (),
-           compared: str = "") -> dict[str, Any]:
-    """Write the dashboard; returns what it drew (for the CLI and tests)."""
+CHARTS = ("comparison", "trend", "bandwidth", "latency", "cpu", "busbw", "h2d")
+_WITH_BASELINE = ("bandwidth", "latency", "busbw", "h2d")
+MAX_VIEWS = 12          # the picker's labels, newest first
+TREND_RUNS = 30
+
+
+def _rows_of(store: Any, index: Any) -> Any:
+    """Each benchmark from the latest of these runs that measured it (that tried it, if none
+    did), as compare and accept choose (netbench.analysis.selection)."""
+    picks = latest_per_benchmark(index)
+    frame = store.read(sorted(set(picks.values())))
+    return frame[[picks.get(b) == r for b, r in zip(frame["benchmark"], frame["run_id"])]]
+
+
+def _charts(rows: Any) -> dict[str, dict[str, Any] | None]:
+    return {"bandwidth": bandwidth_chart(rows), "latency": latency_chart(rows),
+            "cpu": cpu_chart(rows), "busbw": busbw_chart(rows), "h2d": h2d_chart(rows)}
+
+
+def _missing(rows: Any) -> dict[str, str]:
+    return {"bandwidth": "no bandwidth rows in this view",
+            "latency": "no latency rows in this view",
+            "cpu": "no CPU cost rows in this view", "busbw": "no collective rows in this view",
+            "h2d": h2d_missing(rows),
+            "comparison": "no comparison asked for (netbench report --baseline A "
+                          "--candidate B)",
+            "trend": "a trend needs a case measured in at least two runs"}
+
+
+def _with_baseline(fig: dict[str, Any] | None, base: dict[str, Any] | None) -> Any:
+    """The candidate's chart with the baseline's curves drawn beside it, dotted and faded."""
+    if base is None:
+        return fig
+    faded = [{**t, "name": f"{t['name']} (baseline)", "opacity": 0.55,
+              "line": {**t.get("line", {}), "dash": "dot"}} for t in base["data"]]
+    if fig is None:
+        return {**base, "data": faded}
+    return {**fig, "data": fig["data"] + faded}
+
+
+def _view(title: str, rows: Any, latest: Any, runs: list[str], base: Any = None,
+          verdicts: Sequence[Any] = ()) -> dict[str, Any]:
+    figures = _charts(rows)
+    if base is not None:
+        for name, fig in _charts(base).items():
+            if name in _WITH_BASELINE:
+                figures[name] = _with_baseline(figures[name], fig)
+    figures["comparison"] = comparison_chart(verdicts)
+    missing = _missing(rows)
+    labels = sorted({str(x) or "(no label)" for x in rows["label"].fillna("")})
+    return {"title": title, "figures": {k: v for k, v in figures.items() if v is not None},
+            "missing": {k: html.escape(v) for k, v in missing.items()},
+            "env": environment_panel(rows, latest), "runs": runs, "labels": labels,
+            "note": html.escape(f"{title}: {len(rows)} rows from run(s) {', '.join(runs)}; "
+                                "each benchmark from the latest of them that measured it. "
+                                "Error bars: the spread of repeats, else the 95% interval "
+                                "from the stored samples.")}
+
+
+def _trend(store: Any) -> Any:
+    """The headline metric of every benchmark over the newest runs (None: no trend)."""
+    from netbench import registry
+    from netbench.analysis.history import build
+
+    heads = {name: b.headline or (b.metrics[0].name if b.metrics else "")
+             for name, b in registry.all_benchmarks().items()}
+    try:
+        h = build(store, last=TREND_RUNS if len(store.runs()) >= 2 else None,
+                  want=lambda bench, metric: heads.get(bench) == metric)
+    except NetbenchError:
+        return None
+    h.series = sorted(h.series, key=lambda s: -len(s.steps))[:12]
+    return h
+
+
+def render(store: Any, out: str | Path, run: str | None = None, label: str | None = None,
+           baseline: Any = None, candidate: Any = None, verdicts: Sequence[Any] = ()
+           ) -> dict[str, Any]:
+    """Write the dashboard; returns what it drew (for the CLI and tests).
+
+    Views, one shown at a time through the picker: the comparison (with --baseline and
+    --candidate), else the run asked for, else the label asked for, else the label of the
+    latest run that measured something; then each other label, newest first."""
     from plotly.offline import get_plotlyjs
+
+    from netbench.analysis.selection import resolve
 
     index = store.runs()
     if index.empty:
         raise NetbenchError(f"the store {store.directory} is empty: nothing to draw; run "
                             "`netbench run` first")
-    runs = index["run_id"]
-    columns = [name for name, _ in COLUMNS if name != "samples"]     # values only: small page
-    latest_id = runs.iloc[-1]
+    latest_rows = store.read([index["run_id"].iloc[-1]])
+    views: dict[str, dict[str, Any]] = {}
+    chosen = ""
+    if baseline is not None and candidate is not None:
+        chosen = "compare"
+        views[chosen] = _view(f"{candidate.what} vs {baseline.what}", candidate.rows,
+                              latest_rows, candidate.run_ids, baseline.rows, verdicts)
     if run:
-        if not (runs == run).any():
+        if not (index["run_id"] == run).any():
             raise NetbenchError(f"no run {run!r} in the store")
-        rows = store.read([run], columns)
-        latest = rows if run == latest_id else store.read([latest_id], columns)
-        chosen = run
-    else:
-        picks = latest_per_benchmark(index)
-        frame = store.read(sorted(set(picks.values()) | {latest_id}), columns)
-        rows = frame[[picks.get(b) == r for b, r in zip(frame["benchmark"], frame["run_id"])]]
-        latest = frame[frame["run_id"] == latest_id]
-        chosen = ", ".join(dict.fromkeys(index[index["run_id"].isin(picks.values())]["run_id"]))
-    charts = [("bandwidth", bandwidth_chart(rows)), ("latency", latency_chart(rows)),
-              ("cpu", cpu_chart(rows)), ("busbw", busbw_chart(rows)), ("h2d", h2d_chart(rows)),
-              ("comparison", comparison_chart(verdicts))]
-    missing = {"bandwidth": "no bandwidth rows in this run",
-               "latency": "no latency rows in this run",
-               "cpu": "no CPU cost rows in this run", "busbw": "no collective rows in this run",
-               "h2d": h2d_missing(rows),
-               "comparison": "no comparison asked for (netbench report --baseline A "
-                             "--candidate B)"}
-    blocks, figures = [], {}
-    for name, fig in charts:
-        if fig is None:
-            blocks.append(f'<div class="empty"><b>{name}</b>: {html.escape(missing[name])}</div>')
-        else:
-            figures[name] = fig
-            blocks.append(f'<div class="chart" id="chart-{name}"></div>')
-    title = "netbench dashboard" + (f" — {compared}" if compared else "")
+        sel = resolve(store, run)
+        views[f"run:{run}"] = _view(f"run {run}", sel.rows, latest_rows, sel.run_ids)
+        chosen = chosen or f"run:{run}"
+    labels = list(dict.fromkeys(index["label"].fillna("")[::-1]))       # newest first
+    if label is not None and label not in labels:
+        raise UsageError(f"--label {label!r} names no run; labels there: "
+                         f"{', '.join(x for x in labels if x) or 'none'}")
+    if not chosen:
+        if label is None:
+            measured = index[index["ok"] > 0]
+            label = (measured if not measured.empty else index)["label"].fillna("").iloc[-1]
+        chosen = f"label:{label}"
+    for name in ([label] if label is not None else []) + labels:
+        key = f"label:{name}"
+        if key in views or len(views) >= MAX_VIEWS + 2:
+            continue
+        runs = index[index["label"].fillna("") == name]
+        measured = runs[runs["ok"] > 0]
+        runs = measured if not measured.empty else runs
+        rows = _rows_of(store, runs)
+        views[key] = _view(f"label {name!r}" if name else "runs without a label", rows,
+                           latest_rows, list(dict.fromkeys(rows["run_id"])))
+    trend = trend_chart(_trend(store))
+    blocks = [f'<div class="empty" id="empty-{name}"></div><div class="chart" '
+              f'id="chart-{name}"></div>' for name in CHARTS]
+    picker = "".join(f'<option value="{html.escape(k)}"{" selected" if k == chosen else ""}>'
+                     f'{html.escape(v["title"])}</option>' for k, v in views.items())
     page = _PAGE.format(
-        title=html.escape(title), plotly=get_plotlyjs(), blocks="\n".join(blocks),
-        figures=json.dumps(figures, default=_json_default).replace("</", "<\\/"),
-        env=environment_panel(rows, latest),
-        note=html.escape(f"Each benchmark from its latest run ({len(rows)} rows from "
-                         f"{rows['run_id'].nunique()} of {len(runs)} stored runs); charts use "
-                         "each row's value, raw samples stay in the Parquet store."))
+        title=html.escape("netbench dashboard"), plotly=get_plotlyjs(), blocks="\n".join(blocks),
+        picker=picker,
+        data=json.dumps({"views": views, "chosen": chosen, "charts": CHARTS,
+                         "trend": trend, "trendMissing": _missing(latest_rows)["trend"]},
+                        default=_json_default).replace("</", "<\\/"))
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out, lambda tmp: tmp.write_text(page))
     except OSError as exc:
         raise NetbenchError(f"cannot write {out}: {exc.strerror}") from None
-    return {"run": chosen, "charts": sorted(figures), "path": str(out), "bytes": len(page)}
+    view = views[chosen]
+    drawn = sorted(view["figures"]) + (["trend"] if trend else [])
+    return {"run": ", ".join(view["runs"]), "view": view["title"], "views": list(views),
+            "charts": sorted(drawn), "path": str(out), "bytes": len(page)}
 
 
 def _json_default(value: Any) -> Any:
@@ -334,19 +631,64 @@ td, th {{ border: 1px solid #ddd; padding: 4px 8px; text-align: left; font-size:
 <script>{plotly}</script>
 </head><body data-status="loading">
 <h1>{title}</h1>
-<p class="note">{note}</p>
+<p><label>View: <select id="view">{picker}</select></label></p>
+<p class="note" id="note"></p>
 {blocks}
-{env}
+<div id="env"></div>
 <script>
-const figures = {figures};
-const done = Object.entries(figures).map(([name, fig]) =>
-  Plotly.newPlot("chart-" + name, fig.data, fig.layout, {{displaylogo: false}}));
-Promise.all(done).then(() => {{
-  document.body.dataset.charts = String(document.querySelectorAll(".chart .main-svg").length
-                                        ? Object.keys(figures).length : 0);
-  document.body.dataset.errors = String(window.nbErrors);
-  document.body.dataset.status = "rendered";
-}}).catch(err => {{ document.body.dataset.status = "error: " + err; }});
+const NB = {data};
+function facts() {{
+  const out = {{}};
+  for (const div of document.querySelectorAll(".chart")) {{
+    if (div.style.display === "none" || !div.data) continue;
+    const texts = sel => Array.from(div.querySelectorAll(sel)).map(t => t.textContent);
+    out[div.id.slice(6)] = {{
+      title: div._fullLayout.title.text, traces: div.data.map(t => t.name),
+      xticks: texts(".xtick text"), yticks: texts(".ytick text"),
+      bars: div.querySelectorAll(".bars .point").length,
+      errorbars: div.querySelectorAll(".errorbars .errorbar").length,
+      hover: div.data.map(t => t.hovertemplate || ""),
+      customdata: div.data.map(t => (t.customdata || []).length),
+      xrange: div._fullLayout.xaxis.range, shapes: (div._fullLayout.shapes || []).length,
+      texts: div.data.map(t => Array.isArray(t.text) ? t.text : [])}};
+  }}
+  return out;
+}}
+function show(key) {{
+  const view = NB.views[key];
+  document.body.dataset.status = "loading";
+  document.getElementById("note").textContent = "";
+  document.getElementById("note").innerHTML = view.note;
+  document.getElementById("env").innerHTML = view.env;
+  const done = NB.charts.map(name => {{
+    const div = document.getElementById("chart-" + name);
+    const empty = document.getElementById("empty-" + name);
+    const fig = name === "trend" ? NB.trend : view.figures[name];
+    if (!fig) {{
+      Plotly.purge(div); div.style.display = "none"; empty.style.display = "";
+      empty.innerHTML = "<b>" + name + "</b>: " +
+        (name === "trend" ? NB.trendMissing : view.missing[name]);
+      return Promise.resolve();
+    }}
+    empty.style.display = "none"; div.style.display = "";
+    return Plotly.react(div, fig.data, fig.layout, {{displaylogo: false}});
+  }});
+  return Promise.all(done).then(() => {{
+    const drawn = Array.from(document.querySelectorAll(".chart"))
+      .filter(d => d.style.display !== "none" && d.querySelector(".main-svg")).length;
+    document.body.dataset.view = key;
+    document.body.dataset.labels = view.labels.join(",");
+    document.body.dataset.charts = String(drawn);
+    document.body.dataset.facts = JSON.stringify(facts());
+    document.body.dataset.errors = String(window.nbErrors);
+    document.body.dataset.status = "rendered";
+  }}).catch(err => {{ document.body.dataset.status = "error: " + err; }});
+}}
+const picker = document.getElementById("view");
+const asked = decodeURIComponent((location.hash.match(/view=([^&]*)/) || [])[1] || "");
+if (asked && NB.views[asked]) picker.value = asked;
+picker.addEventListener("change", () => show(picker.value));
+show(picker.value);
 </script>
 </body></html>
 """
