@@ -66,11 +66,45 @@ def _rows():
 
 def test_summary_table_pivots_metrics_and_shows_failures():
     text = summary_table(_rows())
-    header = text.splitlines()[0]
-    assert "streams" in header and "goodput [Gbit/s]" in header
-    assert header.index("goodput [Gbit/s]") < header.index("goodput_rev [Gbit/s]")
-    assert "9.5 ±1.242" in text        # t(2) = 4.303 * 0.5 / sqrt(3)
+    title, header, units, *body = text.splitlines()
+    assert title == "tcp.stream"
+    assert header.split()[:2] == ["size", "streams"]          # the size column says so
+    assert header.index("goodput") < header.index("goodput_rev")
+    assert units.split() == ["Gbit/s", "Gbit/s"]                # the unit once per column
+    assert "9.50 ±1.24" in text        # t(2) = 4.303 * 0.5 / sqrt(3); the column's decimals
+    assert "12.25" in text and "3.00" in text
     assert "failed: peer vanished" in text
+    assert any(line.split()[-1] == "failed" for line in body)  # marked in its row
+    assert text.rstrip().endswith("(per interval, per window or per rank)")
+    # No ± shown, no footnote about one.
+    assert "±" not in summary_table([r for r in _rows() if r.get("samples") is None])
+
+
+def test_summary_table_fixed_decimals_and_the_reference_tools_columns():
+    def row(bench, metric, value, unit, params, case=0, **kw):
+        return {"benchmark": bench, "metric": metric, "value": value, "unit": unit,
+                "params": params, "case_index": case, "status": "ok", "reason": None,
+                "samples": None, "n_samples": kw.get("n"), "msg_size": kw.get("size", 64)}
+
+    coll = '{"dtype":"float32","reduce_op":"sum","msg_size":%d}'
+    rows = [row("tcp.rr", "tps", 20142.7, "transactions/s", "{}"),
+            row("coll.all_reduce", "busbw", 0.25, "GB/s", coll % 4096, size=4096),
+            row("coll.all_reduce", "busbw", 12.5, "GB/s", coll % 65536, case=1, size=65536),
+            row("rdma.write_lat", "lat_p50", 1.5, "us", '{"iterations":1000}', case=2,
+                n=1000, size=2),
+            {**row("rdma.write_bw", None, None, None, "{}", case=3), "status": "skipped",
+             "reason": "no RDMA device"}]
+    text = summary_table(rows)
+    assert "e+" not in text and "20,143" in text                   # never 2.014e+04
+    lines = text.splitlines()
+    coll_header = lines[lines.index(next(ln for ln in lines if ln.startswith("coll."))) + 1]
+    assert coll_header.split() == ["size", "count", "type", "redop", "busbw", "#wrong"]
+    assert "4K     1,024  float32    sum   0.25       0" in text, text
+    assert "64K   16,384  float32    sum  12.50       0" in text, text
+    lat = lines[lines.index("rdma.write_lat") + 1]
+    assert lat.split()[:2] == ["size", "#iterations"] and "1,000" in text
+    skipped = lines[lines.index("rdma.write_bw") + 2]
+    assert skipped.split()[-1] == "skipped"
 
 
 def test_reporter_plain_lines_in_ci_and_a_live_line_on_a_terminal():
@@ -82,7 +116,7 @@ def test_reporter_plain_lines_in_ci_and_a_live_line_on_a_terminal():
     rep.end_case(0, None, [_rows()[0]])
     out = plain.getvalue()
     assert "\r" not in out and "[1/1] tcp.stream msg_size=1K streams=1" in out
-    assert "ok  goodput 9.5 Gbit/s" in out
+    assert "ok  goodput 9.500 Gbit/s" in out
 
     tty = io.StringIO()
     rep = Reporter(tty, interactive=True)

@@ -20,14 +20,13 @@ from netbench.api import Case, format_size
 
 
 def format_value(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    """Four significant digits in plain decimals: never 2.014e+04, never 1.2e-05."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if value == 0:
         return "0"
-    magnitude = abs(value)
-    if magnitude >= 1e5:
-        return f"{value:.4g}" if magnitude >= 1e9 else f"{value:,.0f}"
-    return f"{value:.4g}"
+    places = min(max(3 - math.floor(math.log10(abs(value))), 0), 9)
+    return f"{value:,.{places}f}"
 
 
 class Reporter:
@@ -107,26 +106,69 @@ def _varying_params(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
             for bench, per in seen.items()}
 
 
-def _grid(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(header[i]), *(len(r[i]) for r in body)) for i in range(len(header))]
-    lines = ["  ".join(h.rjust(w) if i else h.ljust(w)
-                       for i, (h, w) in enumerate(zip(header, widths))).rstrip()]
-    for r in body:
-        lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
-                               for i, (c, w) in enumerate(zip(r, widths))).rstrip())
-    return lines
+def decimals(values: Iterable[float]) -> int:
+    """Decimals for a column: four significant digits of its largest value, then the same for
+    every cell (no 2.014e+04, no column mixing 3 and 0.0034)."""
+    finite = [abs(v) for v in values if v is not None and math.isfinite(v) and v != 0]
+    if not finite:
+        return 0
+    return min(max(3 - math.floor(math.log10(max(finite))), 0), 6)
+
+
+def fixed(value: float | None, places: int) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:,.{places}f}"
+
+
+def _grid(header: Sequence[str], body: Sequence[Sequence[str]],
+          units: Sequence[str] | None = None) -> list[str]:
+    heads = [header] + ([units] if units and any(units) else [])
+    widths = [max(*(len(h[i]) for h in heads), *(len(r[i]) for r in body))
+              for i in range(len(header))]
+    return ["  ".join(c.rjust(w) if i else c.ljust(w)
+                      for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in (*heads, *body)]
+
+
+_ITEMSIZE = {"uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "int32": 4,
+             "float64": 8, "int64": 8}
+
+
+def _lead_columns(bench: str, params: Mapping[str, Any], row: Mapping[str, Any]
+                  ) -> list[tuple[str, str]]:
+    """Columns the reference tools print before their figures: nccl-tests' count, type,
+    redop and root; perftest's #iterations."""
+    out: list[tuple[str, str]] = []
+    if bench.startswith("coll.") and "dtype" in params and row.get("msg_size") is not None:
+        size = _ITEMSIZE.get(str(params["dtype"]))
+        out.append(("count", f"{int(row['msg_size']) // size:,}" if size else "-"))
+        out.append(("type", str(params["dtype"])))
+        if "reduce_op" in params:
+            out.append(("redop", str(params["reduce_op"])))
+        if "root" in params:
+            out.append(("root", str(params["root"])))
+    if bench.startswith("rdma."):
+        n = row.get("n_samples")
+        n = None if n is None or (isinstance(n, float) and math.isnan(n)) else n
+        iterations = params.get("iterations") if not params.get("duration") else None
+        out.append(("#iterations", f"{int(n if n else iterations):,}" if (n or iterations)
+                    else "-"))
+    return out
 
 
 def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Per benchmark, one line per case and one column per metric (unit in the header).
-
-    Where a metric has raw samples, the headline column also gets its mean ± 95% CI.
-    """
+    """Per benchmark, one line per case and one column per metric: a size column, the params
+    that vary, the reference tool's own leading columns, then the metrics with their unit
+    once under the name, each column with fixed decimals. Skipped and failed cases say so
+    in the row. Collectives split into out-of-place and in-place groups with #wrong, as
+    nccl-tests prints them. ± (95% CI of the mean of the samples) only where shown."""
     varying = _varying_params(rows)
     cases: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for row in rows:
         cases.setdefault((row["benchmark"], row["case_index"]), []).append(row)
     out: list[str] = []
+    shown_pm = False
     for bench in dict.fromkeys(row["benchmark"] for row in rows):
         bench_cases = [v for (b, _), v in cases.items() if b == bench]
         order: list[str] = []          # declared order, merged across cases
@@ -141,35 +183,76 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
                     units[name] = row["unit"]
                     order.insert(order.index(previous) + 1 if previous else 0, name)
                 previous = name
-        metrics = {name: units[name] for name in order}
-        keys = varying[bench]
-        header = [bench, *keys, *(f"{m} [{u}]" for m, u in metrics.items())]
-        body, notes = [], []
+        placements = bench.startswith("coll.") and any(
+            "in_place" in json.loads(c[0]["params"] or "{}") for c in bench_cases)
+        keys = [k for k in varying[bench] if not (placements and k == "in_place")]
+        lines: dict[tuple[Any, ...], dict[str, Any]] = {}
+        notes: list[str] = []
         for case_rows in bench_cases:
             first = case_rows[0]
             params = json.loads(first["params"] or "{}")
-            size = format_size(int(first["msg_size"])) if first["msg_size"] is not None else ""
-            cells = [size or "-", *(str(params.get(k, "")) for k in keys)]
+            size = format_size(int(first["msg_size"])) if first["msg_size"] is not None else "-"
+            lead = _lead_columns(bench, params, first)
+            if first["status"] != "ok":             # nothing ran: no iterations to count
+                lead = [(n, "-" if n == "#iterations" else v) for n, v in lead]
+            ident = (size, *(str(params.get(k, "")) for k in keys), *(v for _, v in lead))
+            line = lines.setdefault(ident, {"lead": lead, "cells": {}, "status": None})
+            group = ("in-place" if params.get("in_place") else "out-of-place") \
+                if placements else ""
             if first["status"] != "ok":
-                body.append([*cells, *([first["status"]] + ["-"] * (len(metrics) - 1)
-                                       if metrics else [])])
+                line["status"] = line["status"] or first["status"]
                 note = f"  {first['status']}: {first['reason']}"
                 if first["status"] == "failed" and note not in notes:
                     notes.append(note)          # skips are listed once, after the tables
                 continue
-            by_metric = {r["metric"]: r for r in case_rows}
-            for metric in metrics:
-                row = by_metric.get(metric)
-                cell = format_value(row["value"]) if row else "-"
+            for row in case_rows:
+                line["cells"][(group, row["metric"])] = row
+        groups = (["out-of-place", "in-place"] if placements else [""])
+        groups = [g for g in groups if any(g == c[0] for ln in lines.values()
+                                          for c in ln["cells"])] or groups[:1]
+        columns = [(g, m) for g in groups for m in order]
+        places = {col: decimals(ln["cells"][col]["value"] for ln in lines.values()
+                                if col in ln["cells"]) for col in columns}
+        lead_names = [n for n, _ in next(iter(lines.values()))["lead"]] if lines else []
+        nccl = bench.startswith("coll.") and any(
+            "dtype" in json.loads(c[0]["params"] or "{}") for c in bench_cases)
+        wrong = nccl and bool(order)
+        header = ["size", *keys, *lead_names]
+        unit_row = [""] * len(header)
+        if not order:                           # nothing measured: a column for why
+            header.append("status")
+            unit_row.append("")
+        for g, m in columns:
+            header.append(f"{g + ' ' if g and m == order[0] else ''}{m}")
+            unit_row.append(units[m])
+            if wrong and m == order[-1]:
+                header.append("#wrong")
+                unit_row.append("")
+        body = []
+        for ident, line in lines.items():
+            cells = list(ident)
+            if not line["cells"]:
+                status = line["status"] or "skipped"
+                body.append([*cells, status, *([""] * (len(header) - len(cells) - 1))])
+                continue
+            for g, m in columns:
+                row = line["cells"].get((g, m))
+                cell = fixed(row["value"], places[(g, m)]) if row else "-"
                 samples = row.get("samples") if row else None
-                if samples is not None and len(samples) >= 2 and metric != "lat_p50":
-                    cell += f" ±{format_value(stats.ci95_halfwidth(samples))}"
+                if samples is not None and len(samples) >= 2 and m != "lat_p50":
+                    half = stats.ci95_halfwidth([float(x) for x in samples])
+                    cell += f" ±{fixed(half, places[(g, m)])}"
+                    shown_pm = True
                 cells.append(cell)
+                if wrong and m == order[-1]:
+                    cells.append("0" if row else "-")   # an ok row's result was checked
             body.append(cells)
-        out.extend(_grid(header, body))
+        out.append(bench + ("  (nccl-tests columns; #wrong: result elements checked "
+                            "wrong, a row with any fails)" if nccl else ""))
+        out.extend(_grid(header, body, unit_row))
         out.extend(notes)
         out.append("")
-    if any(r.get("samples") is not None for r in rows if r["status"] == "ok"):
+    if shown_pm:
         out.append("± is the 95% confidence interval of the mean of the stored samples "
                    "(per interval, per window or per rank)")
     return "\n".join(out).rstrip()
