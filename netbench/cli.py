@@ -254,8 +254,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel}))
     else:
         print(f"baseline:  {base_sel.describe()}\ncandidate: {cand_sel.describe()}")
-        header = ("benchmark", "case", "metric", "baseline", "candidate", "change", "p",
-                  "verdict")
+        header = ("benchmark", "case", "metric", "baseline", "candidate", "change",
+                  "p (adjusted)", "verdict")
         body = []
         for v in verdicts:
             params = json.loads(v.params)
@@ -264,7 +264,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                      "world_size", "bidirectional", "model_params"))
             body.append((v.benchmark, case, f"{v.metric} [{v.unit}]",
                          format_value(v.baseline), format_value(v.candidate),
-                         f"{v.change:+.1%}", "-" if v.p_value is None else f"{v.p_value:.3f}",
+                         f"{v.change:+.1%}",
+                         "-" if v.p_adjusted is None else f"{v.p_adjusted:.3f}",
                          v.verdict.upper() if v.verdict == "regressed" else
                          f"{v.verdict} (~{v.repeats_needed} repeats would decide)"
                          if v.repeats_needed else v.verdict))
@@ -561,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", help="results directory (default results/)")
     p.add_argument("--run", help="the run id to judge (default: the latest that measured the "
                    "spec's benchmarks)")
-    p.add_argument("--label", help="judge the latest run with this label")
+    p.add_argument("--label", help="judge the runs with this label (each row must pass)")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML for CI systems")
     p.set_defaults(func=cmd_accept)
 

@@ -134,3 +134,35 @@ def test_repeat_interleaves_cases_and_compare_uses_the_repeats(tmp_path):
     rows = [r for r in json.loads(proc.stdout) if r["metric"] == "bw"]
     assert [r["msg_size"] for r in rows] == [1 << 20, 2 << 20] * 3      # A B A B A B
     assert_clean_error(netbench("run", "mem.copy", "--repeat", "0"), "--repeat 0")
+
+
+def test_many_metrics_at_once_are_adjusted_benjamini_hochberg():
+    from netbench.analysis.compare import adjust
+
+    # By hand: sorted 0.01, 0.03, 0.04, 0.5 (m = 4) -> 0.04, min(0.06, 0.0533), 0.0533, 0.5.
+    assert adjust([0.01, 0.04, None, 0.03, 0.5]) == pytest.approx(
+        [0.04, 0.04 * 4 / 3, None, 0.04 * 4 / 3, 0.5])
+    assert adjust([]) == [] and adjust([None]) == [None]
+
+
+def test_a_a_of_a_real_suite_with_repeats_calls_nothing_regressed(tmp_path):
+    """Known answer (a), on this machine: the same suite, run twice with --repeat 3 on
+    unchanged code, compares with 0 regressed (and 0 improved)."""
+    suite = tmp_path / "aa.toml"
+    suite.write_text('[suite]\nname = "aa"\nrepeat = 3\n'
+                     '[[case]]\nbenchmark = "tcp.stream"\nmsg_size = ["16K", "128K"]\n'
+                     'duration = 0.3\nwarmup = 0.1\n'
+                     '[[case]]\nbenchmark = "tcp.rr"\nmsg_size = [64, 4096]\n'
+                     'iterations = 2000\n'
+                     '[[case]]\nbenchmark = "mem.copy"\nmsg_size = "16M"\niterations = 5\n')
+    res = str(tmp_path / "res")
+    for label in ("a", "b"):
+        run = netbench("run", str(suite), "--results", res, "--label", label, timeout=300)
+        assert run.returncode == 0, run.stderr
+    proc = netbench("compare", "a", "b", "--results", res, "--json")
+    verdicts = json.loads(proc.stdout)["verdicts"]
+    called = [(v["benchmark"], v["metric"], v["change"], v["p_value"]) for v in verdicts
+              if v["verdict"] in ("regressed", "improved")]
+    assert called == [] and proc.returncode == 0, called
+    assert len(verdicts) > 25 and {v["evidence"] for v in verdicts} >= {"samples", "bootstrap",
+                                                                      "repeats"}

@@ -43,6 +43,7 @@ class Verdict:
     verdict: str               # regressed | improved | unchanged | noisy | inconclusive
     evidence: str = "none"     # samples, bootstrap (of the samples summarised), repeats, none
     repeats_needed: int | None = None   # noisy/inconclusive: about how many would decide it
+    p_adjusted: float | None = None     # Benjamini-Hochberg over the comparison: decides
 
 
 # --- statistics ----------------------------------------------------------------------------------
@@ -204,27 +205,43 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     return out
 
 
-def judge(x: Mapping[str, Any], y: Mapping[str, Any], threshold: float,
-          alpha: float) -> tuple[float, float | None, str, str, int | None]:
-    """One metric of one case, baseline ``x`` vs candidate ``y`` (entries of ``pool``):
-    (change, p, verdict, evidence, repeats needed). History judges its steps with it too."""
+def measure(x: Mapping[str, Any], y: Mapping[str, Any]) -> tuple[float, str, float | None]:
+    """A metric of one case, baseline ``x`` vs candidate ``y`` (entries of ``pool``): the
+    relative change, the evidence and its p-value (None without evidence)."""
     change = (y["value"] - x["value"]) / abs(x["value"]) if x["value"] else (
         0.0 if y["value"] == x["value"] else math.inf)
     evidence, p = _test(x, y)
-    needed = None
+    return change, evidence, p
+
+
+def decide(x: Mapping[str, Any], y: Mapping[str, Any], change: float, evidence: str,
+           p: float | None, threshold: float, alpha: float) -> tuple[str, int | None]:
+    """The verdict, from a change, its evidence and its (adjusted) p-value; and about how many
+    repeats would decide a noisy or inconclusive one."""
     if abs(change) <= threshold:
-        verdict = "unchanged"
-    elif evidence == "none":
+        return "unchanged", None
+    if evidence == "none":
         # One value a side: no spread to judge the change against. Not a regression
         # until repeats show it is more than noise (pyperf: "not significant").
-        verdict, needed = "inconclusive", MIN_REPEATS
-    elif p is not None and p < alpha:
+        return "inconclusive", MIN_REPEATS
+    if p is not None and p < alpha:
         worse = change < 0 if x["better"] == "higher" else change > 0
-        verdict = "regressed" if worse else "improved"
-    else:
-        verdict = "noisy"
-        needed = _repeats_needed(x, y, evidence, alpha)
-    return change, p, verdict, evidence, needed
+        return ("regressed" if worse else "improved"), None
+    return "noisy", _repeats_needed(x, y, evidence, alpha)
+
+
+def adjust(p_values: Sequence[float | None]) -> list[float | None]:
+    """Benjamini-Hochberg: p-values adjusted for testing many metrics at once. A comparison
+    tests hundreds; at 0.05 each, unchanged code would "regress" somewhere nearly every time.
+    Adjusted, the chance of any false verdict when nothing changed is at most alpha."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    out: list[float | None] = [None] * len(p_values)
+    m, running = len(tested), 1.0
+    for rank in range(m, 0, -1):
+        p, i = tested[rank - 1]
+        running = min(running, p * m / rank)
+        out[i] = running
+    return out
 
 
 def check_units(key: tuple[str, str, str], *sides: Mapping[str, Any]) -> None:
@@ -244,16 +261,19 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float],
     if not common:
         raise NetbenchError("the two sides have no case in common (same benchmark, params and "
                             "metric); nothing to compare", ) from None
-    verdicts = []
     for key in common:
+        check_units(key, a[key], b[key])
+    measured = [measure(a[k], b[k]) for k in common]
+    adjusted = adjust([p for _, _, p in measured])
+    verdicts = []
+    for key, (change, evidence, p), q in zip(common, measured, adjusted):
         x, y = a[key], b[key]
         bench, params, metric = key
-        check_units(key, x, y)
         threshold = threshold_for(thresholds, bench, metric)
-        change, p, verdict, evidence, needed = judge(x, y, threshold, alpha)
+        verdict, needed = decide(x, y, change, evidence, q, threshold, alpha)
         verdicts.append(Verdict(bench, params, x["msg_size"], metric, x["unit"], x["better"],
                                 x["value"], y["value"], change, threshold, p, verdict,
-                                evidence, needed))
+                                evidence, needed, q))
     return verdicts
 
 

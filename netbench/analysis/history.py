@@ -1,7 +1,8 @@
 """History: chosen metrics of chosen cases across stored runs, each step judged.
 
 A step is one run against the runs just before it (a window, pooled as repeats), judged by
-compare's own test (``compare.judge``), so "regressed" means here what it means there. What
+compare's own test (``compare.measure``, ``compare.decide``; a run's steps adjusted together
+as one comparison's are), so "regressed" means here what it means there. What
 changed in the environment between a run and the one before it (driver, firmware, kernel,
 NCCL, torch) is recorded on that run, so a regression points at its run and at what changed.
 """
@@ -13,7 +14,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from netbench.analysis.compare import check_units, env_changes, judge, pool, threshold_for
+from netbench.analysis.compare import (
+    adjust,
+    check_units,
+    decide,
+    env_changes,
+    measure,
+    pool,
+    threshold_for,
+)
 from netbench.errors import NetbenchError, UsageError
 
 DEFAULT_WINDOW = 5
@@ -30,6 +39,7 @@ class Step:
     p_value: float | None = None
     evidence: str = ""
     against: int = 0            # how many earlier runs this step was judged against
+    p_adjusted: float | None = None   # over this run's steps of every series (BH)
 
 
 @dataclass
@@ -124,6 +134,7 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
         previous = run_id
     keys = list(dict.fromkeys(k for r in order for k in pooled[r]))
     series, single = [], []
+    pending: list[tuple[Step, dict[str, Any], dict[str, Any], tuple[str, str, str]]] = []
     for key in keys:
         present = [r for r in order if key in pooled[r]]
         if len(present) < 2:
@@ -132,18 +143,25 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
         check_units(key, *(pooled[r][key] for r in present))
         first = pooled[present[0]][key]
         s = Series(key[0], key[1], key[2], first["unit"], first["better"], first["msg_size"])
-        threshold = threshold_for(thresholds or {}, key[0], key[2])
         for i, run_id in enumerate(present):
             info = next(r for r in runs if r["run_id"] == run_id)
             step = Step(run_id, info["started_at"], info["label"], pooled[run_id][key]["value"])
             if i:
                 before = present[max(0, i - window):i]
                 base = _merge([pooled[r][key] for r in before])
-                step.change, step.p_value, step.verdict, step.evidence, _ = judge(
-                    base, pooled[run_id][key], threshold, alpha)
+                step.change, step.evidence, step.p_value = measure(base, pooled[run_id][key])
                 step.against = len(before)
+                pending.append((step, base, pooled[run_id][key], key))
             s.steps.append(step)
         series.append(s)
+    # Each run's steps are one family of tests (as a comparison is): adjusted together.
+    for run_id in order:
+        family = [t for t in pending if t[0].run_id == run_id]
+        for (step, base, cand, key), q in zip(family, adjust([t[0].p_value for t in family])):
+            threshold = threshold_for(thresholds or {}, key[0], key[2])
+            step.p_adjusted = q
+            step.verdict, _ = decide(base, cand, step.change or 0.0, step.evidence, q,
+                                     threshold, alpha)
     if not series:
         what = "; ".join(f"{b} {m} (run {r})" for b, m, r in single[:5])
         raise NetbenchError("a trend needs a case measured in at least two runs; every chosen "
