@@ -164,5 +164,6 @@ def test_a_a_of_a_real_suite_with_repeats_calls_nothing_regressed(tmp_path):
     called = [(v["benchmark"], v["metric"], v["change"], v["p_value"]) for v in verdicts
               if v["verdict"] in ("regressed", "improved")]
     assert called == [] and proc.returncode == 0, called
-    assert len(verdicts) > 25 and {v["evidence"] for v in verdicts} >= {"samples", "bootstrap",
-                                                                      "repeats"}
+    # Repeats on both sides: each repeat is one value (pooling their samples called an
+    # invocation-to-invocation drift of tcp.rr lat_p50, -7%, significant at p ~ 0).
+    assert len(verdicts) > 25 and {v["evidence"] for v in verdicts} == {"repeats"}

@@ -45,3 +45,12 @@ def test_ci95_uses_student_t_for_small_samples():
     assert stats.ci95_halfwidth(many) == pytest.approx(
         1.96 * statistics.stdev(many) / math.sqrt(1000))
     assert math.isnan(stats.ci95_halfwidth([1.0]))
+
+
+def test_student_t_tail_matches_scipy():
+    from scipy import stats as scipy_stats
+
+    from netbench.stats import t_sf2
+
+    for t, df in ((0.5, 2), (2.0, 4), (3.0, 2), (10.0, 3), (1.96, 1e5), (0.01, 30), (4.2, 1.5)):
+        assert t_sf2(t, df) == pytest.approx(2 * scipy_stats.t.sf(t, df), rel=1e-9, abs=1e-15)

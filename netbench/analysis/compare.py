@@ -20,7 +20,7 @@ from typing import Any
 
 from netbench.api import finite, json_safe
 from netbench.errors import NetbenchError, UsageError
-from netbench.stats import block_bootstrap, bootstrap_p, median_sorted
+from netbench.stats import block_bootstrap, bootstrap_df, bootstrap_p, median_sorted
 from netbench.textfile import load_toml
 
 DEFAULT_THRESHOLD = 0.05
@@ -52,24 +52,19 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float], scale: float = 1.0) -
     """Two-sided p-value of the Mann-Whitney U test (normal approximation, tie-corrected).
     ``scale`` < 1 shrinks the statistic for samples that are not independent (see
     ``effective_fraction``)."""
-    n1, n2 = len(a), len(b)
-    combined = sorted([(x, 0) for x in a] + [(x, 1) for x in b])
-    ranks = [0.0] * len(combined)
-    ties = 0.0
-    i = 0
-    while i < len(combined):
-        j = i
-        while j + 1 < len(combined) and combined[j + 1][0] == combined[i][0]:
-            j += 1
-        rank = (i + j) / 2 + 1
-        for k in range(i, j + 1):
-            ranks[k] = rank
-        t = j - i + 1
-        ties += t ** 3 - t
-        i = j + 1
-    r1 = sum(r for r, (_, side) in zip(ranks, combined) if side == 0)
+    import numpy as np
+
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    n1, n2 = len(x), len(y)
+    _, inverse, counts = np.unique(np.concatenate([x, y]), return_inverse=True,
+                                   return_counts=True)
+    mid_ranks = np.cumsum(counts) - (counts - 1) / 2.0        # ties share their mean rank
+    r1 = float(mid_ranks[inverse[:n1]].sum())
+    ties = float((counts.astype(float) ** 3 - counts).sum())
     u = r1 - n1 * (n1 + 1) / 2
     n = n1 + n2
+    if n < 2:
+        return 1.0
     sigma2 = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
     if sigma2 <= 0:
         return 1.0
@@ -82,14 +77,17 @@ def effective_fraction(samples: Sequence[float]) -> float:
     drift together (a loopback stream's intervals are strongly autocorrelated), so n of them
     carry the evidence of about n (1 - r) / (1 + r), r the lag-1 autocorrelation. Without
     this, two runs of the same code differ "significantly" by their run-to-run drift."""
-    n = len(samples)
+    import numpy as np
+
+    x = np.asarray(samples, dtype=float)
+    n = len(x)
     if n < 4:
         return 1.0
-    mean = sum(samples) / n
-    var = sum((x - mean) ** 2 for x in samples)
+    d = x - x.mean()
+    var = float(d @ d)
     if var <= 0:
         return 1.0
-    r = sum((samples[i] - mean) * (samples[i + 1] - mean) for i in range(n - 1)) / var
+    r = float(d[:-1] @ d[1:]) / var
     if r <= 0:
         return 1.0
     return max((1 - r) / (1 + r), 1.0 / n)
@@ -170,38 +168,47 @@ def _derived_metrics() -> dict[tuple[str, str], tuple[str, str]]:
 
 def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Per (benchmark, params, metric): the median value over runs and repeats, the values,
-    and the raw samples grouped by repeat (run, case); a summary metric (lat_p99) gets the
-    grouped samples it summarises."""
+    and the raw samples grouped by repeat (run, case) as arrays; a summary metric (lat_p99)
+    gets the grouped samples it summarises. One pass over plain columns: a store of
+    thousands of rows a run pools in milliseconds, not per-group pandas lookups."""
+    import numpy as np
+
     ok = rows[rows["status"] == "ok"]
     derived = _derived_metrics()
+    columns = [ok[c].tolist() for c in ("benchmark", "params", "metric", "run_id",
+                                        "case_index", "value", "samples", "unit", "better",
+                                        "msg_size")]
     by_case: dict[tuple[Any, Any, str], Any] = {}
-    for run_id, case, metric, samples in zip(ok["run_id"], ok["case_index"], ok["metric"],
-                                             ok["samples"]):
+    entries: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for bench, params, metric, run_id, case, value, samples, unit, better, size in zip(
+            *columns):
         if samples is not None and len(samples):
-            by_case[(run_id, case, metric)] = samples
+            by_case[(run_id, case, metric)] = np.asarray(samples, dtype=float)
+        entry = entries.get((bench, params, metric))
+        if entry is None:
+            entry = entries[(bench, params, metric)] = {
+                "cases": [], "values": [], "units": set(), "unit": unit, "better": better,
+                "msg_size": None if _is_missing(size) else int(size)}
+        entry["cases"].append((run_id, case))
+        entry["units"].add(str(unit))
+        if not _is_missing(value):
+            entry["values"].append(float(value))
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for key, group in ok.groupby(KEY, sort=False):
-        values = sorted(float(v) for v in group["value"] if not _is_missing(v))
+    for key, entry in entries.items():
+        values = sorted(entry.pop("values"))
         if not values:
             continue
         bench, _, metric = key
         source = derived.get((bench, metric))
-        own: list[list[float]] = []
-        summarised: list[list[float]] = []
-        for run_id, case in zip(group["run_id"], group["case_index"]):
-            samples = by_case.get((run_id, case, metric))
-            if samples is not None:
-                own.append([float(x) for x in samples])
-            if source and (run_id, case, source[0]) in by_case:
-                summarised.append([float(x) for x in by_case[(run_id, case, source[0])]])
-        first = group.iloc[0]
-        out[key] = {"value": median_sorted(values), "values": values, "runs": len(values),
-                    "groups": own, "samples": [x for g in own for x in g],
+        cases = entry.pop("cases")
+        own = [by_case[(r, c, metric)] for r, c in cases if (r, c, metric) in by_case]
+        summarised = [by_case[(r, c, source[0])] for r, c in cases
+                      if source and (r, c, source[0]) in by_case]
+        out[key] = {**entry, "value": median_sorted(values), "values": values,
+                    "runs": len(values), "groups": own,
+                    "samples": np.concatenate(own) if own else np.empty(0),
                     "summarised": summarised, "statistic": source[1] if source else "",
-                    "units": sorted({str(u) for u in group["unit"]}),
-                    "unit": first["unit"], "better": first["better"],
-                    "msg_size": None if _is_missing(first["msg_size"])
-                    else int(first["msg_size"])}
+                    "units": sorted(entry["units"])}
     return out
 
 
@@ -283,43 +290,75 @@ MIN_REPEATS = 4     # per side, the fewest values a Mann-Whitney test can separa
 def _test(x: Mapping[str, Any], y: Mapping[str, Any]) -> tuple[str, float | None]:
     """What the change is tested on, and its p-value:
 
-    - ``samples``: both sides kept >= 3 raw samples of this metric: Mann-Whitney, the samples
-      counted by their effective number (repeats' spread, lag-1 autocorrelation);
-    - ``bootstrap``: a summary of another metric's samples (p99, max): the two-stage block
-      bootstrap of that statistic on each side;
-    - ``repeats``: the values of >= 3 repeats (runs of a label, repeats in a run) a side;
+    - ``repeats``: both sides have >= 2 repeats (runs of a label, repeats in a run): their
+      values, Mann-Whitney (3 a side can never reach 0.05: noisy, with how many would do);
+    - ``samples``: else both kept >= 3 raw samples of this metric: Mann-Whitney, the samples
+      counted by their effective number (a side's repeats' spread, lag-1 autocorrelation);
+    - ``bootstrap``: else, for a summary of another metric's samples (p99, max), the
+      two-stage block bootstrap of that statistic on each side;
     - ``none``: nothing to judge the spread by."""
+    if len(x["values"]) >= 2 and len(y["values"]) >= 2:
+        # Repeats on both sides: the repeat is the unit. Samples of one process sit closer
+        # together than those of two invocations do, so pooling them would call drift
+        # between invocations significant (an A/A here did, at p ~ 0).
+        return "repeats", mann_whitney_p(x["values"], y["values"])
     if len(x["samples"]) >= 3 and len(y["samples"]) >= 3:
         scale = math.sqrt(min(_effective(x["groups"]), _effective(y["groups"])))
-        return "samples", mann_whitney_p(x["samples"], y["samples"], scale)
+        return "samples", mann_whitney_p(_thinned(x["samples"]), _thinned(y["samples"]),
+                                         scale)
     if x["statistic"] and x["summarised"] and y["summarised"] and min(
             len(g) for g in x["summarised"] + y["summarised"]) >= 16:
         a = block_bootstrap(x["summarised"], x["statistic"], seed=1)
         b = block_bootstrap(y["summarised"], y["statistic"], seed=2)
-        return "bootstrap", bootstrap_p(a, b)
-    if len(x["values"]) >= 3 and len(y["values"]) >= 3:
-        return "repeats", mann_whitney_p(x["values"], y["values"])
+        return "bootstrap", bootstrap_p(_corrected(a, x["summarised"]),
+                                        _corrected(b, y["summarised"]),
+                                        bootstrap_df(x["summarised"]),
+                                        bootstrap_df(y["summarised"]))
     return "none", None
 
 
-def _effective(groups: Sequence[Sequence[float]]) -> float:
+def _corrected(draws: Sequence[float], groups: Sequence[Any]) -> Any:
+    """Resampling R repeats spreads the statistic by (R - 1) / R of its variance: widen the
+    draws about their mean by the square root of R / (R - 1) to undo it."""
+    import numpy as np
+
+    values = np.asarray(draws, dtype=float)
+    r = len([g for g in groups if len(g)])
+    if r < 2:
+        return values
+    return values.mean() + (values - values.mean()) * math.sqrt(r / (r - 1))
+
+
+MOST_SAMPLES = 40_000    # a side's samples beyond this are thinned evenly before testing
+
+
+def _thinned(samples: Any) -> Any:
+    """Every n-th sample, so at most MOST_SAMPLES: p only grows (fewer samples), and the
+    test's cost stays bounded for stores of 100k-sample latency runs."""
+    step = -(-len(samples) // MOST_SAMPLES)
+    return samples[::step] if step > 1 else samples
+
+
+def _effective(groups: Sequence[Any]) -> float:
     """The share of a side's pooled samples that counts as independent: within one run, from
     their autocorrelation; across repeats, also from how far the repeats' means spread beyond
     what their samples' own spread explains (the design effect 1 + (m - 1) ICC)."""
-    within = min((effective_fraction(g) for g in groups), default=1.0)
-    sizes = [len(g) for g in groups if len(g)]
-    if len(sizes) < 2:
+    import numpy as np
+
+    arrays = [_thinned(np.asarray(g, dtype=float)) for g in groups if len(g)]
+    within = min((effective_fraction(g) for g in arrays), default=1.0)
+    if len(arrays) < 2:
         return within
-    total = sum(sizes)
-    means = [sum(g) / len(g) for g in groups if len(g)]
-    grand = sum(sum(g) for g in groups) / total
-    between = sum(n * (m - grand) ** 2 for n, m in zip(sizes, means)) / (len(sizes) - 1)
-    inside = sum((v - m) ** 2 for g, m in zip((g for g in groups if len(g)), means)
-                 for v in g) / max(total - len(sizes), 1)
-    m0 = (total - sum(n * n for n in sizes) / total) / (len(sizes) - 1)
-    icc = (between - inside) / (between + (m0 - 1) * inside) if between + (
-        m0 - 1) * inside > 0 else 0.0
-    icc = min(max(icc, 0.0), 1.0)
+    sizes = np.array([len(g) for g in arrays], dtype=float)
+    means = np.array([g.mean() for g in arrays])
+    total = sizes.sum()
+    grand = float((sizes * means).sum() / total)
+    between = float((sizes * (means - grand) ** 2).sum()) / (len(arrays) - 1)
+    inside = sum(float(((g - m) ** 2).sum()) for g, m in zip(arrays, means)) / max(
+        total - len(arrays), 1)
+    m0 = float((total - (sizes ** 2).sum() / total) / (len(arrays) - 1))
+    denominator = between + (m0 - 1) * inside
+    icc = min(max((between - inside) / denominator, 0.0), 1.0) if denominator > 0 else 0.0
     return max(min(within, 1.0 / (1 + (m0 - 1) * icc)), 1.0 / total)
 
 
@@ -327,9 +366,10 @@ def _repeats_needed(x: Mapping[str, Any], y: Mapping[str, Any], evidence: str,
                     alpha: float) -> int:
     """About how many repeats per side would tell this change from the noise (a two-sample
     power estimate at 80%: n = 2 ((z_a/2 + z_0.8) sd / delta)^2, in samples, then in runs)."""
+    import numpy as np
+
     def sd(v: Sequence[float]) -> float:
-        m = sum(v) / len(v)
-        return math.sqrt(sum((t - m) ** 2 for t in v) / max(len(v) - 1, 1))
+        return float(np.std(np.asarray(v, dtype=float), ddof=1)) if len(v) > 1 else 0.0
 
     if evidence == "bootstrap":
         # The resampled statistic's spread is that of one run's worth: runs needed follow it.
@@ -342,7 +382,7 @@ def _repeats_needed(x: Mapping[str, Any], y: Mapping[str, Any], evidence: str,
         return max(math.ceil(2 * (z * spread / delta) ** 2), 2) if delta > 0 else 0
     a, b = (x["samples"], y["samples"]) if evidence == "samples" else (x["values"],
                                                                          y["values"])
-    delta = abs(sum(b) / len(b) - sum(a) / len(a))
+    delta = abs(float(np.mean(b)) - float(np.mean(a)))
     spread = math.sqrt((sd(a) ** 2 + sd(b) ** 2) / 2)
     if delta <= 0:
         return 0

@@ -171,13 +171,15 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
 
 def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Several runs' pooled entries of one case as one side (their values are repeats)."""
+    import numpy as np
+
     from netbench.stats import median_sorted
 
     values = sorted(v for e in entries for v in e["values"])
     groups = [g for e in entries for g in e["groups"]]
     first = entries[0]
     return {**first, "value": median_sorted(values), "values": values, "runs": len(values),
-            "groups": groups, "samples": [x for g in groups for x in g],
+            "groups": groups, "samples": np.concatenate(groups) if groups else np.empty(0),
             "summarised": [g for e in entries for g in e["summarised"]],
             "units": sorted({u for e in entries for u in e["units"]})}
 

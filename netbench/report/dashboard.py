@@ -14,6 +14,7 @@ import html
 import json
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -112,21 +113,31 @@ def _error(metric: str, values: Sequence[float], samples: Sequence[Any]) -> tupl
     return (width, width) if width == width else (0.0, 0.0)
 
 
-def _line(g: Any, name: str, dash: str = "solid", scale: float = 1.0) -> dict[str, Any]:
+def _line(g: Any, name: str, dash: str = "solid") -> dict[str, Any]:
     """One trace over msg_size from rows of one metric: repeats of a case drawn as one point
     (their median) with their spread as the error bar; hover names case, run and n."""
+    cases: dict[tuple[Any, str], dict[str, Any]] = {}
+    has_samples = "samples" in g
+    for size, params, value, metric, unit, run_id, n, samples in zip(
+            g["msg_size"].tolist(), g["params"].tolist(), g["value"].tolist(),
+            g["metric"].tolist(), g["unit"].tolist(), g["run_id"].tolist(),
+            g["n_samples"].tolist() if "n_samples" in g else [0] * len(g),
+            g["samples"].tolist() if has_samples else [None] * len(g)):
+        case = cases.setdefault((size, params), {"values": [], "samples": [], "runs": {},
+                                                 "metric": metric, "unit": unit, "n": 0})
+        case["values"].append(float(value))
+        case["runs"][run_id] = True
+        case["n"] = max(case["n"], int(n) if n == n and n is not None else 0)
+        if samples is not None:
+            case["samples"].append(samples)
     points = []
-    for (size, params), case in g.groupby(["msg_size", "params"], sort=True, dropna=False):
-        values = [float(v) * scale for v in case["value"]]
-        samples = list(case["samples"]) if "samples" in case else []
-        above, below = _error(str(case["metric"].iloc[0]), values,
-                              [[x * scale for x in s] for s in samples if s is not None])
-        n = int(case["n_samples"].fillna(0).max()) if "n_samples" in case else 0
+    for (size, params), case in cases.items():
+        values = case["values"]
+        above, below = _error(str(case["metric"]), values, case["samples"])
         points.append((size, median_sorted(sorted(values)), above, below, [
-            str(case["metric"].iloc[0]), str(case["unit"].iloc[0]) if scale == 1 else "",
-            _case_text(params), ", ".join(dict.fromkeys(case["run_id"])),
-            f"{len(values)} repeats" if len(values) > 1 else str(n or "-")]))
-    points.sort(key=lambda p: p[0])
+            str(case["metric"]), str(case["unit"]), _case_text(params), ", ".join(case["runs"]),
+            f"{len(values)} repeats" if len(values) > 1 else str(case["n"] or "-")]))
+    points.sort(key=lambda p: (p[0] is None or p[0] != p[0], p[0]))
     return {"type": "scatter", "mode": "lines+markers", "name": name, "line": {"dash": dash},
             "x": [p[0] for p in points], "y": [p[1] for p in points],
             "error_y": {"type": "data", "symmetric": False, "array": [p[2] for p in points],
@@ -179,11 +190,18 @@ def cpu_chart(rows: Any) -> dict[str, Any] | None:
     metric, RDMA's from its CPU share and bandwidth. A log axis of dots, not bars: a bar's
     length on a log axis means nothing."""
     ok = _ok(rows)
+    ok = ok[ok["metric"].isin(["cpu_per_gbit", "cpu_client", "bw_avg"])]
     points: dict[str, list[tuple[str, float]]] = {}
     varying = _varying(ok)
-    for (bench, _run, _case), g in ok.groupby(["benchmark", "run_id", "case_index"]):
-        by = dict(zip(g["metric"], g["value"]))
-        params = json.loads(g["params"].iloc[0] or "{}")
+    cases: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for bench, run_id, case, metric, value, params, transport in zip(*(
+            ok[c].tolist() for c in ("benchmark", "run_id", "case_index", "metric", "value",
+                                     "params", "transport"))):
+        entry = cases.setdefault((bench, run_id, case), {"params": params,
+                                                         "transport": transport})
+        entry[metric] = value
+    for (bench, _run, _case), by in cases.items():
+        params = _parsed(by["params"])
         label = " ".join([bench, *(f"{k}={_param_text(k, params.get(k))}"
                                    for k in varying.get(bench, ["msg_size"]))])
         if "cpu_per_gbit" in by:
@@ -192,8 +210,7 @@ def cpu_chart(rows: Any) -> dict[str, Any] | None:
             value = float(by["cpu_client"]) / 100.0 / float(by["bw_avg"])
         else:
             continue
-        points.setdefault(g["transport"].iloc[0] or bench.split(".")[0], []).append(
-            (label, value))
+        points.setdefault(by["transport"] or bench.split(".")[0], []).append((label, value))
     if not points:
         return None
     traces, categories = [], []
@@ -220,6 +237,12 @@ def cpu_chart(rows: Any) -> dict[str, Any] | None:
                   "categoryarray": categories}, "legend": {"orientation": "h", "y": -0.2}}}
 
 
+@lru_cache(maxsize=65536)
+def _parsed(params: str | None) -> dict[str, Any]:
+    """A params JSON string as a dict (cached: a store repeats a few thousand of them)."""
+    return json.loads(params or "{}")
+
+
 def _param_text(key: str, value: Any) -> str:
     from netbench.api import format_size
 
@@ -229,8 +252,8 @@ def _param_text(key: str, value: Any) -> str:
 def _varying(rows: Any) -> dict[str, list[str]]:
     """Per benchmark, the params whose values differ between its cases: what names a case."""
     seen: dict[str, dict[str, set[str]]] = {}
-    for bench, params in zip(rows["benchmark"], rows["params"]):
-        for key, value in json.loads(params or "{}").items():
+    for bench, params in set(zip(rows["benchmark"], rows["params"])):
+        for key, value in _parsed(params).items():
             seen.setdefault(bench, {}).setdefault(key, set()).add(json.dumps(value))
     return {b: sorted(k for k, v in per.items() if len(v) > 1) or ["msg_size"]
             for b, per in seen.items()}
@@ -463,7 +486,7 @@ def environment_panel(rows: Any, latest: Any) -> str:
 
 CHARTS = ("comparison", "trend", "bandwidth", "latency", "cpu", "busbw", "h2d")
 _WITH_BASELINE = ("bandwidth", "latency", "busbw", "h2d")
-MAX_VIEWS = 12          # the picker's labels, newest first
+MAX_VIEWS = 8           # the picker's labels, newest first (each is a page of charts)
 TREND_RUNS = 30
 
 
