@@ -234,7 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis.selection import resolve
-    from netbench.report.console import format_value
+    from netbench.report.console import case_names, format_value
     from netbench.store import ResultStore
 
     store = ResultStore(args.results)
@@ -257,11 +257,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         header = ("benchmark", "case", "metric", "baseline", "candidate", "change",
                   "p (adjusted)", "verdict")
         body = []
-        for v in verdicts:
-            params = json.loads(v.params)
-            case = " ".join(f"{k}={params[k]}" for k in sorted(params)
-                            if k in ("msg_size", "streams", "direction", "qps", "dtype",
-                                     "world_size", "bidirectional", "model_params"))
+        names = case_names([(v.benchmark, v.params) for v in verdicts])
+        for name, v in zip(names, verdicts):
+            case = name[len(v.benchmark) + 1:]
             body.append((v.benchmark, case, f"{v.metric} [{v.unit}]",
                          format_value(v.baseline), format_value(v.candidate),
                          f"{v.change:+.1%}",
@@ -288,7 +286,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis import history as hist
-    from netbench.report.console import format_value
+    from netbench.report.console import case_names, format_value
     from netbench.store import ResultStore
 
     if not 0 < args.alpha < 1:
@@ -302,6 +300,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(hist.to_json(h))
         return 1 if regressed else 0
     number = {r["run_id"]: i for i, r in enumerate(h.runs, 1)}
+    names = case_names([(s.benchmark, s.params) for s in h.series])
     print(f"history: {len(h.runs)} runs, {len(h.series)} case metrics; each run judged "
           f"against up to {args.window} before it (compare's test)")
     for i, run in enumerate(h.runs, 1):
@@ -316,12 +315,12 @@ def cmd_history(args: argparse.Namespace) -> int:
     header = ("benchmark", "case", "metric", "unit", "trend", "first", "newest", "change",
               "newest verdict", "earlier steps")
     body = []
-    for s in h.series:
+    for name, s in zip(names, h.series):
         new = s.newest
         marks = [f"{'down' if st.verdict == 'regressed' else 'up'} #{number[st.run_id]}"
                  for st in s.steps[1:-1] if st.verdict in ("regressed", "improved")]
         verdict = new.verdict.upper() if new.verdict == "regressed" else new.verdict
-        body.append((s.benchmark, s.case()[:40], s.metric, s.unit,
+        body.append((s.benchmark, name[len(s.benchmark) + 1:], s.metric, s.unit,
                      hist.sparkline([st.value for st in s.steps]),
                      format_value(s.steps[0].value), format_value(new.value),
                      "-" if new.change is None else f"{new.change:+.1%}",
@@ -404,8 +403,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         verdicts = cmp.compare(base.rows, cand.rows, {})
         print(f"baseline:  {base.describe()}\ncandidate: {cand.describe()}")
     info = dashboard.render(store, args.output, args.run, args.label, base, cand, verdicts)
-    print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB): {info['view']} (run "
-          f"{info['run']}), charts: {', '.join(info['charts']) or 'none'}; "
+    print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB); first view: {info['view']} "
+          f"= run {info['run']}; charts: {', '.join(info['charts']) or 'none'}; "
           f"{len(info['views'])} view(s) in the picker")
     return 0
 

@@ -56,10 +56,6 @@ class Series:
     def newest(self) -> Step:
         return self.steps[-1]
 
-    def case(self) -> str:
-        params = json.loads(self.params or "{}")
-        return " ".join(f"{k}={v}" for k, v in sorted(params.items()))
-
 
 @dataclass
 class History:

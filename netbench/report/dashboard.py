@@ -20,6 +20,7 @@ from typing import Any
 
 from netbench import stats
 from netbench.errors import NetbenchError, UsageError
+from netbench.report.console import case_names, case_text, param_text
 from netbench.stats import median_sorted
 from netbench.textfile import write_atomic
 
@@ -72,26 +73,6 @@ _HOVER = ("<b>%{fullData.name}</b><br>%{customdata[0]}: %{y:.4g} %{customdata[1]
           "<br>%{customdata[2]}<br>run %{customdata[3]}<br>n %{customdata[4]}<extra></extra>")
 
 
-def _case_text(params: str, keys: Sequence[str] | None = None) -> str:
-    """``k=v`` for the params that name a case (``keys``; all of them without)."""
-    p = json.loads(params or "{}")
-    return " ".join(f"{k}={_param_text(k, p[k])}" for k in sorted(p)
-                    if keys is None or k in keys)
-
-
-def _names(cases: Sequence[tuple[str, str]]) -> list[str]:
-    """Short case names for (benchmark, params) pairs: the benchmark and the params that
-    differ between its cases here (msg_size always), as nccl-tests and perftest print them."""
-    seen: dict[str, dict[str, set[str]]] = {}
-    for bench, params in cases:
-        for key, value in json.loads(params or "{}").items():
-            seen.setdefault(bench, {}).setdefault(key, set()).add(json.dumps(value))
-    keys = {b: {k for k, v in per.items() if len(v) > 1 or k == "msg_size"}
-            for b, per in seen.items()}
-    return [" ".join(filter(None, [bench, _case_text(params, keys.get(bench, set()))]))
-            for bench, params in cases]
-
-
 def _error(metric: str, values: Sequence[float], samples: Sequence[Any]) -> tuple[float, float]:
     """(above, below) the drawn point: the spread of repeats where there are several, else the
     95% interval from the stored samples (the median's by order statistics for p50, the
@@ -135,7 +116,7 @@ def _line(g: Any, name: str, dash: str = "solid") -> dict[str, Any]:
         values = case["values"]
         above, below = _error(str(case["metric"]), values, case["samples"])
         points.append((size, median_sorted(sorted(values)), above, below, [
-            str(case["metric"]), str(case["unit"]), _case_text(params), ", ".join(case["runs"]),
+            str(case["metric"]), str(case["unit"]), case_text(params), ", ".join(case["runs"]),
             f"{len(values)} repeats" if len(values) > 1 else str(case["n"] or "-")]))
     points.sort(key=lambda p: (p[0] is None or p[0] != p[0], p[0]))
     return {"type": "scatter", "mode": "lines+markers", "name": name, "line": {"dash": dash},
@@ -202,7 +183,7 @@ def cpu_chart(rows: Any) -> dict[str, Any] | None:
         entry[metric] = value
     for (bench, _run, _case), by in cases.items():
         params = _parsed(by["params"])
-        label = " ".join([bench, *(f"{k}={_param_text(k, params.get(k))}"
+        label = " ".join([bench, *(f"{k}={param_text(k, params.get(k))}"
                                    for k in varying.get(bench, ["msg_size"]))])
         if "cpu_per_gbit" in by:
             value = float(by["cpu_per_gbit"])
@@ -241,12 +222,6 @@ def cpu_chart(rows: Any) -> dict[str, Any] | None:
 def _parsed(params: str | None) -> dict[str, Any]:
     """A params JSON string as a dict (cached: a store repeats a few thousand of them)."""
     return json.loads(params or "{}")
-
-
-def _param_text(key: str, value: Any) -> str:
-    from netbench.api import format_size
-
-    return format_size(value) if key == "msg_size" and isinstance(value, int) else str(value)
 
 
 def _varying(rows: Any) -> dict[str, list[str]]:
@@ -343,7 +318,7 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
     if not verdicts:
         return None
     labels = [f"{name} {v.metric}" for name, v in zip(
-        _names([(v.benchmark, v.params) for v in verdicts]), verdicts)]
+        case_names([(v.benchmark, v.params) for v in verdicts]), verdicts)]
     seen: dict[str, int] = {}
     for i, label in enumerate(labels):           # identical names would share a row
         seen[label] = seen.get(label, 0) + 1
@@ -395,7 +370,7 @@ def trend_chart(history: Any) -> dict[str, Any] | None:
     if history is None or not history.series:
         return None
     traces = []
-    names = _names([(s.benchmark, s.params) for s in history.series])
+    names = case_names([(s.benchmark, s.params) for s in history.series])
     for name, s in zip(names, history.series):
         first = s.steps[0].value or 1.0
         traces.append({
