@@ -191,8 +191,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if launched:
         env["launcher"] = {"name": launched.launcher, "rank": launched.rank,
                            "world_size": launched.world_size, "job": launched.job_id()}
+    resume = None
+    if args.resume:
+        from netbench.runner import prepare_resume
+
+        if quiet or args.jsonl:
+            raise UsageError("--resume continues a run in the Parquet store (not with "
+                             "--jsonl, and from rank 0 under a launcher)")
+        resume = prepare_resume(store, args.resume, plan, env.get("host"), args.label)
+        index = store.runs()
+        args.label = str(index[index["run_id"] == args.resume]["label"].iloc[0] or "")
+        print(f"resuming run {args.resume}: {len(resume.done)} finished case(s) kept, "
+              f"{len(resume.record['redone'])} to run", file=sys.stderr)
     runner = Runner(store, env, label=args.label or "", peer=args.peer, reporter=reporter)
-    result = runner.run(plan)
+    result = runner.run(plan, resume)
     if quiet:
         failed = [r for r in result.rows if r["status"] == "failed"]
         for row in failed[:1]:
@@ -356,13 +368,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(json.dumps(json_safe(out.to_dict("records")), indent=1, allow_nan=False))
         return 0
     print(f"{'run id':<12}  {'label':<24} {'started (UTC)':<19}  {'host':<16} "
-          f"{'suite':<18} {'ok':>3} {'skip':>4} {'fail':>4}  benchmarks")
+          f"{'suite':<18} {'ok':>3} {'skip':>4} {'fail':>4}  {'state':<11} benchmarks")
     for row in index.itertuples():
         benches = ", ".join(row.benchmarks)
         print(f"{row.run_id:<12}  {(row.label or '-')[:24]:<24} "
               f"{row.started_at.strftime('%Y-%m-%d %H:%M:%S'):<19}  {(row.host or '-')[:16]:<16} "
               f"{(row.suite or '-')[:18]:<18} {row.ok:>3} {row.skipped:>4} {row.failed:>4}  "
-              f"{benches[:60] + ('...' if len(benches) > 60 else '')}")
+              f"{row.state:<11} {benches[:60] + ('...' if len(benches) > 60 else '')}")
+    stopped = index[index["state"] == "interrupted"]
+    if not stopped.empty:
+        print(f"interrupted: continue one with `netbench run SUITE --resume "
+              f"{stopped['run_id'].iloc[-1]}` (same suite, same host)")
     return 0
 
 
@@ -514,6 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, metavar="N", help="run every case N times, "
                    "interleaved (A B A B), so compare has repeats to judge noise by; "
                    "overrides the suite's repeat")
+    p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (same suite, "
+                   "same host): its finished cases are kept, the rest run under its run id")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("runs", help="the stored runs: id, label, time, host, suite, cases")

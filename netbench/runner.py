@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from netbench import hooks
 from netbench import peer as peer_mod
 from netbench.api import Benchmark, Case, ClientSession, Measurement, RunSetup
-from netbench.errors import NetbenchError, SkipCase
+from netbench.errors import NetbenchError, SkipCase, UsageError
 from netbench.probe import gpu_summary, nic_summary, probe, rdma_summary
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
 from netbench.suite import Plan, PlannedCase
@@ -121,6 +121,77 @@ class RunResult:
         return len(keys)
 
 
+def plan_fingerprint(plan: Plan) -> str:
+    """What a run set out to measure, case by case (benchmark and params, in order): a
+    resumed run must be the same plan, or its case indices would mean other cases."""
+    import hashlib
+
+    cases = [[p.case.benchmark, params_json(p.case.params)] for p in plan.cases]
+    return hashlib.sha256(json.dumps([plan.suite, cases]).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Resume:
+    """An earlier run to continue (``netbench run --resume``): its id and start, the cases it
+    finished (kept, not run again), and the record of this resume for its fingerprint."""
+
+    run_id: str
+    started_at: datetime
+    done: set[int]
+    path: Path
+    record: dict[str, Any]
+
+
+def prepare_resume(store: Any, run_id: str, plan: Plan, host: str | None,
+                   label: str | None) -> Resume:
+    """Check that ``run_id`` can be continued with ``plan`` on this host, and say what is
+    left: the cases without rows, or whose rows say they were interrupted."""
+    if not hasattr(store, "open_run") or not hasattr(store, "runs"):
+        raise NetbenchError("--resume needs the Parquet store (not --jsonl)")
+    store.check_writable()
+    index = store.runs()
+    match = index[index["run_id"] == run_id] if not index.empty else index
+    if match.empty:
+        known = ", ".join(f"{r} ({s})" for r, s in zip(index["run_id"].tail(5),
+                                                       index["state"].tail(5)))
+        raise UsageError(f"--resume {run_id}: no such run in {store.directory}"
+                         + (f"; the newest: {known}" if known else ""))
+    run = match.iloc[0]
+    if run["state"] == "running":
+        raise NetbenchError(f"--resume {run_id}: a live process is still writing it "
+                            f"({run['path']}); wait for it to end")
+    if run["plan"] and run["plan"] != plan_fingerprint(plan):
+        raise NetbenchError(f"--resume {run_id}: the suite changed since that run started "
+                            f"(run {run['suite']!r}, now {plan.suite!r}; cases or params "
+                            "differ): resume with the same suite and params, or start a new "
+                            "run")
+    if run["host"] and host and run["host"] != host:
+        raise NetbenchError(f"--resume {run_id}: it ran on {run['host']}, this is {host}; "
+                            "a run's rows must come from one host")
+    if label and label != (run["label"] or ""):
+        raise UsageError(f"--resume {run_id}: its label is {run['label']!r}; leave --label "
+                         "out (the resumed run keeps its own)")
+    try:
+        rows = store.read([run_id], ["case_index", "status", "reason", "started_at"])
+    except Exception as exc:     # noqa: BLE001 - a corrupt run is a user-facing error
+        raise NetbenchError(f"--resume {run_id}: its rows cannot be read ({exc})") from None
+    if rows.empty:
+        raise NetbenchError(f"--resume {run_id}: {run['path']} holds no readable rows "
+                            "(corrupt?); start a new run")
+    done = {int(c) for c, reason in zip(rows["case_index"], rows["reason"])
+            if reason != "interrupted by the user"}
+    left = [i for i in range(len(plan.cases)) if i not in done]
+    if not left:
+        raise NetbenchError(f"--resume {run_id}: every case already finished; nothing to "
+                            "resume")
+    path = Path(str(run["path"]))
+    if path.name.endswith(".parts"):
+        path = path.with_name(path.name[:-len(".parts")] + ".parquet")
+    record = {"at": datetime.now(UTC).isoformat(), "host": host, "redone": left,
+              "kept": len(done)}
+    return Resume(run_id, rows["started_at"].iloc[0].to_pydatetime(), done, path, record)
+
+
 class Runner:
     def __init__(self, store: ResultStore, env: Mapping[str, Any], label: str = "",
                  peer: str | None = None, reporter: RunEvents | None = None) -> None:
@@ -142,11 +213,15 @@ class Runner:
 
     # --- the run ---
 
-    def run(self, plan: Plan) -> RunResult:
+    def run(self, plan: Plan, resume: Resume | None = None) -> RunResult:
         self.store.check_writable()
-        started = datetime.now(UTC)
-        run_id = uuid.uuid4().hex[:12]      # under a launcher only rank 0 stores rows
-        path = self.store.path_for(run_id, started.isoformat())
+        if resume is not None:
+            started, run_id, path = resume.started_at, resume.run_id, resume.path
+            self.env = {**self.env, "resumes": [*self.env.get("resumes", []), resume.record]}
+        else:
+            started = datetime.now(UTC)
+            run_id = uuid.uuid4().hex[:12]      # under a launcher only rank 0 stores rows
+            path = self.store.path_for(run_id, started.isoformat())
         result = RunResult(run_id, path)
         result.fallbacks.extend(self.env.get("hook_errors", []))
         setups = self._prepare(plan, result)
@@ -169,22 +244,29 @@ class Runner:
                                     "netbench server on this host (127.0.0.1); they measure "
                                     "the host's TCP stack, not a NIC")
         self.reporter.start_run(run_id, plan.suite, len(plan.cases), self.label)
+        extra = {"netbench_plan": plan_fingerprint(plan)}
+        if self.env.get("resumes"):
+            extra["netbench_resumes"] = json.dumps(self.env["resumes"], default=str)
+        writer = self.store.open_run(path, extra)
         try:
             for index, planned in enumerate(plan.cases):
+                if resume is not None and index in resume.done:
+                    continue                # finished before the interruption: kept
                 self.reporter.start_case(index, planned.case,
                                          planned.bench.describe(planned.case))
                 try:
                     rows = self._run_case(index, planned, base)
                 except KeyboardInterrupt:
                     result.interrupted = True
-                    result.rows.extend(self._status_rows(index, planned, base, "failed",
-                                                         "interrupted by the user"))
-                    self.store.write_run(path, result.rows)
+                    stopped = self._status_rows(index, planned, base, "failed",
+                                                "interrupted by the user")
+                    result.rows.extend(stopped)
+                    writer.append(stopped)
                     break
                 result.rows.extend(rows)
                 result.fallbacks.extend(self._case_fallbacks)
                 self._case_fallbacks.clear()
-                self.store.write_run(path, result.rows)
+                writer.append(rows)
                 self.reporter.end_case(index, planned, rows)
                 result.fallbacks.extend(hooks.call("case_finished", rows))
         finally:
@@ -204,6 +286,10 @@ class Runner:
                         setup.close()
                 except Exception as exc:   # an undo that fails must not lose the rows
                     result.fallbacks.append(f"undoing the {family} set-up failed: {exc}")
+            try:
+                writer.close()
+            except NetbenchError as exc:    # the parts stay: `netbench run --resume` compacts
+                result.fallbacks.append(f"compacting the run's parts failed: {exc}")
         result.fallbacks.extend(hooks.call("run_finished", result.rows))
         return result
 

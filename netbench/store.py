@@ -1,9 +1,12 @@
-"""The Parquet result store: one file per run, written atomically, schema-versioned.
+"""The Parquet result store: one file per finished run, schema-versioned, append-only.
 
-``pandas.read_parquet("results/")`` loads every run ever stored: files are flat in one
-folder, all with the same schema; temporary files start with "." so readers skip them. The run
-file is rewritten (atomically) after every case, so a run that dies halfway keeps what it
-finished.
+While a run is measured, each case lands in its own part file under ``<run>.parts/`` (one
+small atomic write, whatever the run's length), so a run killed with -9 loses at most the case
+in flight. When the run ends its parts are compacted into ``<run>.parquet`` (written
+atomically, then the parts removed). ``pandas.read_parquet("results/")`` loads every run ever
+stored, finished or interrupted: all files share one schema; temporary and lock files start
+with "." so readers skip them. A parts folder beside its finished file is a compaction that
+died after the rename: it is ignored, and swept by the next writer.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -100,46 +104,178 @@ def clean_value(value: float | None) -> float | None:
     return float(value)
 
 
+PARTS = ".parts"           # suffix of a run's folder of part files while it is written
+LOCK = ".lock"             # inside it: held (flock) by the process writing the run
+
+
+def _table(rows: list[dict[str, Any]], metadata: Mapping[str, str]) -> Any:
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows, schema=arrow_schema().with_metadata(dict(metadata)))
+
+
+class RunWriter:
+    """One run being written: ``append`` a case's rows (a new part file), ``close`` to
+    compact. Holds the run's lock for its life, so no other process resumes or compacts it."""
+
+    def __init__(self, store: ResultStore, path: Path, extra: Mapping[str, str]) -> None:
+        import fcntl
+
+        self.store, self.path, self.extra = store, path, dict(extra)
+        self.parts = path.with_name(path.stem + PARTS)
+        try:
+            self.parts.mkdir(parents=True, exist_ok=True)
+            self._lock = open(self.parts / LOCK, "a+")
+        except OSError as exc:
+            raise NetbenchError(f"cannot write {self.parts}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock.close()
+            raise NetbenchError(f"run {path.stem}: another live process is writing it "
+                                f"({self.parts / LOCK} is locked); wait for it, or resume "
+                                "it once that process has ended") from None
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(str(os.getpid()))
+        self._lock.flush()
+        self.count = len(list(self.parts.glob("part-*.parquet")))
+
+    def append(self, rows: Iterable[Mapping[str, Any]]) -> Path:
+        """One case's rows as the next part file: a write that costs the same at case 1
+        and at case 10,000."""
+        import pyarrow.parquet as pq
+
+        rows = [dict(r) for r in rows]
+        self.count += 1
+        part = self.parts / f"part-{self.count:06d}.parquet"
+        table = _table(rows, {**_run_metadata(rows), **self.extra})
+        write_atomic(part, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+        return part
+
+    def close(self, compact: bool = True) -> None:
+        """Compact the parts into the run's file (atomically), then remove them; release."""
+        try:
+            if compact:
+                self.store.compact(self.path, self.parts, self.extra)
+                (self.parts / LOCK).unlink(missing_ok=True)
+                try:
+                    self.parts.rmdir()
+                except OSError:
+                    pass            # something else in there: left for the sweep
+        finally:
+            self._lock.close()
+
+
 class ResultStore:
-    """A results folder: ``<dir>/<started>-<run_id>.parquet``, one file per run."""
+    """A results folder: ``<dir>/<started>-<run_id>.parquet``, one file per finished run,
+    ``<dir>/<started>-<run_id>.parts/`` while it is written."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
 
     def check_writable(self) -> None:
-        """Fail before measuring anything if results could not be kept."""
+        """Fail before measuring anything if results could not be kept; sweep what dead
+        writers left (temp files, parts of runs whose compaction finished)."""
         if self.directory.exists() and not self.directory.is_dir():
-            raise NetbenchError(f"results directory {self.directory} is a file")
+            raise NetbenchError(f"results directory {self.directory} is a file; name a "
+                                "directory with --results")
         check_writable(self.directory, "results directory")
+        for parts in self._parts_dirs():
+            if parts.with_name(parts.name[:-len(PARTS)] + ".parquet").exists() and \
+                    not _locked(parts):
+                shutil.rmtree(parts, ignore_errors=True)
 
     def path_for(self, run_id: str, started_at: str) -> Path:
         stamp = started_at.replace(":", "").replace("-", "")[:15]
         return self.directory / f"{stamp}-{run_id}.parquet"
 
+    def open_run(self, path: Path, extra: Mapping[str, str] | None = None) -> RunWriter:
+        return RunWriter(self, path, extra or {})
+
     def write_run(self, path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Atomically (re)write one run's file with every row so far."""
-        import pyarrow as pa
+        """Atomically write one whole run's file (imports, tools)."""
         import pyarrow.parquet as pq
 
         rows = [dict(r) for r in rows]
-        schema = arrow_schema().with_metadata(_run_metadata(rows))
-        table = pa.Table.from_pylist(rows, schema=schema)
+        table = _table(rows, _run_metadata(rows))
         write_atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
-    def files(self) -> list[Path]:
+    def compact(self, path: Path, parts: Path, extra: Mapping[str, str]) -> None:
+        """A run's part files (and an earlier compacted file, when a finished run was
+        resumed) into one file; a corrupt part is skipped with a warning naming it."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        def read(part: Path) -> Any:
+            try:
+                return pq.read_table(part)
+            except Exception as exc:
+                return exc
+
+        files = sorted(parts.glob("part-*.parquet"))
+        with ThreadPoolExecutor(max_workers=8) as pool:      # pyarrow reads without the GIL
+            read_parts = list(pool.map(read, files))
+        tables = [pq.read_table(path)] if path.exists() else []
+        for part, table in zip(files, read_parts):
+            if isinstance(table, Exception):
+                warnings.warn(f"skipping {part}: not a readable Parquet file ({table})",
+                              stacklevel=2)
+            else:
+                tables.append(table)
+        schema = arrow_schema()
+        tables = [t.cast(schema) for t in tables]
+        # A case measured again (a resumed run redoing an interrupted case): the latest wins.
+        latest: dict[Any, int] = {}
+        for number, table in enumerate(tables):
+            for case in table.column("case_index").to_pylist():
+                latest[case] = number
+        kept = [t.filter(pa.array([latest[c] == number
+                                   for c in t.column("case_index").to_pylist()]))
+                for number, t in enumerate(tables)]
+        table = pa.concat_tables(kept) if kept else schema.empty_table()
+        table = table.take(pc.sort_indices(table, [("case_index", "ascending")]))
+        facts = table.select(["run_id", "label", "started_at", "suite", "host", "benchmark",
+                              "status", "case_index"]).to_pylist()
+        table = table.replace_schema_metadata({**_run_metadata(facts), **extra})
+        write_atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+        for part in parts.glob("part-*.parquet"):
+            part.unlink(missing_ok=True)
+        for leftover in parts.glob(".*.tmp"):
+            leftover.unlink(missing_ok=True)
+
+    def _parts_dirs(self) -> list[Path]:
         try:
-            return sorted(p for p in self.directory.glob("*.parquet")
-                          if not p.name.startswith((".", "_")))
+            return sorted(p for p in self.directory.glob("*" + PARTS) if p.is_dir()
+                          and not p.name.startswith((".", "_")))
         except OSError:
             return []
 
+    def files(self) -> list[Path]:
+        """Finished runs' files, and the part files of runs still (or never again) being
+        written: every file that holds rows."""
+        try:
+            done = sorted(p for p in self.directory.glob("*.parquet")
+                          if not p.name.startswith((".", "_")) and p.is_file())
+        except OSError:
+            return []
+        names = {p.stem for p in done}
+        parts = [f for d in self._parts_dirs() if d.name[:-len(PARTS)] not in names
+                 for f in sorted(d.glob("part-*.parquet"))]
+        return done + parts
+
     def runs(self) -> Any:
         """One row per stored run (path, run_id, label, started_at, suite, host, benchmarks,
-        ok_benchmarks), from the files' footers: cheap even for a large store."""
+        ok_benchmarks, ok/skipped/failed case counts, state), from the files' footers: cheap
+        even for a large store. ``state``: finished, interrupted (parts only, no writer
+        alive) or running (its writer holds the lock)."""
         import pandas as pd
         import pyarrow.parquet as pq
 
-        index = []
+        merged: dict[str, dict[str, Any]] = {}
         for path in self.files():
             try:
                 meta = pq.read_schema(path).metadata or {}
@@ -154,18 +290,29 @@ class ResultStore:
                 if "netbench_run_id" not in info:
                     continue
             cases = json.loads(info["netbench_cases"])
-            index.append({"path": str(path), "run_id": info["netbench_run_id"],
-                          "label": info.get("netbench_label", ""),
-                          "started_at": pd.Timestamp(info["netbench_started_at"]),
-                          "suite": info.get("netbench_suite", ""),
-                          "host": info.get("netbench_host", ""),
-                          "benchmarks": json.loads(info.get("netbench_benchmarks", "[]")),
-                          "ok_benchmarks": json.loads(info.get("netbench_ok_benchmarks",
-                                                               "[]")),
-                          "ok": cases["ok"], "skipped": cases["skipped"],
-                          "failed": cases["failed"]})
+            part = path.parent.name.endswith(PARTS)
+            run = merged.get(info["netbench_run_id"])
+            if run is None:
+                state = "finished"
+                if part:
+                    state = "running" if _locked(path.parent) else "interrupted"
+                run = merged[info["netbench_run_id"]] = {
+                    "path": str(path.parent if part else path),
+                    "run_id": info["netbench_run_id"],
+                    "label": info.get("netbench_label", ""),
+                    "started_at": pd.Timestamp(info["netbench_started_at"]),
+                    "suite": info.get("netbench_suite", ""),
+                    "host": info.get("netbench_host", ""), "benchmarks": set(),
+                    "ok_benchmarks": set(), "ok": 0, "skipped": 0, "failed": 0,
+                    "state": state, "plan": info.get("netbench_plan", "")}
+            run["benchmarks"] |= set(json.loads(info.get("netbench_benchmarks", "[]")))
+            run["ok_benchmarks"] |= set(json.loads(info.get("netbench_ok_benchmarks", "[]")))
+            for key in ("ok", "skipped", "failed"):
+                run[key] += cases[key]
+        index = [{**r, "benchmarks": sorted(r["benchmarks"]),
+                  "ok_benchmarks": sorted(r["ok_benchmarks"])} for r in merged.values()]
         columns = ["path", "run_id", "label", "started_at", "suite", "host", "benchmarks",
-                   "ok_benchmarks", "ok", "skipped", "failed"]
+                   "ok_benchmarks", "ok", "skipped", "failed", "state", "plan"]
         frame = pd.DataFrame(index, columns=columns)
         return frame.sort_values("started_at", ignore_index=True) if index else frame
 
@@ -191,7 +338,7 @@ class ResultStore:
         paths = self.files()
         if run_ids is not None:
             wanted = set(run_ids)
-            paths = [p for p in paths if p.stem.rsplit("-", 1)[-1] in wanted]
+            paths = [p for p in paths if _run_of(p) in wanted]
         frames = []
         for path in paths:
             try:
@@ -208,6 +355,28 @@ class ResultStore:
         if not frames:
             return pd.DataFrame(columns=columns or [name for name, _ in COLUMNS])
         return pd.concat(frames, ignore_index=True)
+
+
+def _run_of(path: Path) -> str:
+    """The run id a file holds rows of: ``<stamp>-<id>.parquet``, or a part file under
+    ``<stamp>-<id>.parts/``."""
+    name = path.parent.name[:-len(PARTS)] if path.parent.name.endswith(PARTS) else path.stem
+    return name.rsplit("-", 1)[-1]
+
+
+def _locked(parts: Path) -> bool:
+    """Is a live process writing this run (holding its lock)?"""
+    import fcntl
+
+    try:
+        with open(parts / LOCK) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            return False
+    except OSError:
+        return False
 
 
 def _jsonable(value: Any) -> Any:
@@ -233,6 +402,9 @@ class JsonlStore:
 
     def path_for(self, run_id: str, started_at: str) -> Path:
         return self.file
+
+    def open_run(self, path: Path, extra: Mapping[str, str] | None = None) -> Any:
+        return _Rewriter(self, path)
 
     def write_run(self, path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
         def write(tmp: Path) -> None:
@@ -302,6 +474,22 @@ def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Pat
     return written
 
 
+class _Rewriter:
+    """A run in a one-file store (JSON lines): every case rewrites the file atomically. Runs
+    there are small (the soft-RoCE VM's), so the cost stays below a case's own."""
+
+    def __init__(self, store: Any, path: Path) -> None:
+        self.store, self.path, self.rows = store, path, []
+
+    def append(self, rows: Iterable[Mapping[str, Any]]) -> Path:
+        self.rows.extend(dict(r) for r in rows)
+        self.store.write_run(self.path, self.rows)
+        return self.path
+
+    def close(self, compact: bool = True) -> None:
+        pass
+
+
 class NullStore:
     """For ranks other than 0 under a launcher: rank 0 writes the run, the others do not."""
 
@@ -310,6 +498,9 @@ class NullStore:
 
     def path_for(self, run_id: str, started_at: str) -> Path:
         return Path(os.devnull)
+
+    def open_run(self, path: Path, extra: Mapping[str, str] | None = None) -> Any:
+        return _Rewriter(self, path)
 
     def write_run(self, path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
         pass

@@ -46,7 +46,7 @@ def test_peer_dying_mid_run_fails_clearly_and_keeps_finished_rows(tmp_path):
         run = _start_run([str(_suite(tmp_path)), "--peer", server.address], tmp_path)
         # wait until the stream is under way (the mem.copy row is stored first)
         assert wait_for(lambda: (tmp_path / "res").exists() and any(
-            p.suffix == ".parquet" for p in (tmp_path / "res").iterdir()), 30)
+            True for p in (tmp_path / "res").rglob("*.parquet")), 30)
         time.sleep(1.5)
         server.proc.kill()
         start = time.monotonic()
@@ -76,7 +76,7 @@ def test_case_timeout_is_enforced(tmp_path):
 def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
     run = _start_run([str(_suite(tmp_path))], tmp_path)
     assert wait_for(lambda: (tmp_path / "res").exists() and any(
-        p.suffix == ".parquet" for p in (tmp_path / "res").iterdir()), 30)
+        True for p in (tmp_path / "res").rglob("*.parquet")), 30)
     time.sleep(1.0)
     children = psutil.Process(run.pid).children(recursive=True)
     assert children, "the loopback server should be running"

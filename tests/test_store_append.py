@@ -1,0 +1,152 @@
+"""The append-only store: a part file per case, compaction at the end, kill -9 loses at most
+the case in flight, and `netbench run --resume` continues an interrupted run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import pandas as pd
+import pytest
+from conftest import ROOT, assert_clean_error, netbench
+
+from netbench.runner import prepare_resume
+from netbench.store import ResultStore
+from netbench.suite import load_suite
+
+SUITE = ('[suite]\nname = "long"\n'
+         '[[case]]\nbenchmark = "mem.copy"\nmsg_size = ["64K", "128K", "256K"]\n'
+         'iterations = 3\n'
+         '[[case]]\nbenchmark = "tcp.stream"\nmsg_size = "64K"\nduration = 8\n'
+         '[[case]]\nbenchmark = "mem.copy"\nmsg_size = "1M"\niterations = 3\n')
+
+
+def _rows(run_id, index):
+    from netbench.store import COLUMNS, SCHEMA_VERSION
+
+    row = {name: None for name, _ in COLUMNS}
+    row.update(schema_version=SCHEMA_VERSION, run_id=run_id, label="l", case_index=index,
+               started_at=pd.Timestamp("2026-12-01", tz="UTC").to_pydatetime(),
+               benchmark="mem.copy", metric="bw", value=1.0 + index, unit="GB/s",
+               better="higher", status="ok", params="{}")
+    return [row]
+
+
+def test_cases_are_parts_while_running_and_one_file_after(tmp_path):
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    path = store.path_for("run000000001", "2026-12-01T00:00:00")
+    writer = store.open_run(path)
+    for i in range(3):
+        writer.append(_rows("run000000001", i))
+    parts = sorted((tmp_path / f"{path.stem}.parts").glob("part-*.parquet"))
+    assert len(parts) == 3 and not path.exists()
+    # Readable while it runs: by the store and by plain pandas.
+    assert list(store.runs()["state"]) == ["running"]
+    assert len(pd.read_parquet(tmp_path)) == 3
+    assert sorted(store.read(["run000000001"])["case_index"]) == [0, 1, 2]
+    writer.close()
+    assert path.exists() and not (tmp_path / f"{path.stem}.parts").exists()
+    index = store.runs()
+    assert list(index["state"]) == ["finished"] and int(index["ok"].iloc[0]) == 3
+    assert len(pd.read_parquet(tmp_path)) == 3
+
+
+def test_a_corrupt_part_is_skipped_with_a_warning_naming_it(tmp_path):
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    path = store.path_for("run000000002", "2026-12-01T00:00:00")
+    writer = store.open_run(path)
+    for i in range(3):
+        writer.append(_rows("run000000002", i))
+    bad = sorted((tmp_path / f"{path.stem}.parts").glob("part-*.parquet"))[1]
+    bad.write_bytes(b"not parquet at all")
+    with pytest.warns(UserWarning, match=bad.name):
+        rows = store.read(["run000000002"])
+    assert sorted(rows["case_index"]) == [0, 2]                # the rest of the run is read
+    with pytest.warns(UserWarning, match=bad.name):
+        writer.close()
+    assert sorted(pd.read_parquet(path)["case_index"]) == [0, 2]
+
+
+def test_a_live_writer_is_never_resumed_and_stale_parts_are_swept(tmp_path):
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    suite = tmp_path / "s.toml"
+    suite.write_text(SUITE)
+    plan = load_suite(str(suite))
+    path = store.path_for("run000000003", "2026-12-01T00:00:00")
+    writer = store.open_run(path)
+    writer.append(_rows("run000000003", 0))
+    with pytest.raises(Exception, match="live process is still writing"):
+        prepare_resume(store, "run000000003", plan, None, None)
+    with pytest.raises(Exception, match="another live process is writing it"):
+        store.open_run(path)              # two writers (or compactions) of one run: refused
+    writer.close()
+    # A compaction that died after its rename: the parts are ignored, then swept.
+    parts = tmp_path / f"{path.stem}.parts"
+    parts.mkdir()
+    (parts / "part-000001.parquet").write_bytes(path.read_bytes())
+    assert len(store.runs()) == 1 and len(store.read()) == 1
+    store.check_writable()
+    assert not parts.exists()
+
+
+def test_kill_9_loses_at_most_the_case_in_flight_and_resume_finishes_the_run(tmp_path):
+    suite = tmp_path / "s.toml"
+    suite.write_text(SUITE)
+    res = tmp_path / "res"
+    proc = subprocess.Popen([sys.executable, "-m", "netbench", "run", str(suite), "--results",
+                             str(res), "--label", "sweep"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:           # the three quick cases are stored
+        if len(list(res.glob("*.parts/part-*.parquet"))) >= 3:
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)                               # inside the 8 s stream
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    store = ResultStore(res)
+    index = store.runs()
+    assert list(index["state"]) == ["interrupted"] and int(index["ok"].iloc[0]) == 3
+    run_id = index["run_id"].iloc[0]
+    assert sorted(set(pd.read_parquet(res)["case_index"])) == [0, 1, 2]
+    listed = netbench("runs", "--results", str(res))
+    assert "interrupted" in listed.stdout, listed.stdout
+    # A changed suite is refused, naming why; so is an unknown run.
+    changed = tmp_path / "changed.toml"
+    changed.write_text(SUITE.replace('"1M"', '"2M"'))
+    assert_clean_error(netbench("run", str(changed), "--results", str(res), "--resume",
+                                run_id), "the suite changed since that run started")
+    assert_clean_error(netbench("run", str(suite), "--results", str(res), "--resume",
+                                "nosuchrun"), "no such run", run_id)
+    with pytest.raises(Exception, match="it ran on"):
+        prepare_resume(store, run_id, load_suite(str(suite)), "another-host", None)
+    # Resume: the finished cases are kept, the rest run under the same id.
+    resumed = netbench("run", str(suite), "--results", str(res), "--resume", run_id,
+                       timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming run {run_id}: 3 finished case(s) kept, 2 to run" in resumed.stderr
+    index = store.runs()
+    assert list(index["state"]) == ["finished"] and list(index["run_id"]) == [run_id]
+    assert list(index["label"]) == ["sweep"] and int(index["ok"].iloc[0]) == 5
+    rows = pd.read_parquet(res)
+    assert sorted(set(rows["case_index"])) == [0, 1, 2, 3, 4]
+    assert rows.groupby("case_index")["metric"].apply(lambda m: m.is_unique).all()
+    env = json.loads(rows[rows["case_index"] == 4]["env_json"].iloc[0])
+    assert env["resumes"][0]["redone"] == [3, 4] and env["resumes"][0]["kept"] == 3
+    assert_clean_error(netbench("run", str(suite), "--results", str(res), "--resume",
+                                run_id), "nothing to resume")
+
+
+def test_a_results_path_that_is_a_file_is_one_clear_error(tmp_path):
+    target = tmp_path / "results"
+    target.write_text("x")
+    assert_clean_error(netbench("run", "mem.copy", "--results", str(target)), "is a file")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ResultStore(target).runs().empty
