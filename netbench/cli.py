@@ -76,7 +76,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from netbench.linkpath import CAPTURED_PROC, capture, hop_line
-    from netbench.probe import probe
+    from netbench.probe import CAPTURED_HOST, host_facts, probe
 
     if args.capture:
         dest = Path(args.capture)
@@ -90,6 +90,13 @@ def cmd_probe(args: argparse.Namespace) -> int:
         try:
             count = capture(root, dest,
                             root / CAPTURED_PROC if args.sysfs_root else Path("/proc"))
+            # What sysfs cannot hold (hostname, kernel, versions, ethtool's driver version
+            # and firmware): kept beside the tree, so the capture reads back as its host.
+            facts = host_facts(probe(args.sysfs_root))
+            (dest / CAPTURED_PROC).mkdir(parents=True, exist_ok=True)
+            (dest / CAPTURED_PROC / CAPTURED_HOST).write_text(
+                json.dumps(facts, indent=1, sort_keys=True, default=str) + "\n")
+            count += 1
         except OSError as exc:
             raise NetbenchError(f"--capture {dest}: cannot write "
                                 f"{exc.filename or dest}: {exc.strerror or exc}") from None

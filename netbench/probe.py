@@ -12,6 +12,7 @@ import ctypes
 import fcntl
 import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
 import re
@@ -283,10 +284,51 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "pcie_paths": linkpath.probe_paths(root, devices, vm),
         "versions": probe_versions(),
     }
+    if not live:
+        _apply_captured_host(env, root)
     errors = [*hooks.load()[1], *hooks.call("update_env", env)]   # a site's own facts
     if errors:
         env["hook_errors"] = errors
     return env
+
+
+CAPTURED_HOST = "netbench-host.json"   # in a capture's _proc/: what sysfs cannot hold
+HOST_FIELDS = ("host", "kernel", "os", "arch", "cpu_model", "cpu_cores", "cpu_physical_cores",
+               "memory_bytes", "versions")
+NIC_FIELDS = ("model", "driver", "driver_version", "firmware")
+
+
+def host_facts(env: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts of a live fingerprint that a sysfs copy cannot carry (hostname, kernel, OS,
+    versions; each NIC's model, driver and the ethtool driver version and firmware), for
+    ``probe --capture`` to keep beside the tree."""
+    return {**{k: env.get(k) for k in HOST_FIELDS},
+            "nics": {n["name"]: {k: n[k] for k in NIC_FIELDS if n.get(k)}
+                     for n in env.get("nics", [])}}
+
+
+def _apply_captured_host(env: dict[str, Any], root: Path) -> None:
+    """A captured tree's fingerprint is the captured host's: its own facts replace those of
+    the machine reading the capture (which are only what that one happens to run)."""
+    path = root / linkpath.CAPTURED_PROC / CAPTURED_HOST
+    try:
+        facts = json.loads(path.read_text())
+    except (OSError, ValueError):
+        env["captured_host_facts"] = False     # an older capture: host facts are the reader's
+        return
+    if not isinstance(facts, dict):
+        env["captured_host_facts"] = False
+        return
+    env["read_on"] = env.get("host")
+    for key in HOST_FIELDS:
+        if facts.get(key) is not None:
+            env[key] = facts[key]
+    extra = facts.get("nics") if isinstance(facts.get("nics"), dict) else {}
+    for nic in env.get("nics", []):
+        for key, value in (extra.get(nic["name"]) or {}).items():
+            if key in NIC_FIELDS and value:
+                nic[key] = value
+    env["captured_host_facts"] = True
 
 
 def nic_summary(env: Mapping[str, Any], device: str | None) -> str | None:

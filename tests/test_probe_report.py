@@ -135,3 +135,38 @@ def test_a_sysfs_root_that_is_no_tree_is_a_clear_error(tmp_path):
     for args in (["probe"], ["run", "mem.copy", "--results", str(tmp_path / "r")]):
         assert_clean_error(netbench(*args, "--sysfs-root", str(tmp_path / "nowhere")),
                            "no bus/, class/ or devices/")
+
+
+def test_a_capture_reads_back_as_the_captured_host(tmp_path):
+    """`probe --capture` then `--sysfs-root`: host, kernel, OS, versions and each NIC's model,
+    driver, driver version and firmware are the captured host's, not the reader's."""
+    live = json.loads(netbench("probe", "--json").stdout)
+    dest = tmp_path / "cap"
+    assert netbench("probe", "--capture", str(dest)).returncode == 0
+    back = json.loads(netbench("probe", "--json", "--sysfs-root", str(dest)).stdout)
+    for key in ("host", "kernel", "os", "arch", "cpu_model", "versions"):
+        assert back[key] == live[key], key
+    fields = ("model", "driver", "driver_version", "firmware")
+    assert {n["name"]: {k: n.get(k) for k in fields} for n in back["nics"]} == {
+        n["name"]: {k: n.get(k) for k in fields} for n in live["nics"]}
+    assert back["captured_host_facts"] is True
+    # Read elsewhere: the facts come from the file beside the tree, not from this machine.
+    facts_file = dest / "_proc" / "netbench-host.json"
+    facts = json.loads(facts_file.read_text())
+    facts.update(host="gpu-node-17", kernel="6.8.0-49-generic", os="Ubuntu 24.04.1 LTS")
+    first = live["nics"][0]["name"]
+    facts["nics"][first] = {"model": "MT2910 Family [ConnectX-7]", "driver": "mlx5_core",
+                            "driver_version": "24.10-1.1.4", "firmware": "28.43.1014"}
+    facts_file.write_text(json.dumps(facts))
+    other = json.loads(netbench("probe", "--json", "--sysfs-root", str(dest)).stdout)
+    assert (other["host"], other["kernel"], other["os"]) == (
+        "gpu-node-17", "6.8.0-49-generic", "Ubuntu 24.04.1 LTS")
+    assert other["read_on"] == live["host"]
+    nic = next(n for n in other["nics"] if n["name"] == first)
+    assert (nic["model"], nic["driver_version"], nic["firmware"]) == (
+        "MT2910 Family [ConnectX-7]", "24.10-1.1.4", "28.43.1014")
+    # A capture of the capture keeps them.
+    again = tmp_path / "again"
+    assert netbench("probe", "--capture", str(again), "--sysfs-root", str(dest)).returncode == 0
+    assert json.loads(netbench("probe", "--json", "--sysfs-root",
+                               str(again)).stdout)["host"] == "gpu-node-17"
