@@ -432,6 +432,27 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from netbench.analysis.selection import resolve
+    from netbench.report.export import openmetrics
+    from netbench.store import ResultStore
+    from netbench.textfile import write_atomic
+
+    chosen = resolve(ResultStore(args.results), args.run or args.label)
+    text = openmetrics(chosen.rows.astype(object).where(chosen.rows.notna(), None)
+                       .to_dict("records"))
+    if not args.output or args.output == "-":
+        sys.stdout.write(text)
+    else:
+        out = Path(args.output)
+        if out.is_dir():
+            raise UsageError(f"-o {out}: a directory; name the file (node_exporter's textfile "
+                             "collector reads DIR/*.prom)")
+        write_atomic(out, lambda tmp: tmp.write_text(text))    # the collector never sees half
+        print(f"wrote {out}: {chosen.describe()}", file=sys.stderr)
+    return 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from netbench.store import ResultStore, import_jsonl
 
@@ -601,6 +622,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="with --candidate: add the comparison view")
     p.add_argument("--candidate", help="label, run id or directory of the candidate")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("export", help="a run's metrics as OpenMetrics text (node_exporter's "
+                       "textfile collector, Prometheus)")
+    p.add_argument("--results", default="results", help="results directory (default results/)")
+    p.add_argument("--run", help="the run to export (default: the latest that measured "
+                   "something)")
+    p.add_argument("--label", help="the runs with this label")
+    p.add_argument("-o", "--output", help="file to write atomically, e.g. "
+                   "/var/lib/node_exporter/netbench.prom (default: stdout)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("import", help="store rows from `run --jsonl` files as Parquet runs")
     p.add_argument("files", nargs="+", help="JSON-lines files written by `netbench run --jsonl`")

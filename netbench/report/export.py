@@ -1,0 +1,94 @@
+"""A run's metrics for the cluster's monitoring, as OpenMetrics text.
+
+node_exporter's textfile collector reads ``*.prom`` files from a directory; Prometheus-format
+parsers take the same text (``# EOF`` is a comment to them). One gauge family per metric
+(``netbench_goodput``, ``netbench_lat_p99_9``), one series per case, labelled by benchmark,
+case (the params that name it), host, peer, device, unit, direction and label (not the run id:
+a series stays one series from run to run); repeats of a case are their median, so a series
+is never duplicated. No sample timestamps (the textfile collector
+refuses them): the run's start is its own gauge, ``netbench_run_started_seconds``, and the
+case counts by status are ``netbench_run_cases``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from netbench.report.console import case_names
+from netbench.stats import median_sorted
+
+PREFIX = "netbench_"
+
+
+def metric_name(metric: str) -> str:
+    """A netbench metric as an OpenMetrics name: [a-zA-Z_:][a-zA-Z0-9_:]*, prefixed."""
+    name = re.sub(r"[^a-zA-Z0-9_]", "_", metric)
+    return PREFIX + (name if re.match(r"[a-zA-Z_]", name) else "_" + name)
+
+
+def _label_value(value: Any) -> str:
+    text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(pairs: Mapping[str, Any]) -> str:
+    return "{" + ",".join(f'{k}="{_label_value(v)}"' for k, v in pairs.items()) + "}"
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if math.isfinite(value) else ("NaN" if value != value else
+                                                             ("+Inf" if value > 0 else "-Inf"))
+
+
+def openmetrics(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The rows of one or more runs as OpenMetrics text, ending with ``# EOF``."""
+    rows = [dict(r) for r in rows]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("value") is not None
+          and not (isinstance(r["value"], float) and math.isnan(r["value"]))]
+    names = dict(zip([(r["benchmark"], r["params"]) for r in ok],
+                     case_names([(r["benchmark"], r["params"]) for r in ok])))
+    series: dict[str, dict[tuple[tuple[str, str], ...], list[float]]] = {}
+    helps: dict[str, set[str]] = {}
+    for r in ok:
+        family = metric_name(str(r["metric"]))
+        case = names[(r["benchmark"], r["params"])][len(str(r["benchmark"])) + 1:]
+        labels = (("benchmark", r["benchmark"]), ("case", case), ("host", r.get("host")),
+                  ("peer", r.get("peer")), ("device", r.get("device")),
+                  ("unit", r.get("unit")), ("better", r.get("better")),
+                  ("label", r.get("label")))     # no run id: one series per case over runs
+        key = tuple((k, _label_value(v)) for k, v in labels)
+        series.setdefault(family, {}).setdefault(key, []).append(float(r["value"]))
+        helps.setdefault(family, set()).add(str(r["metric"]))
+    out: list[str] = []
+    for family in sorted(series):
+        out.append(f"# TYPE {family} gauge")
+        out.append(f"# HELP {family} netbench metric {', '.join(sorted(helps[family]))} "
+                   "(median over a case's repeats; unit and direction in the labels)")
+        for key, values in series[family].items():
+            labels = "{" + ",".join(f'{k}="{v}"' for k, v in key) + "}"
+            out.append(f"{family}{labels} {_number(median_sorted(sorted(values)))}")
+    runs: dict[str, Mapping[str, Any]] = {}
+    cases: dict[tuple[str, str], set[Any]] = {}
+    for r in rows:
+        runs.setdefault(str(r.get("run_id")), r)
+        cases.setdefault((str(r.get("run_id")), str(r.get("status"))), set()).add(
+            r.get("case_index"))
+    out.append(f"# TYPE {PREFIX}run_started_seconds gauge")
+    out.append(f"# HELP {PREFIX}run_started_seconds when the run started (Unix time)")
+    for run_id, r in runs.items():
+        started = r.get("started_at")
+        stamp = started.timestamp() if hasattr(started, "timestamp") else float("nan")
+        labels = _labels({"run_id": run_id, "label": r.get("label"), "host": r.get("host"),
+                          "suite": r.get("suite")})
+        out.append(f"{PREFIX}run_started_seconds{labels} {_number(stamp)}")
+    out.append(f"# TYPE {PREFIX}run_cases gauge")
+    out.append(f"# HELP {PREFIX}run_cases cases of the run by status")
+    for run_id in runs:
+        for status in ("ok", "skipped", "failed"):
+            out.append(f"{PREFIX}run_cases{_labels({'run_id': run_id, 'status': status})} "
+                       f"{len(cases.get((run_id, status), ()))}")
+    out.append("# EOF")
+    return "\n".join(out) + "\n"
