@@ -254,15 +254,21 @@ class Runner:
                     continue                # finished before the interruption: kept
                 self.reporter.start_case(index, planned.case,
                                          planned.bench.describe(planned.case))
+                case_base = {**base, "case_started_at": datetime.now(UTC)}
+                began = time.monotonic()
                 try:
-                    rows = self._run_case(index, planned, base)
+                    rows = self._run_case(index, planned, case_base)
                 except KeyboardInterrupt:
                     result.interrupted = True
-                    stopped = self._status_rows(index, planned, base, "failed",
+                    stopped = self._status_rows(index, planned, case_base, "failed",
                                                 "interrupted by the user")
+                    for row in stopped:
+                        row["case_seconds"] = time.monotonic() - began
                     result.rows.extend(stopped)
                     writer.append(stopped)
                     break
+                for row in rows:                # when the case ran, and for how long
+                    row["case_seconds"] = time.monotonic() - began
                 result.rows.extend(rows)
                 result.fallbacks.extend(self._case_fallbacks)
                 self._case_fallbacks.clear()

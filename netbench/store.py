@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +41,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("env_gpu", "string"), ("env_netbench", "string"), ("env_python", "string"),
     ("env_torch", "string"), ("env_nccl", "string"), ("env_rdma_core", "string"),
     ("env_json", "string"),
+    # Added within schema 1 (files without them read them as missing): when each case
+    # started and how long it took, harness included.
+    ("case_started_at", "timestamp"), ("case_seconds", "float64"),
 )
 
 
@@ -357,6 +361,45 @@ class ResultStore:
         return pd.concat(frames, ignore_index=True)
 
 
+_UNIT_NOTE = re.compile(r"^\s*(?P<unit>[^()]+?)\s*\((?P<note>[^()]*)\)\s*$")
+
+
+def load(path: str | os.PathLike[str] = "results", run_ids: Iterable[str] | None = None,
+         params: bool = True) -> Any:
+    """The store as a tidy DataFrame, for pandas users: counts and sizes as nullable integers
+    (Int64, not float64 with NaN), a run without a label as missing (not ""), one spelling
+    per unit with the qualifier in ``unit_note`` ("us (half RTT)" -> "us", "half RTT"),
+    and (``params``) every param as its own ``param_<name>`` column. ``pandas.read_parquet``
+    still reads the raw files; this is the same rows, ready to group."""
+    import pandas as pd
+
+    store = ResultStore(path)
+    rows = store.read(run_ids)
+    for column in ("schema_version", "case_index", "msg_size", "n_samples"):
+        rows[column] = pd.array([None if _missing(v) else int(v) for v in rows[column]],
+                                dtype="Int64")
+    rows["label"] = rows["label"].map(lambda v: pd.NA if _missing(v) or v == "" else v)
+    split = [_UNIT_NOTE.match(str(u)) if isinstance(u, str) else None for u in rows["unit"]]
+    rows["unit_note"] = [m.group("note") if m else pd.NA for m in split]
+    rows["unit"] = [m.group("unit") if m else u for m, u in zip(split, rows["unit"])]
+    if params:
+        parsed: dict[Any, dict[str, Any]] = {}
+        for text in set(rows["params"].dropna()):
+            parsed[text] = json.loads(text or "{}")
+        keys = sorted({k for p in parsed.values() for k in p})
+        for key in keys:
+            rows[f"param_{key}"] = [parsed[t].get(key) if isinstance(t, str) else None
+                                    for t in rows["params"]]
+    return rows
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return value is None or bool(value != value)
+    except (TypeError, ValueError):
+        return False
+
+
 def _run_of(path: Path) -> str:
     """The run id a file holds rows of: ``<stamp>-<id>.parquet``, or a part file under
     ``<stamp>-<id>.parts/``."""
@@ -453,8 +496,14 @@ def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Pat
         try:
             row = json.loads(line)
             row["started_at"] = datetime.fromisoformat(row["started_at"])
-        except (ValueError, KeyError, TypeError, RecursionError):
+        except (ValueError, KeyError, TypeError, RecursionError, AttributeError):
             raise NetbenchError(f"{source}:{number}: not a netbench result row") from None
+        if row.get("case_started_at") is not None:
+            try:
+                row["case_started_at"] = datetime.fromisoformat(row["case_started_at"])
+            except (ValueError, TypeError):
+                raise NetbenchError(f"{source}:{number}: case_started_at must be an ISO "
+                                    f"time, not {str(row['case_started_at'])[:60]!r}") from None
         unknown = set(row) - names
         if unknown or row.get("schema_version") != SCHEMA_VERSION:
             raise NetbenchError(f"{source}:{number}: not a schema-{SCHEMA_VERSION} row "

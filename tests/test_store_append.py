@@ -150,3 +150,36 @@ def test_a_results_path_that_is_a_file_is_one_clear_error(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert ResultStore(target).runs().empty
+
+
+def test_load_is_tidy_for_pandas(tmp_path):
+    """netbench.load: nullable integers, a missing label as missing, one unit spelling with
+    its qualifier apart, params as columns, and when each case ran and for how long."""
+    import netbench
+
+    res = tmp_path / "res"
+    assert netbench_run(res, "tcp.rr", "msg_size=64,1K", "iterations=300").returncode == 0
+    assert netbench_run(res, "mem.copy", "msg_size=1M", "iterations=2",
+                        label="x").returncode == 0
+    rows = netbench.load(res)
+    for column in ("case_index", "msg_size", "n_samples"):
+        assert str(rows[column].dtype) == "Int64", column
+    rr = rows[rows.benchmark == "tcp.rr"]
+    assert set(rr["unit"].dropna()) <= {"us", "transactions/s", "%core"}
+    assert set(rr.loc[rr.metric == "lat_p50", "unit_note"]) == {"half RTT"}
+    assert rr["label"].isna().all() and set(rows.loc[rows.benchmark == "mem.copy",
+                                                     "label"]) == {"x"}
+    assert sorted(rr["param_msg_size"].unique()) == [64, 1024]
+    assert (rr["param_iterations"] == 300).all()
+    assert rows["case_started_at"].notna().all() and (rows["case_seconds"] > 0).all()
+    first, second = (rr[rr.case_index == i]["case_started_at"].iloc[0] for i in (0, 1))
+    assert second > first
+    # Raw pandas reads the same rows.
+    assert len(pd.read_parquet(res)) == len(rows)
+
+
+def netbench_run(res, bench, *params, label=None):
+    args = ["run", bench, "--results", str(res)]
+    for p in params:
+        args += ["-p", p]
+    return netbench(*args, *(["--label", label] if label else []))
