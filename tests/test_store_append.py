@@ -35,13 +35,19 @@ def _rows(run_id, index):
     return [row]
 
 
-def test_cases_are_parts_while_running_and_one_file_after(tmp_path):
+def _three_cases(tmp_path, run_id):
+    """A run being written, three cases in: (store, its final path, the writer)."""
     store = ResultStore(tmp_path)
     store.check_writable()
-    path = store.path_for("run000000001", "2026-12-01T00:00:00")
+    path = store.path_for(run_id, "2026-12-01T00:00:00")
     writer = store.open_run(path)
     for i in range(3):
-        writer.append(_rows("run000000001", i))
+        writer.append(_rows(run_id, i))
+    return store, path, writer
+
+
+def test_cases_are_parts_while_running_and_one_file_after(tmp_path):
+    store, path, writer = _three_cases(tmp_path, "run000000001")
     parts = sorted((tmp_path / f"{path.stem}.parts").glob("part-*.parquet"))
     assert len(parts) == 3 and not path.exists()
     # Readable while it runs: by the store and by plain pandas.
@@ -56,12 +62,7 @@ def test_cases_are_parts_while_running_and_one_file_after(tmp_path):
 
 
 def test_a_corrupt_part_is_skipped_with_a_warning_naming_it(tmp_path):
-    store = ResultStore(tmp_path)
-    store.check_writable()
-    path = store.path_for("run000000002", "2026-12-01T00:00:00")
-    writer = store.open_run(path)
-    for i in range(3):
-        writer.append(_rows("run000000002", i))
+    store, path, writer = _three_cases(tmp_path, "run000000002")
     bad = sorted((tmp_path / f"{path.stem}.parts").glob("part-*.parquet"))[1]
     bad.write_bytes(b"not parquet at all")
     with pytest.warns(UserWarning, match=bad.name):
