@@ -2,11 +2,12 @@
 """compare, report, history and runs over a large store: 200 runs x 2,000 rows, timed.
 
     python bench/analysis_scale.py [--runs 200] [--rows 2000]
+    python bench/analysis_scale.py --runs 10000 --rows 100      # a year of nightly CI
 
 The store is made from one real run of suites/ci.toml on this machine, replicated with
 jittered values into distinct runs (new run ids, labels and timestamps), so every row has the
-real schema and shapes. Targets: `netbench compare`, `report`, `history --last 30` and `runs`
-under 5 s each; the dashboard under 10 MB.
+real schema and shapes. Targets: `netbench compare`, `report`, `history` and `runs` under 5 s
+each; the dashboard under 10 MB.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def main() -> int:
     timings = {}
     for name, cmd in (
             ("compare", ["compare", "nightly-0000", f"nightly-{args.runs - 1:04d}", "--json"]),
-            ("history", ["history", "--last", "30", "--json"]),
+            ("history", ["history", "--json"]),
             ("runs", ["runs", "--json"]),
             ("report", ["report", "-o", str(work / "dash.html"), "--baseline", "nightly-0000",
                         "--candidate", f"nightly-{args.runs - 1:04d}"])):
@@ -87,7 +88,8 @@ def main() -> int:
     size = (work / "dash.html").stat().st_size / 1e6
     print(f"netbench compare: {timings['compare']:.2f} s   (target < 5 s)")
     print(f"netbench report:  {timings['report']:.2f} s   (target < 5 s)")
-    print(f"netbench history: {timings['history']:.2f} s   (--last 30; target < 5 s)")
+    print(f"netbench history: {timings['history']:.2f} s   (its default: the newest 50 runs; "
+          "target < 5 s)")
     print(f"netbench runs:    {timings['runs']:.2f} s   (target < 5 s)")
     print(f"dashboard size:   {size:.2f} MB  (target < 10 MB)")
     ok_all = all(t < 5 for t in timings.values()) and size < 10

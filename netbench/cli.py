@@ -591,7 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", action="append", help="only runs on this host; repeatable")
     p.add_argument("--benchmark", action="append", help="only this benchmark; repeatable")
     p.add_argument("--metric", action="append", help="only this metric; repeatable")
-    p.add_argument("--last", type=int, metavar="N", help="only the newest N runs")
+    p.add_argument("--last", type=int, default=50, metavar="N",
+                   help="the newest N runs (default 50)")
     p.add_argument("--window", type=int, default=5, metavar="N",
                    help="judge each run against up to N runs before it (default 5)")
     p.add_argument("--threshold", action="append", metavar="METRIC=VALUE",

@@ -184,3 +184,25 @@ def netbench_run(res, bench, *params, label=None):
     for p in params:
         args += ["-p", p]
     return netbench(*args, *(["--label", label] if label else []))
+
+
+def test_many_runs_scan_as_one_dataset_with_filters_and_skip_foreign_files(tmp_path):
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    for i in range(20):                                  # beyond 16 files: one dataset scan
+        rows = _rows(f"run{i:09d}", 0) + [{**_rows(f"run{i:09d}", 1)[0], "metric": "bw_peak"}]
+        store.write_run(store.path_for(f"run{i:09d}", f"2026-12-01T00:00:{i:02d}"), rows)
+    pd.DataFrame({"x": [1, 2]}).to_parquet(tmp_path / "foreign.parquet")
+    with pytest.warns(UserWarning, match="foreign.parquet: not a netbench result file"):
+        rows = store.read()
+    assert len(rows) == 40 and rows["run_id"].notna().all()
+    picked = store.read(where={"metric": ["bw_peak"]}, columns=["run_id", "metric"])
+    assert len(picked) == 20 and set(picked["metric"]) == {"bw_peak"}
+    assert list(picked.columns) == ["run_id", "metric"]
+    # The footers' cache: written once, then used; a changed file is read afresh.
+    assert len(store.runs()) == 20 and (tmp_path / "_catalog.parquet").exists()
+    first = store.path_for("run000000000", "2026-12-01T00:00:00")
+    store.write_run(first, [{**_rows("run000000000", 0)[0], "label": "relabelled"}])
+    assert store.runs().set_index("run_id").loc["run000000000", "label"] == "relabelled"
+    with pytest.warns(UserWarning, match="foreign.parquet"):
+        assert len(store.read()) == 39

@@ -69,9 +69,11 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
           metrics: Sequence[str] = (), last: int | None = None, window: int = DEFAULT_WINDOW,
           thresholds: Mapping[str, float] | None = None, alpha: float = 0.05,
           hosts: Sequence[str] = (),
-          want: Callable[[str, str], bool] | None = None) -> History:
+          want: Callable[[str, str], bool] | None = None,
+          scan_metrics: Sequence[str] = ()) -> History:
     """The history of every (chosen) case over the (chosen) runs, oldest first; ``want``
-    (benchmark, metric) narrows the series further (the dashboard: headline metrics)."""
+    (benchmark, metric) narrows the series further (the dashboard: headline metrics), and
+    ``scan_metrics`` names the only metrics worth reading from the files."""
     if window < 1:
         raise UsageError(f"--window {window}: at least 1 earlier run to judge a step against")
     if last is not None and last < 2:
@@ -90,18 +92,24 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
     if hosts:
         index = index[index["host"].isin(hosts)]
     wanted = set(benchmarks) or None
-    usable = index[[bool((wanted or set(b)) & set(b)) for b in index["ok_benchmarks"]]]
-    left_out = [(r, "nothing measured" if not ok else "did not measure "
-                 + ", ".join(sorted(wanted or [])))
-                for r, ok in zip(index["run_id"], index["ok_benchmarks"])
-                if r not in set(usable["run_id"])]
+    measured = [bool((wanted or set(b)) & set(b)) for b in index["ok_benchmarks"]]
+    usable = index[measured]
     if last is not None:
         usable = usable.tail(last)
+    # What was passed over among the runs the window spans (not the whole store's past).
+    since = usable["started_at"].iloc[0] if not usable.empty else None
+    left_out = [(r, "nothing measured" if not ok else "did not measure "
+                 + ", ".join(sorted(wanted or [])))
+                for r, ok, m, t in zip(index["run_id"], index["ok_benchmarks"], measured,
+                                       index["started_at"])
+                if not m and (since is None or t >= since)]
     if usable.empty:
         raise NetbenchError("no stored run measured "
                             + (", ".join(sorted(wanted)) if wanted else "anything")
                             + (f" with label {', '.join(labels)}" if labels else ""))
-    rows = store.read(list(usable["run_id"]))
+    where = {k: v for k, v in (("benchmark", benchmarks),
+                               ("metric", metrics or scan_metrics)) if v}
+    rows = store.read(list(usable["run_id"]), where=where)     # filters pushed into the scan
     if benchmarks:
         unknown = set(benchmarks) - set(rows["benchmark"])
         if unknown:
@@ -111,8 +119,9 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
     if metrics:
         unknown = set(metrics) - set(rows["metric"].dropna())
         if unknown:
+            there = store.read(list(usable["run_id"]), ["metric"])["metric"].dropna()
             raise UsageError(f"no chosen case has metric {', '.join(sorted(unknown))}; "
-                             f"metrics there: {', '.join(sorted(set(rows['metric'].dropna())))}")
+                             f"metrics there: {', '.join(sorted(set(there)))}")
         rows = rows[rows["metric"].isin(metrics)]
     if want is not None:
         rows = rows[[want(b, m) for b, m in zip(rows["benchmark"], rows["metric"])]]

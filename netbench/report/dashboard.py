@@ -527,7 +527,8 @@ def _trend(store: Any) -> Any:
              for name, b in registry.all_benchmarks().items()}
     try:
         h = build(store, last=TREND_RUNS if len(store.runs()) >= 2 else None,
-                  want=lambda bench, metric: heads.get(bench) == metric)
+                  want=lambda bench, metric: heads.get(bench) == metric,
+                  scan_metrics=sorted(set(heads.values())))
     except NetbenchError:
         return None
     h.series = sorted(h.series, key=lambda s: -len(s.steps))[:12]
