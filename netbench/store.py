@@ -188,6 +188,7 @@ class ResultStore:
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
+        self._index: tuple[Any, Any] | None = None      # runs(), with what it was built from
 
     def check_writable(self) -> None:
         """Fail before measuring anything if results could not be kept; sweep what dead
@@ -308,10 +309,16 @@ class ResultStore:
         import pandas as pd
         import pyarrow.parquet as pq
 
+        listing = self._listing()
+        # The index is a function of the files (name, size, mtime) and of which runs have a
+        # live writer: while neither changed, a command asking again gets it without work.
+        signature = (tuple(listing), tuple(_locked(d) for d in self._parts_dirs()))
+        if self._index is not None and self._index[0] == signature:
+            return self._index[1].copy()
         merged: dict[str, dict[str, Any]] = {}
         cached = self._catalog()
         fresh: dict[str, tuple[int, int, str]] = {}
-        for path, stat in self._listing():
+        for path, stat in listing:
             name = path.name if path.parent == self.directory else \
                 f"{path.parent.name}/{path.name}"
             hit = cached.get(name)
@@ -360,7 +367,9 @@ class ResultStore:
         columns = ["path", "run_id", "label", "started_at", "suite", "host", "benchmarks",
                    "ok_benchmarks", "ok", "skipped", "failed", "state", "plan"]
         frame = pd.DataFrame(index, columns=columns)
-        return frame.sort_values("started_at", ignore_index=True) if index else frame
+        frame = frame.sort_values("started_at", ignore_index=True) if index else frame
+        self._index = (signature, frame)
+        return frame.copy()
 
     def _scan(self, paths: list[Path], columns: list[str] | None,
               where: Mapping[str, list[Any]]) -> Any:

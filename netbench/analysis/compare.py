@@ -308,13 +308,21 @@ def _test(x: Mapping[str, Any], y: Mapping[str, Any]) -> tuple[str, float | None
                                          scale)
     if x["statistic"] and x["summarised"] and y["summarised"] and min(
             len(g) for g in x["summarised"] + y["summarised"]) >= 16:
-        a = block_bootstrap(x["summarised"], x["statistic"], seed=1)
-        b = block_bootstrap(y["summarised"], y["statistic"], seed=2)
+        a, b = _draws(x, seed=1), _draws(y, seed=2)
         return "bootstrap", bootstrap_p(_corrected(a, x["summarised"]),
                                         _corrected(b, y["summarised"]),
                                         bootstrap_df(x["summarised"]),
                                         bootstrap_df(y["summarised"]))
     return "none", None
+
+
+def _draws(side: dict[str, Any], seed: int) -> list[float]:
+    """The side's resampled statistic, computed once per side and seed (the test and the
+    repeats-needed estimate both read it)."""
+    key = f"draws-{seed}"
+    if key not in side:
+        side[key] = block_bootstrap(side["summarised"], side["statistic"], seed=seed)
+    return side[key]
 
 
 def _corrected(draws: Sequence[float], groups: Sequence[Any]) -> Any:
@@ -373,8 +381,7 @@ def _repeats_needed(x: Mapping[str, Any], y: Mapping[str, Any], evidence: str,
 
     if evidence == "bootstrap":
         # The resampled statistic's spread is that of one run's worth: runs needed follow it.
-        a = block_bootstrap(x["summarised"], x["statistic"], seed=1)
-        b = block_bootstrap(y["summarised"], y["statistic"], seed=2)
+        a, b = _draws(x, seed=1), _draws(y, seed=2)
         spread = math.sqrt((sd(a) ** 2 * len(x["summarised"])
                             + sd(b) ** 2 * len(y["summarised"])) / 2)
         delta = abs(y["value"] - x["value"])

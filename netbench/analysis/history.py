@@ -182,7 +182,7 @@ def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     values = sorted(v for e in entries for v in e["values"])
     groups = [g for e in entries for g in e["groups"]]
-    first = entries[0]
+    first = {k: v for k, v in entries[0].items() if not k.startswith("draws-")}  # not ours
     return {**first, "value": median_sorted(values), "values": values, "runs": len(values),
             "groups": groups, "samples": np.concatenate(groups) if groups else np.empty(0),
             "summarised": [g for e in entries for g in e["summarised"]],

@@ -526,7 +526,7 @@ def _trend(store: Any) -> Any:
     heads = {name: b.headline or (b.metrics[0].name if b.metrics else "")
              for name, b in registry.all_benchmarks().items()}
     try:
-        h = build(store, last=TREND_RUNS if len(store.runs()) >= 2 else None,
+        h = build(store, last=TREND_RUNS,
                   want=lambda bench, metric: heads.get(bench) == metric,
                   scan_metrics=sorted(set(heads.values())))
     except NetbenchError:
