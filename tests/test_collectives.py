@@ -46,9 +46,31 @@ def test_every_collective_runs_checks_and_reports_nccl_tests_figures(tmp_path):
         assert case["time_us"]["value"] <= case["time_max_us"]["value"]
         assert algbw == pytest.approx(4096 / case["time_us"]["value"] / 1e3, rel=1e-6)
         assert case["time_us"]["transport"] == "gloo"
-        assert len(case["time_us"]["samples"]) == 2          # one time per rank
+        # One sample per timing window (5 ops, 5 windows), averaged over the ranks: their
+        # mean is the reported time, and the rates are the same windows' rates.
+        window = case["time_us"]["samples"]
+        assert len(window) == 5
+        assert sum(window) / 5 == pytest.approx(case["time_us"]["value"], rel=1e-9)
+        assert case["busbw"]["samples"] == pytest.approx(
+            [r * FACTOR[op] for r in case["algbw"]["samples"]])
+        assert case["algbw"]["samples"] == pytest.approx([4096 / w / 1e3 for w in window])
     df = pd.read_parquet(tmp_path / "r")
     assert df["run_id"].nunique() == 1
+
+
+def test_timing_windows_cover_every_op_and_spare_the_gpu_stream():
+    from netbench.benchmarks import _ranks
+
+    for iters in (1, 5, 20, 63, 64, 65, 1000):
+        for gpu in (False, True):
+            edges = _ranks.windows(iters, gpu)
+            assert edges[0] == 0 and edges[-1] == iters
+            sizes = [b - a for a, b in zip(edges, edges[1:])]
+            assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
+            if gpu and iters >= _ranks.GPU_WINDOW_OPS:
+                assert min(sizes) >= _ranks.GPU_WINDOW_OPS - 1    # an event per ~8 ops
+    assert len(_ranks.windows(1000, False)) - 1 == _ranks.CPU_WINDOWS
+    assert len(_ranks.windows(20, True)) - 1 == 2
 
 
 def test_sizes_that_do_not_divide_are_rounded_like_nccl_tests(tmp_path):

@@ -6,7 +6,10 @@ sends each case to all of them over stdin and reads one JSON result per rank fro
 pipe; per-rank timings are reduced (avg, max) by the parent. Under torchrun / srun / mpirun the
 same ``run_case`` runs in-process on every rank and the reduction is a collective.
 Timing follows nccl-tests: warm-up, barrier, ``iters`` back-to-back operations, synchronise,
-time per operation; then one more operation on fresh inputs whose result is checked.
+time per operation; then one more operation on fresh inputs whose result is checked. The timed
+operations are also cut into windows (``windows``) so that compare has samples to test: on the
+CPU a clock read at each window's edge, on a GPU a CUDA event recorded between windows, which
+adds no synchronisation to the stream.
 """
 
 from __future__ import annotations
@@ -169,6 +172,44 @@ class _Case:
         return int(((got - want).abs() > tol).sum().item())
 
 
+CPU_WINDOWS = 64      # a clock read per window: ~0.1 us against a collective of >= 10 us
+GPU_WINDOWS = 32
+GPU_WINDOW_OPS = 8    # an event record (~1 us of launch work) per 8 ops at least
+
+
+def windows(iters: int, on_gpu: bool) -> list[int]:
+    """Window edges over ``iters`` timed operations, windows as equal as whole ops allow."""
+    count = min(iters // GPU_WINDOW_OPS, GPU_WINDOWS) if on_gpu else min(iters, CPU_WINDOWS)
+    count = max(count, 1)
+    return [round(i * iters / count) for i in range(count + 1)]
+
+
+def timed(torch: Any, op: Any, iters: int, device: Any) -> tuple[float, list[float]]:
+    """(seconds per op over all ``iters``, seconds per op in each window). The total is the
+    wall clock from first launch to synchronised end, as nccl-tests times it."""
+    edges = windows(iters, device.type == "cuda")
+    if device.type == "cuda":
+        events = [torch.cuda.Event(enable_timing=True) for _ in edges]
+        start = time.perf_counter()
+        events[0].record()
+        for k in range(1, len(edges)):
+            for _ in range(edges[k] - edges[k - 1]):
+                op()
+            events[k].record()
+        torch.cuda.synchronize()
+        total = time.perf_counter() - start
+        per = [events[k - 1].elapsed_time(events[k]) / 1e3 / (edges[k] - edges[k - 1])
+               for k in range(1, len(edges))]
+        return total / iters, per
+    stamps = [time.perf_counter()]
+    for k in range(1, len(edges)):
+        for _ in range(edges[k] - edges[k - 1]):
+            op()
+        stamps.append(time.perf_counter())
+    per = [(stamps[k] - stamps[k - 1]) / (edges[k] - edges[k - 1]) for k in range(1, len(edges))]
+    return (stamps[-1] - stamps[0]) / iters, per
+
+
 def run_case(torch: Any, dist: Any, spec: Mapping[str, Any], rank: int, world: int,
              device: Any) -> dict[str, Any]:
     """Time ``iters`` operations of one case on this rank, then check one fresh result."""
@@ -187,15 +228,12 @@ def run_case(torch: Any, dist: Any, spec: Mapping[str, Any], rank: int, world: i
         case.run()
     sync()
     dist.barrier()
-    start = time.perf_counter()
-    for _ in range(spec["iters"]):
-        case.run()
-    sync()
-    seconds = (time.perf_counter() - start) / spec["iters"]
+    seconds, per_window = timed(torch, case.run, spec["iters"], device)
     case.fill()
     case.run()
     sync()
-    return {"kind": "result", "rank": rank, "time_us": seconds * 1e6, "wrong": case.wrong(),
+    return {"kind": "result", "rank": rank, "time_us": seconds * 1e6,
+            "window_us": [w * 1e6 for w in per_window], "wrong": case.wrong(),
             "bytes": case.nbytes, "count": case.count}
 
 
@@ -219,11 +257,7 @@ def run_ddp_sync(torch: Any, dist: Any, spec: Mapping[str, Any], rank: int, worl
         step()
     sync()
     dist.barrier()
-    start = time.perf_counter()
-    for _ in range(spec["iters"]):
-        step()
-    sync()
-    seconds = (time.perf_counter() - start) / spec["iters"]
+    seconds, per_window = timed(torch, step, spec["iters"], device)
     for b in buckets:
         b.fill_(rank + 1)
     step()
@@ -231,7 +265,8 @@ def run_ddp_sync(torch: Any, dist: Any, spec: Mapping[str, Any], rank: int, worl
     want = float(sum(r + 1 for r in range(world)))
     tol = 1e-2 * want if dtype in (torch.float16, torch.bfloat16) else 1e-6 * want
     wrong = sum(int(((b.double() - want).abs() > tol).sum().item()) for b in buckets)
-    return {"kind": "result", "rank": rank, "time_us": seconds * 1e6, "wrong": wrong,
+    return {"kind": "result", "rank": rank, "time_us": seconds * 1e6,
+            "window_us": [w * 1e6 for w in per_window], "wrong": wrong,
             "bytes": total * elem, "buckets": len(buckets)}
 
 

@@ -64,7 +64,8 @@ _ROOT = Param("root", "int", 0, "root rank (nccl-tests -r)", minimum=0, maximum=
 _IN_PLACE = Param("in_place", "bool", False, "output aliases the input (nccl-tests checks both)")
 
 METRICS = (
-    Metric("time_us", "us", "lower", "time per operation, averaged over ranks"),
+    Metric("time_us", "us", "lower", "time per operation, averaged over ranks (samples: per "
+           "timing window)"),
     Metric("time_max_us", "us", "lower", "time per operation on the slowest rank"),
     Metric("algbw", "GB/s", "higher", "bytes / time (nccl-tests algbw)"),
     Metric("busbw", "GB/s", "higher", "algbw x the collective's bus factor (nccl-tests busbw)"),
@@ -184,19 +185,31 @@ class _Collective(Benchmark):
                                 f"{backend}): the transport corrupted data")
         times = [float(r["time_us"]) for r in results]
         avg = sum(times) / len(times)
+        factor = _ranks.bus_factor(self.op, world)
         algbw = nbytes / (avg * 1e-6) / 1e9
         values = {"time_us": avg, "time_max_us": max(times), "algbw": algbw,
-                  "busbw": algbw * _ranks.bus_factor(self.op, world)}
+                  "busbw": algbw * factor}
+        window = _window_times(results)
+        rates = [nbytes / (w * 1e-6) / 1e9 for w in window if w > 0]
         note = ""
         if nbytes != params["msg_size"]:
             note = (f"size rounded from {params['msg_size']} to {nbytes} bytes (a multiple of "
                     f"the element size{' x world_size' if self.op in _SPLIT else ''}, as "
                     "nccl-tests does)")
-        return Measurement(values, {"time_us": times}, device=_ranks_label(world),
-                           transport=backend, note=note)
+        samples = {"time_us": window, "algbw": rates, "busbw": [r * factor for r in rates]}
+        return Measurement(values, samples, device=_ranks_label(world), transport=backend,
+                           note=note)
 
 
 _SPLIT = ("all_gather", "reduce_scatter", "all_to_all")
+
+
+def _window_times(results: list[dict[str, Any]]) -> list[float]:
+    """Time per op in each timing window, averaged over the ranks: every rank cuts the same
+    ops into the same windows, and a collective ties the ranks' windows together."""
+    per_rank = [r["window_us"] for r in results]
+    return [sum(float(w[i]) for w in per_rank) / len(per_rank)
+            for i in range(min(len(w) for w in per_rank))]
 
 
 def _backend(requested: str, world: int, launched: Any) -> str:
@@ -355,5 +368,9 @@ class CollDdpSync(_Collective):
                   "scaling_efficiency": compute / step if step else 0.0}
         note = (f"{results[0]['buckets']} buckets of {params['bucket_mb']:g} MiB; "
                 f"{params['overlap']:.0%} of comm assumed hidden behind {compute:g} ms compute")
-        return Measurement(values, {"comm_ms": [t / 1e3 for t in times]},
+        window_ms = [w / 1e3 for w in _window_times(results)]
+        factor = _ranks.bus_factor("all_reduce", world)
+        return Measurement(values, {"comm_ms": window_ms,
+                                    "busbw": [nbytes / (w * 1e-3) / 1e9 * factor
+                                              for w in window_ms if w > 0]},
                            device=_ranks_label(world), transport=backend, note=note)
