@@ -10,6 +10,7 @@ emulated. pyverbs is imported only when a case runs.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import select
 import time
@@ -293,17 +294,24 @@ class _RdmaBw(_Rdma):
                     self.verb.upper())
             values, rates = v.bandwidth(send_a, size)
             if send_b is not None:
-                values = self._combine(v, values, send_b, size)
+                theirs, their_rates = v.bandwidth(send_b, size)
+                values, rates = self._both(values, rates, theirs, their_rates)
             if params["validate"]:
                 self._validate_loopback(v, a, b, params)
-            return self._values(values), {"bw_avg": rates}, a
+            return self._values(values), self._samples(rates, size), a
 
     @staticmethod
-    def _combine(v: Any, values: dict[str, float], other: Any, size: int) -> dict[str, float]:
-        theirs, _ = v.bandwidth(other, size)
-        return {"bw_avg": values["bw_avg"] + theirs["bw_avg"],
-                "bw_peak": values["bw_peak"] + theirs["bw_peak"],
-                "msg_rate": values["msg_rate"] + theirs["msg_rate"]}
+    def _both(values: Mapping[str, float], rates: list[float], theirs: Mapping[str, Any],
+              their_rates: list[float]) -> tuple[dict[str, float], list[float]]:
+        """Both directions at once: figures add up, and so do the i-th windows' rates (each
+        direction's windows are equal shares of its completions, sent over the same time)."""
+        both = {k: float(values[k]) + float(theirs[k]) for k in ("bw_avg", "bw_peak", "msg_rate")}
+        return both, [a + b for a, b in zip(rates, their_rates)]
+
+    @staticmethod
+    def _samples(rates: list[float], size: int) -> dict[str, list[float]]:
+        """Per-window samples: bandwidth, and the same windows as message rates."""
+        return {"bw_avg": rates, "msg_rate": [r * 1e9 / (size * 8) / 1e6 for r in rates]}
 
     @staticmethod
     def _values(values: Mapping[str, float]) -> dict[str, float]:
@@ -370,15 +378,14 @@ class _RdmaBw(_Rdma):
             far = inbox.take("report", SETUP_TIMEOUT)
             values, rates = v.bandwidth(sender, size)
             if params["bidirectional"]:
-                for key in ("bw_avg", "bw_peak", "msg_rate"):
-                    values[key] += float(far[key])
+                values, rates = self._both(values, rates, far, _far_rates(far))
             if params["validate"]:
                 expected = self._expected_crc(v, size, 2 if self.verb == "read" else 1)
                 got = side.crc() if self.verb == "read" else int(far["crc"])
                 if got != expected:
                     raise v.VerbsError(f"data validation failed: the bytes {self.verb} "
                                        "delivered differ from the source")
-            return self._values(values), {"bw_avg": rates}, side
+            return self._values(values), self._samples(rates, size), side
         finally:
             if side is not None:
                 side.close()
@@ -397,10 +404,26 @@ class _RdmaBw(_Rdma):
                                     Inbox(session.channel), clock)
             report: dict[str, Any] = {"kind": "report", "crc": side.crc()}
             if sender is not None:
-                report.update(self._values(v.bandwidth(sender, size)[0]))
+                values, rates = v.bandwidth(sender, size)
+                report.update(self._values(values), rates=rates[:MAX_WINDOWS])
             session.channel.send(report)
         finally:
             side.close()
+
+
+MAX_WINDOWS = 256      # window rates a far end reports (bandwidth() makes about 50)
+
+
+def _far_rates(far: Mapping[str, Any]) -> list[float]:
+    """The far end's window rates, as numbers and bounded: nothing off the wire is trusted."""
+    raw = far.get("rates")
+    if not isinstance(raw, list):
+        return []
+    rates = []
+    for x in raw[:MAX_WINDOWS]:
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0:
+            rates.append(float(x))
+    return rates
 
 
 class RdmaWriteBw(_RdmaBw):

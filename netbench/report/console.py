@@ -175,7 +175,9 @@ def _lead_columns(bench: str, params: Mapping[str, Any], row: Mapping[str, Any]
         if "root" in params:
             out.append(("root", str(params["root"])))
     if bench.startswith("rdma."):
-        n = row.get("n_samples")
+        # A latency row keeps one sample per iteration (duration-bound runs too); a bandwidth
+        # row's samples are windows, so its count is the iterations asked for.
+        n = row.get("n_samples") if bench.endswith("_lat") else None
         n = None if n is None or (isinstance(n, float) and math.isnan(n)) else n
         iterations = params.get("iterations") if not params.get("duration") else None
         out.append(("#iterations", f"{int(n if n else iterations):,}" if (n or iterations)

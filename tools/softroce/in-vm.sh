@@ -15,6 +15,8 @@ spid=$!
 $PY -m netbench run suites/rdma-ci.toml --peer "$NETBENCH_RDMA_ADDR:5301" \
   --jsonl "$OUT/rdma-peer.jsonl" --label softroce-peer || rc=1
 kill $spid; wait $spid 2>/dev/null
+echo "=== bandwidth rows carry per-window samples (what compare tests)"
+$PY tools/softroce/samples.py "$OUT/rdma-loopback.jsonl" "$OUT/rdma-peer.jsonl" || rc=1
 echo "=== RDMA faults: bad device, port, GID, a peer with a wrong rkey, a peer killed mid-run"
 $PY tools/softroce/faults.py "$NETBENCH_RDMA_DEV" "$NETBENCH_RDMA_ADDR" "$OUT" || rc=1
 rm -f "$OUT/faults.jsonl"      # failed-on-purpose rows stay out of the store
