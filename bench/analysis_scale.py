@@ -36,12 +36,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--rows", type=int, default=2000)
+    ap.add_argument("--work", help="keep the store in this folder, and time an existing one "
+                    "there again instead of building it")
     args = ap.parse_args()
     import pandas as pd
 
     from netbench.store import ResultStore
 
-    work = Path(tempfile.mkdtemp(prefix="nb-scale-"))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="nb-scale-"))
+    if args.work and (work / "store").is_dir():
+        print(f"store: reusing {work / 'store'}")
+        return _time(work, args.runs)
     seed_dir = work / "seed"
     subprocess.run([sys.executable, "-m", "netbench", "run", "suites/ci.toml", "--results",
                     str(seed_dir)], check=True, capture_output=True, timeout=600)
@@ -71,13 +76,17 @@ def main() -> int:
     print(f"store: {args.runs} runs x {len(template)} rows = {args.runs * len(template)} rows, "
           f"{sum(p.stat().st_size for p in (work / 'store').iterdir()) / 1e6:.1f} MB "
           f"(built in {time.perf_counter() - t0:.1f} s)")
+    return _time(work, args.runs)
+
+
+def _time(work: Path, runs: int) -> int:
     timings = {}
     for name, cmd in (
-            ("compare", ["compare", "nightly-0000", f"nightly-{args.runs - 1:04d}", "--json"]),
+            ("compare", ["compare", "nightly-0000", f"nightly-{runs - 1:04d}", "--json"]),
             ("history", ["history", "--json"]),
             ("runs", ["runs", "--json"]),
             ("report", ["report", "-o", str(work / "dash.html"), "--baseline", "nightly-0000",
-                        "--candidate", f"nightly-{args.runs - 1:04d}"])):
+                        "--candidate", f"nightly-{runs - 1:04d}"])):
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "netbench", *cmd, "--results",
                                str(work / "store")], capture_output=True, text=True, timeout=300)

@@ -44,7 +44,18 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     # Added within schema 1 (files without them read them as missing): when each case
     # started and how long it took, harness included.
     ("case_started_at", "timestamp"), ("case_seconds", "float64"),
+    # The unit's qualifier ("half RTT"): the unit column spells each quantity one way ("us").
+    ("unit_note", "string"),
 )
+
+
+# The run's environment: the same on every row of one host's run, so a file keeps it once, in
+# its footer (ENVS: {host: {column: value}}), and ``ResultStore.read`` joins it back. The
+# env_nic / env_rdma_device / env_gpu columns stay on the rows: they name the case's device.
+RUN_ENV = ("env_kernel", "env_os", "env_cpu", "env_netbench", "env_python", "env_torch",
+           "env_nccl", "env_rdma_core", "env_json")
+ENVS = "netbench_envs"
+_UNIT_NOTE = re.compile(r"^\s*(?P<unit>[^()]+?)\s*\((?P<note>[^()]*)\)\s*$")
 
 
 def arrow_schema() -> Any:
@@ -124,9 +135,45 @@ def _conform(table: Any, schema: Any) -> Any:
 
 
 def _table(rows: list[dict[str, Any]], metadata: Mapping[str, str]) -> Any:
+    """Rows as a table, the run's environment moved from its rows into the footer."""
     import pyarrow as pa
 
+    envs = _envs_of(rows)
+    if envs:
+        metadata = {**metadata, ENVS: json.dumps(envs, sort_keys=True)}
+        blank = dict.fromkeys(RUN_ENV)
+        rows = [{**r, **blank} for r in rows]
+    rows = [{**r, **split_unit(r.get("unit"))} for r in rows]
     return pa.Table.from_pylist(rows, schema=arrow_schema().with_metadata(dict(metadata)))
+
+
+def split_unit(unit: Any) -> dict[str, Any]:
+    """The stored spelling: "us (half RTT)" -> unit "us", unit_note "half RTT"."""
+    match = _UNIT_NOTE.match(unit) if isinstance(unit, str) else None
+    return {"unit": match.group("unit"), "unit_note": match.group("note")} if match else \
+        {"unit": unit}
+
+
+
+def _envs_of(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{host: {env column: value}} from the first row of each host that carries them."""
+    envs: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        host = str(row.get("host") or "")
+        if host not in envs and any(row.get(c) is not None for c in RUN_ENV):
+            envs[host] = {c: row.get(c) for c in RUN_ENV}
+    return envs
+
+
+def _footer_envs(metadata: Mapping[bytes, bytes] | None) -> dict[str, dict[str, Any]]:
+    raw = (metadata or {}).get(ENVS.encode())
+    if not raw:
+        return {}
+    try:
+        envs = json.loads(raw)
+    except ValueError:
+        return {}
+    return envs if isinstance(envs, dict) else {}
 
 
 class RunWriter:
@@ -243,6 +290,9 @@ class ResultStore:
             else:
                 tables.append(table)
         schema = arrow_schema()
+        envs: dict[str, dict[str, Any]] = {}
+        for t in tables:                   # later parts (a resume's) describe the run last
+            envs.update(_footer_envs(t.schema.metadata))
         tables = [_conform(t, schema) for t in tables]
         # A case measured again (a resumed run redoing an interrupted case): the latest wins.
         latest: dict[Any, int] = {}
@@ -256,7 +306,10 @@ class ResultStore:
         table = table.take(pc.sort_indices(table, [("case_index", "ascending")]))
         facts = table.select(["run_id", "label", "started_at", "suite", "host", "benchmark",
                               "status", "case_index"]).to_pylist()
-        table = table.replace_schema_metadata({**_run_metadata(facts), **extra})
+        footer = {**_run_metadata(facts), **extra}
+        if envs:
+            footer[ENVS] = json.dumps(envs, sort_keys=True)
+        table = table.replace_schema_metadata(footer)
         write_atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
         for part in parts.glob("part-*.parquet"):
             part.unlink(missing_ok=True)
@@ -290,6 +343,9 @@ class ResultStore:
             except OSError:
                 return []
 
+        if self.directory.exists() and not self.directory.is_dir():
+            raise NetbenchError(f"results directory {self.directory} is a file, not a store "
+                                "(a folder of run files); name a directory with --results")
         done = scan(self.directory, lambda e: e.name.endswith(".parquet")
                     and not e.name.startswith((".", "_")) and e.is_file())
         names = {name[:-len(".parquet")] for name, _ in done}
@@ -332,7 +388,7 @@ class ResultStore:
                                   stacklevel=2)
                     continue
                 info = {k.decode(): v.decode() for k, v in meta.items()
-                        if k.decode().startswith("netbench_")}
+                        if k.decode().startswith("netbench_") and k.decode() != ENVS}
                 if "netbench_run_id" not in info or "netbench_cases" not in info:
                     info = self._metadata_from_columns(path) or {}
                     if "netbench_run_id" not in info:
@@ -372,36 +428,29 @@ class ResultStore:
         return frame.copy()
 
     def _scan(self, paths: list[Path], columns: list[str] | None,
-              where: Mapping[str, list[Any]]) -> Any:
-        """Many files as one dataset scan (threads, column and row filters pushed down);
-        None where any file cannot be scanned, so the caller reads file by file and names
-        the bad one."""
+              where: Mapping[str, list[Any]], known: set[str] | None = None) -> Any:
+        """Files as one dataset scan (threads, column and row filters pushed down; columns a
+        file predates read as nulls). Raises where a file cannot be scanned, so the caller
+        reads file by file and names the bad one."""
         import pyarrow.dataset as ds
         import pyarrow.parquet as pq
 
-        known = set(self._catalog())
+        known = set(self._catalog()) if known is None else known
         checked = []
         for path in paths:               # a foreign Parquet file would scan as null rows
             if path.name not in known:
-                try:
-                    names = pq.read_schema(path).names
-                except Exception:
-                    return None
+                names = pq.read_schema(path).names
                 if "metric" not in names or "schema_version" not in names:
-                    warnings.warn(f"skipping {path}: not a netbench result file", stacklevel=3)
+                    warnings.warn(f"skipping {path}: not a netbench result file", stacklevel=4)
                     continue
             checked.append(path)
-        paths = checked
-        try:
-            dataset = ds.dataset([str(p) for p in paths], format="parquet",
-                                 schema=arrow_schema().remove_metadata())
-            expr = None
-            for key, values in where.items():
-                term = ds.field(key).isin(values)
-                expr = term if expr is None else expr & term
-            return dataset.to_table(columns=columns, filter=expr)
-        except Exception:
-            return None
+        dataset = ds.dataset([str(p) for p in checked], format="parquet",
+                             schema=arrow_schema().remove_metadata())
+        expr = None
+        for key, values in where.items():
+            term = ds.field(key).isin(values)
+            expr = term if expr is None else expr & term
+        return dataset.to_table(columns=columns, filter=expr)
 
     def _catalog(self) -> dict[str, tuple[int, int, str]]:
         """The footers of finished runs' files, cached in ``_catalog.parquet`` (the leading
@@ -448,39 +497,80 @@ class ResultStore:
         """Runs as one DataFrame (all, or the given run ids; all columns, or some; ``where``:
         only rows whose column holds one of the values, pushed down into the Parquet scan).
         Many files are scanned as one pyarrow dataset; a corrupt or foreign file is skipped
-        with a warning naming it."""
-        import pandas as pd
-        import pyarrow.parquet as pq
-
+        with a warning naming it. What the files keep once or apart is joined back: the run's
+        environment (RUN_ENV columns, from the footers) and each unit with its qualifier
+        ("us (half RTT)", as tables print it; ``load`` keeps them apart)."""
         paths = self.files()
         if run_ids is not None:
             wanted = set(run_ids)
             paths = [p for p in paths if _run_of(p) in wanted]
         where = {k: list(v) for k, v in (where or {}).items()}
+        env = [c for c in RUN_ENV if columns is None or c in columns]
+        unit = columns is None or "unit" in columns
+        asked = columns
+        if columns is not None:            # the joins need each row's run, host, unit note
+            need = [*(("run_id", "host") if env else ()), *(("unit_note",) if unit else ())]
+            columns = [*columns, *(c for c in need if c not in columns)]
+        frame = self._read(paths, columns, where)
+        if env and len(frame):
+            self._join_envs(frame, paths, env)
+        if unit and len(frame) and "unit_note" in frame:
+            noted = frame["unit_note"].notna() & ~frame["unit"].astype(str).str.contains(
+                "(", regex=False)                  # a row written already joined stays
+            if noted.any():
+                frame.loc[noted, "unit"] = (frame.loc[noted, "unit"].astype(str) + " ("
+                                            + frame.loc[noted, "unit_note"].astype(str) + ")")
+        return frame[asked] if asked is not None and list(frame.columns) != asked else frame
+
+    def _join_envs(self, frame: Any, paths: list[Path], env: list[str]) -> None:
+        """Fill the run-level environment columns from the files' footers (rows of files
+        written before it moved there keep their own)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        import pyarrow.parquet as pq
+
+        def footer(path: Path) -> tuple[str, dict[str, dict[str, Any]]]:
+            try:
+                return _run_of(path), _footer_envs(pq.read_schema(path).metadata)
+            except Exception:
+                return _run_of(path), {}
+
+        runs = set(frame["run_id"].dropna().unique())
+        paths = [p for p in paths if _run_of(p) in runs]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            footers = list(pool.map(footer, paths))
+        by_key: dict[str, dict[str, Any]] = {}
+        for run_id, envs in footers:
+            for host, values in envs.items():
+                by_key[f"{run_id}\0{host}"] = values
+        if not by_key:
+            return
+        keys = frame["run_id"].astype(str) + "\0" + frame["host"].fillna("").astype(str)
+        for column in env:
+            joined = keys.map({k: v.get(column) for k, v in by_key.items()})
+            frame[column] = frame[column].where(frame[column].notna(), joined) \
+                if column in frame else joined
+
+    def _read(self, paths: list[Path], columns: list[str] | None,
+              where: Mapping[str, list[Any]]) -> Any:
+        import pandas as pd
+
+        known = set(self._catalog())
         if len(paths) > 16:
-            table = self._scan(paths, columns, where)
-            if table is not None:
-                return table.to_pandas()
-        filters = [(k, "in", v) for k, v in where.items()] or None
+            try:
+                return self._scan(paths, columns, where, known).to_pandas()
+            except Exception:
+                pass                 # one file cannot be read: file by file, to name it
         frames = []
         for path in paths:
             try:
-                table = pq.read_table(path, columns=columns, filters=filters)
+                frames.append(self._scan([path], columns, where, known).to_pandas())
             except Exception as exc:
                 warnings.warn(f"skipping {path}: not a readable Parquet file ({exc})",
-                              stacklevel=2)
-                continue
-            if columns is None and ("schema_version" not in table.column_names
-                                    or "metric" not in table.column_names):
-                warnings.warn(f"skipping {path}: not a netbench result file", stacklevel=2)
-                continue
-            frames.append(table.to_pandas())
+                              stacklevel=3)
         if not frames:
             return pd.DataFrame(columns=columns or [name for name, _ in COLUMNS])
         return pd.concat(frames, ignore_index=True)
-
-
-_UNIT_NOTE = re.compile(r"^\s*(?P<unit>[^()]+?)\s*\((?P<note>[^()]*)\)\s*$")
 
 
 def load(path: str | os.PathLike[str] = "results", run_ids: Iterable[str] | None = None,
@@ -498,9 +588,9 @@ def load(path: str | os.PathLike[str] = "results", run_ids: Iterable[str] | None
         rows[column] = pd.array([None if _missing(v) else int(v) for v in rows[column]],
                                 dtype="Int64")
     rows["label"] = rows["label"].map(lambda v: pd.NA if _missing(v) or v == "" else v)
-    split = [_UNIT_NOTE.match(str(u)) if isinstance(u, str) else None for u in rows["unit"]]
-    rows["unit_note"] = [m.group("note") if m else pd.NA for m in split]
-    rows["unit"] = [m.group("unit") if m else u for m, u in zip(split, rows["unit"])]
+    split = [split_unit(u) for u in rows["unit"]]       # read() joined them for display
+    rows["unit_note"] = [p.get("unit_note", pd.NA) for p in split]
+    rows["unit"] = [p["unit"] for p in split]
     if params:
         parsed: dict[Any, dict[str, Any]] = {}
         for text in set(rows["params"].dropna()):

@@ -10,6 +10,8 @@ from array import array
 import pandas as pd
 from conftest import assert_clean_error, netbench
 
+from netbench import load as netbench_load
+
 
 def test_list_shows_params_defaults_and_availability():
     proc = netbench("list")
@@ -53,8 +55,9 @@ def test_run_stream_loopback_stores_rows_read_back_by_pandas(tmp_path):
     assert df["run_id"].nunique() == 1
     cpu = df[df.metric == "cpu_per_gbit"]
     assert (cpu["value"] > 0).all() and set(cpu["better"]) == {"lower"}
-    env = json.loads(df["env_json"].iloc[0])
-    assert env["kernel"] == df["env_kernel"].iloc[0]
+    tidy = netbench_load(tmp_path)            # the run's environment, kept once per run
+    env = json.loads(tidy["env_json"].iloc[0])
+    assert env["kernel"] == tidy["env_kernel"].iloc[0]
     # per-interval samples are stored with the goodput rows
     assert all(len(s) >= 3 for s in df.loc[df.metric == "goodput", "samples"])
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, assert_clean_error, netbench
 
+from netbench.store import ResultStore
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -96,7 +98,7 @@ def test_h2d_view_draws_each_gpus_bound_or_says_why_it_cannot(tmp_path):
     env = {**os.environ,
            "NETBENCH_SYSFS_ROOT": str(ROOT / "tests/fixtures/sysfs/qemu-q35-pcie")}
     assert netbench("run", "gpu.h2d", "--results", str(store), env=env).returncode == 0
-    rows = pd.read_parquet(store)
+    rows = ResultStore(store).read()              # with the run's environment joined back
     assert h2d_chart(rows) is None
     text = h2d_missing(rows)
     assert text.startswith("gpu.* skipped: no CUDA device") and "0000:05:00.0: bottleneck" in text
@@ -140,8 +142,9 @@ def test_dashboard_never_misleads(tmp_path):
         assert run.returncode == 0, run.stderr
     # A derived candidate: the "after" run's rows, one metric at 26x the baseline's (+2,500%),
     # and a kernel update in its fingerprint.
-    after = pd.read_parquet(next(p for p in store.glob("*.parquet")
-                                 if pd.read_parquet(p)["label"].iloc[0] == "after"))
+    after_id = next(pd.read_parquet(p)["run_id"].iloc[0] for p in store.glob("*.parquet")
+                    if pd.read_parquet(p)["label"].iloc[0] == "after")
+    after = ResultStore(store).read([after_id])          # its environment joined back
     outlier = (after["metric"] == "cpu_per_gbit") & (after["msg_size"] == 16384) & (
         after["params"].str.contains('"streams":1'))
     before = pd.read_parquet(next(p for p in store.glob("*.parquet")

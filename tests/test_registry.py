@@ -6,6 +6,7 @@ import textwrap
 
 from conftest import install_plugin, netbench
 
+from netbench import load as netbench_load
 from netbench import registry
 
 PLUGIN = '''
@@ -100,7 +101,6 @@ class Broken:
 
 
 def test_hooks_extend_the_fingerprint_and_see_stored_rows(tmp_path):
-    import pandas as pd
 
     folder = install_plugin(tmp_path, textwrap.dedent(HOOKS), {
         "site": "demo_plugin:Site", "broken": "demo_plugin:Broken",
@@ -116,7 +116,7 @@ def test_hooks_extend_the_fingerprint_and_see_stored_rows(tmp_path):
     assert "hook broken.case_finished failed: RuntimeError: the collector is down" in run.stderr
     assert "hook missing" in run.stderr
     assert out.read_text().splitlines() == ['["bw", "bw_peak"]', '["bw", "bw_peak"]', "run 4"]
-    stored = pd.read_parquet(tmp_path / "r")
+    stored = netbench_load(tmp_path / "r")
     assert json.loads(stored["env_json"].iloc[0])["site"] == {"rack": "r42",
                                                               "switch_fw": "3.12.1"}
     assert json.loads(netbench("probe", "--json", env=env).stdout)["site"]["rack"] == "r42"

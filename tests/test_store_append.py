@@ -7,12 +7,13 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 
 import pandas as pd
 import pytest
 from conftest import ROOT, assert_clean_error, netbench
 
+from netbench import load as netbench_load
+from netbench.errors import NetbenchError
 from netbench.runner import prepare_resume
 from netbench.store import ResultStore
 from netbench.suite import load_suite
@@ -138,7 +139,11 @@ def test_kill_9_loses_at_most_the_case_in_flight_and_resume_finishes_the_run(tmp
     rows = pd.read_parquet(res)
     assert sorted(set(rows["case_index"])) == [0, 1, 2, 3, 4]
     assert rows.groupby("case_index")["metric"].apply(lambda m: m.is_unique).all()
-    env = json.loads(rows[rows["case_index"] == 4]["env_json"].iloc[0])
+    # The environment is kept once, in the run's footer, not on each row; load() joins it.
+    assert rows["env_json"].isna().all()
+    tidy = netbench_load(res)
+    assert tidy["env_json"].notna().all() and tidy["env_json"].nunique() == 1
+    env = json.loads(tidy[tidy["case_index"] == 4]["env_json"].iloc[0])
     assert env["resumes"][0]["redone"] == [3, 4] and env["resumes"][0]["kept"] == 3
     assert_clean_error(netbench("run", str(suite), "--results", str(res), "--resume",
                                 run_id), "nothing to resume")
@@ -148,9 +153,16 @@ def test_a_results_path_that_is_a_file_is_one_clear_error(tmp_path):
     target = tmp_path / "results"
     target.write_text("x")
     assert_clean_error(netbench("run", "mem.copy", "--results", str(target)), "is a file")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert ResultStore(target).runs().empty
+    # Every command that reads the store says the same, not "no results".
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[check]]\nbenchmark = "mem.copy"\nmetric = "bw"\nmin = 1\n')
+    for command in (["runs"], ["compare", "a", "b"], ["report", "-o", str(tmp_path / "r.html")],
+                    ["history"], ["export"], ["accept", str(spec)], ["run", "mem.copy",
+                    "--resume", "x"]):
+        assert_clean_error(netbench(*command, "--results", str(target)), "is a file", "--results")
+    with pytest.raises(NetbenchError, match="is a file"):
+        netbench_load(target)
+    assert target.read_text() == "x"                       # and nothing was written over it
 
 
 def test_load_is_tidy_for_pandas(tmp_path):
@@ -175,8 +187,17 @@ def test_load_is_tidy_for_pandas(tmp_path):
     assert rows["case_started_at"].notna().all() and (rows["case_seconds"] > 0).all()
     first, second = (rr[rr.case_index == i]["case_started_at"].iloc[0] for i in (0, 1))
     assert second > first
-    # Raw pandas reads the same rows.
-    assert len(pd.read_parquet(res)) == len(rows)
+    # Raw pandas reads the same rows, stored as tidy: one unit spelling with its note apart,
+    # and the run's environment not repeated on them (load joined it back from the footer).
+    raw = pd.read_parquet(res)
+    assert len(raw) == len(rows)
+    assert set(raw.loc[raw.benchmark == "tcp.rr", "unit"].dropna()) <= {"us", "transactions/s",
+                                                                         "%core"}
+    assert set(raw.loc[raw.metric == "lat_p50", "unit_note"]) == {"half RTT"}
+    assert raw["env_json"].isna().all() and raw["env_kernel"].isna().all()
+    assert rows["env_kernel"].notna().all() and rows["env_json"].notna().all()
+    assert rows["run_id"].nunique() == 2
+    assert raw["env_nic"].notna().any()                  # the case's device stays on its row
 
 
 def netbench_run(res, bench, *params, label=None):
