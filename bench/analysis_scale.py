@@ -50,7 +50,7 @@ def main() -> int:
     seed_dir = work / "seed"
     subprocess.run([sys.executable, "-m", "netbench", "run", "suites/ci.toml", "--results",
                     str(seed_dir)], check=True, capture_output=True, timeout=600)
-    seed = pd.read_parquet(seed_dir)
+    seed = ResultStore(seed_dir).read()           # rows with the run's environment joined
     ok = seed[seed["status"] == "ok"].reset_index(drop=True)
     # Grow one run to --rows rows: the real cases repeated over more message sizes.
     reps = -(-args.rows // len(ok))

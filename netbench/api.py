@@ -411,6 +411,11 @@ class Benchmark:
     def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
         raise NetbenchError(f"{self.name} has no server side")
 
+    @property
+    def has_far_end(self) -> bool:
+        """Does it measure against a peer when given one (its class brings ``serve``)?"""
+        return type(self).serve is not Benchmark.serve
+
     def prepare_run(self, options: Mapping[str, Any],
                     env: Mapping[str, Any]) -> RunSetup | None:
         """Once per family per run, before its first case: set up what the suite's options

@@ -360,6 +360,55 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fabric(args: argparse.Namespace) -> int:
+    from netbench import fabric
+    from netbench.analysis import fabric as verdicts
+    from netbench.launch import collective_env, launch_info
+    from netbench.probe import probe
+    from netbench.store import NullStore, ResultStore
+    from netbench.suite import load_suite, parse_cli_params, plan_single
+
+    params = parse_cli_params(args.param or [])
+    if args.target.endswith(".toml") or Path(args.target).is_file():
+        if params:
+            raise UsageError("-p applies to a single benchmark; set params in the suite file")
+        plan = load_suite(args.target, args.timeout)
+    else:
+        plan = plan_single(args.target, params, args.timeout)
+    if args.k is not None and args.k < 1:
+        raise UsageError(f"--k {args.k}: at least 1 pair at a time")
+    if not 0 < args.threshold < 1:
+        raise UsageError(f"--threshold {args.threshold:g}: a fraction between 0 and 1")
+    launched = launch_info()
+    writer = launched is not None and launched.is_writer
+    store: Any = ResultStore(args.results) if writer else NullStore()
+    env = probe(args.sysfs_root)
+    env["collective_env"] = collective_env()
+    if launched:
+        env["launcher"] = {"name": launched.launcher, "rank": launched.rank,
+                           "world_size": launched.world_size, "job": launched.job_id()}
+    say = (lambda text: print(text, file=sys.stderr, flush=True)) if writer else \
+        (lambda text: None)
+    result = fabric.sweep(plan, env, launched, rendezvous=args.rendezvous, bind=args.bind,
+                          port=args.port, device=args.device or "", pattern=args.pattern,
+                          direction=args.direction, k=args.k, center=args.center,
+                          pairs_file=args.pairs, label=args.label or "", store=store,
+                          join_timeout=args.join_timeout, say=say)
+    if not writer:
+        return 0
+    import pandas as pd
+
+    matrices = verdicts.analyse(pd.DataFrame(result.rows), args.threshold)
+    if args.json:
+        print(json.dumps(json_safe({"run_id": result.run_id,
+                                    "matrices": verdicts.as_json(matrices)}),
+                         allow_nan=False))
+    print(verdicts.summary(matrices), file=sys.stderr if args.json else sys.stdout)
+    print(f"stored {len(result.rows)} rows of {result.schedule.pairs} pairs in run "
+          f"{result.run_id} ({args.results})", file=sys.stderr)
+    return 1 if any(m.flagged() for m in matrices) else 0
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     from netbench.store import ResultStore
 
@@ -561,6 +610,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (same suite, "
                    "same host): its finished cases are kept, the rest run under its run id")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("fabric", help="every pair of hosts: one process per host under srun, "
+                       "mpirun or torchrun; an N x N matrix that names the bad host or link "
+                       "(exit 1 when something is flagged)")
+    p.add_argument("target", help="a benchmark with a far end (tcp.stream, rdma.write_bw) or a "
+                   "suite file of them")
+    p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
+                   help="benchmark param; repeatable")
+    p.add_argument("--pattern", default="all", choices=("all", "one-to-all", "pairs"),
+                   help="all pairs in rounds of disjoint pairs (default), one endpoint "
+                   "against the rest (--center), or the pairs of --pairs FILE")
+    p.add_argument("--direction", default="each", choices=("each", "forward", "bidirectional"),
+                   help="each direction of a pair on its own (default), one, or both at once")
+    p.add_argument("--k", type=int, help="at most K pairs at once (k-batch)")
+    p.add_argument("--center", help="with --pattern one-to-all: the endpoint to test")
+    p.add_argument("--pairs", metavar="FILE", help="with --pattern pairs: lines of "
+                   "'CLIENT SERVER'")
+    p.add_argument("--rendezvous", metavar="HOST:PORT", help="rank 0's TCPStore (default "
+                   "MASTER_ADDR:MASTER_PORT, as torchrun sets)")
+    p.add_argument("--bind", metavar="ADDR", help="this rank's fabric address to serve on "
+                   "(default: the one that routes to the rendezvous)")
+    p.add_argument("--port", type=int, default=0, help="this rank's serve port (default: any)")
+    p.add_argument("--device", help="this rank's NIC, when a host runs one rank per NIC")
+    p.add_argument("--join-timeout", type=float, default=120.0,
+                   help="seconds for every rank to join (default 120)")
+    p.add_argument("--threshold", type=float, default=0.10, help="a pair this far below the "
+                   "fabric's median is slow (default 0.10)")
+    p.add_argument("--results", default="results", help="results directory (rank 0 writes)")
+    p.add_argument("--label", help="a label for this run")
+    p.add_argument("--timeout", type=float, help="seconds allowed per case (default 300)")
+    p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")
+    p.add_argument("--json", action="store_true", help="the verdicts as JSON on stdout")
+    p.set_defaults(func=cmd_fabric)
 
     p = sub.add_parser("runs", help="the stored runs: id, label, time, host, suite, cases")
     p.add_argument("--results", default="results", help="results directory (default results/)")

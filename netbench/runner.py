@@ -225,15 +225,7 @@ class Runner:
         result = RunResult(run_id, path)
         result.fallbacks.extend(self.env.get("hook_errors", []))
         setups = self._prepare(plan, result)
-        base = {
-            "schema_version": SCHEMA_VERSION, "run_id": run_id, "label": self.label,
-            "started_at": started, "host": self.env.get("host"), "suite": plan.suite,
-            "env_kernel": self.env.get("kernel"), "env_os": self.env.get("os"),
-            "env_cpu": self.env.get("cpu_model"),
-            "env_json": json.dumps(self.env, sort_keys=True, default=str),
-            **{f"env_{k}": self.env.get("versions", {}).get(k)
-               for k in ("netbench", "python", "torch", "nccl", "rdma_core")},
-        }
+        base = self.base(run_id, started, plan.suite)
         if any(p.bench.needs_peer for p in plan.cases) and not self.peer:
             # Started here, from the main thread, so it never inherits a case's CPU pinning.
             try:
@@ -276,14 +268,7 @@ class Runner:
                 self.reporter.end_case(index, planned, rows)
                 result.fallbacks.extend(hooks.call("case_finished", rows))
         finally:
-            for name, resource in self._shared.items():
-                closer = getattr(resource, "close", None)
-                try:
-                    if closer is not None:
-                        closer()
-                except Exception as exc:  # a teardown failure must not lose the rows
-                    result.fallbacks.append(f"closing {name} failed: {exc}")
-            self._shared.clear()
+            result.fallbacks.extend(self.close_shared())
             if self._loopback is not None:
                 self._loopback.stop()
             for family, setup in reversed(setups):
@@ -298,6 +283,42 @@ class Runner:
                 result.fallbacks.append(f"compacting the run's parts failed: {exc}")
         result.fallbacks.extend(hooks.call("run_finished", result.rows))
         return result
+
+    def base(self, run_id: str, started: datetime, suite: str) -> dict[str, Any]:
+        """What every row of this host's part of the run carries: the run and the fingerprint."""
+        return {
+            "schema_version": SCHEMA_VERSION, "run_id": run_id, "label": self.label,
+            "started_at": started, "host": self.env.get("host"), "suite": suite,
+            "env_kernel": self.env.get("kernel"), "env_os": self.env.get("os"),
+            "env_cpu": self.env.get("cpu_model"),
+            "env_json": json.dumps(self.env, sort_keys=True, default=str),
+            **{f"env_{k}": self.env.get("versions", {}).get(k)
+               for k in ("netbench", "python", "torch", "nccl", "rdma_core")},
+        }
+
+    def measure(self, index: int, planned: PlannedCase,
+                base: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """One case, run as ``run`` runs it (availability, timeout, errors as rows), its rows
+        timed and returned, not stored: for a caller that stores elsewhere (a fabric sweep)."""
+        case_base = {**base, "case_started_at": datetime.now(UTC)}
+        began = time.monotonic()
+        rows = self._run_case(index, planned, case_base)
+        for row in rows:
+            row["case_seconds"] = time.monotonic() - began
+        return rows
+
+    def close_shared(self) -> list[str]:
+        """Tear down what cases kept for the run (spawned ranks, ...); the failures, said."""
+        problems = []
+        for name, resource in self._shared.items():
+            closer = getattr(resource, "close", None)
+            try:
+                if closer is not None:
+                    closer()
+            except Exception as exc:  # a teardown failure must not lose the rows
+                problems.append(f"closing {name} failed: {exc}")
+        self._shared.clear()
+        return problems
 
     def _prepare(self, plan: Plan, result: RunResult) -> list[tuple[str, RunSetup]]:
         """Each family in the plan sets up what the suite's options ask of it (once, by its
@@ -380,6 +401,11 @@ class Runner:
             "env_rdma_device": rdma_summary(self.env, device),
             "env_gpu": gpu_summary(self.env, pci_address),
         }
+
+    def status_rows(self, index: int, planned: PlannedCase, base: Mapping[str, Any],
+                    status: str, reason: str) -> list[dict[str, Any]]:
+        """The one row of a case that was skipped or failed, with the reason."""
+        return self._status_rows(index, planned, base, status, reason)
 
     def _status_rows(self, index: int, planned: PlannedCase, base: Mapping[str, Any],
                      status: str, reason: str) -> list[dict[str, Any]]:

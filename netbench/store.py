@@ -46,6 +46,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("case_started_at", "timestamp"), ("case_seconds", "float64"),
     # The unit's qualifier ("half RTT"): the unit column spells each quantity one way ("us").
     ("unit_note", "string"),
+    # A fabric sweep's far end: the peer's device (host and peer name the pair).
+    ("peer_device", "string"),
 )
 
 
@@ -163,6 +165,17 @@ def _envs_of(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         if host not in envs and any(row.get(c) is not None for c in RUN_ENV):
             envs[host] = {c: row.get(c) for c in RUN_ENV}
     return envs
+
+
+def env_of(text: Any) -> dict[str, Any]:
+    """A row's env_json as a dict; {} where the run recorded none (missing, NaN, not JSON)."""
+    if not isinstance(text, str) or not text:
+        return {}
+    try:
+        env = json.loads(text)
+    except ValueError:
+        return {}
+    return env if isinstance(env, dict) else {}
 
 
 def _footer_envs(metadata: Mapping[bytes, bytes] | None) -> dict[str, dict[str, Any]]:
@@ -323,14 +336,19 @@ class ResultStore:
         except OSError:
             return []
 
-    def files(self) -> list[Path]:
+    def files(self, run_ids: Iterable[str] | None = None) -> list[Path]:
         """Finished runs' files, and the part files of runs still (or never again) being
-        written: every file that holds rows."""
-        return [path for path, _ in self._listing()]
+        written: every file that holds rows (of the given runs only, if any are given)."""
+        listing = self._listing()
+        if run_ids is not None:
+            wanted = set(run_ids)
+            listing = [(n, st) for n, st in listing if _run_of_name(n) in wanted]
+        return [self.directory / name for name, _ in listing]
 
-    def _listing(self) -> list[tuple[Path, tuple[int, int]]]:
-        """``files()`` with each file's (size, mtime): one directory scan, no stat per file
-        (a store of 10,000 runs lists in tens of milliseconds)."""
+    def _listing(self) -> list[tuple[str, tuple[int, int]]]:
+        """Every file that holds rows, by its name in the store ("<run>.parquet" or
+        "<run>.parts/part-N.parquet"), with its (size, mtime): one directory scan, no stat
+        per file and no Path per entry (a store of 10,000 runs lists in tens of ms)."""
         def scan(folder: Path, keep: Any) -> list[tuple[str, tuple[int, int]]]:
             try:
                 with os.scandir(folder) as entries:
@@ -349,11 +367,11 @@ class ResultStore:
         done = scan(self.directory, lambda e: e.name.endswith(".parquet")
                     and not e.name.startswith((".", "_")) and e.is_file())
         names = {name[:-len(".parquet")] for name, _ in done}
-        listing = [(self.directory / name, stat) for name, stat in done]
+        listing = list(done)
         for folder in self._parts_dirs():
             if folder.name[:-len(PARTS)] in names:
                 continue                 # a finished run's leftover parts: not read
-            listing += [(folder / name, stat) for name, stat in scan(
+            listing += [(f"{folder.name}/{name}", stat) for name, stat in scan(
                 folder, lambda e: e.name.startswith("part-") and e.name.endswith(".parquet"))]
         return listing
 
@@ -374,9 +392,8 @@ class ResultStore:
         merged: dict[str, dict[str, Any]] = {}
         cached = self._catalog()
         fresh: dict[str, tuple[int, int, str]] = {}
-        for path, stat in listing:
-            name = path.name if path.parent == self.directory else \
-                f"{path.parent.name}/{path.name}"
+        for name, stat in listing:
+            path = self.directory / name
             hit = cached.get(name)
             if hit is not None and hit[:2] == stat:
                 info = json.loads(hit[2])
@@ -500,10 +517,7 @@ class ResultStore:
         with a warning naming it. What the files keep once or apart is joined back: the run's
         environment (RUN_ENV columns, from the footers) and each unit with its qualifier
         ("us (half RTT)", as tables print it; ``load`` keeps them apart)."""
-        paths = self.files()
-        if run_ids is not None:
-            wanted = set(run_ids)
-            paths = [p for p in paths if _run_of(p) in wanted]
+        paths = self.files(run_ids)
         where = {k: list(v) for k, v in (where or {}).items()}
         env = [c for c in RUN_ENV if columns is None or c in columns]
         unit = columns is None or "unit" in columns
@@ -607,6 +621,13 @@ def _missing(value: Any) -> bool:
         return value is None or bool(value != value)
     except (TypeError, ValueError):
         return False
+
+
+def _run_of_name(name: str) -> str:
+    """The run id of a file named as ``_listing`` names it."""
+    first = name.split("/", 1)[0]
+    stem = first[:-len(PARTS)] if first.endswith(PARTS) else first[:-len(".parquet")]
+    return stem.rsplit("-", 1)[-1]
 
 
 def _run_of(path: Path) -> str:

@@ -29,6 +29,7 @@ from xml.etree import ElementTree
 
 from netbench.api import finite, parse_size
 from netbench.errors import NetbenchError, UsageError
+from netbench.store import env_of
 from netbench.textfile import load_toml
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
@@ -186,7 +187,7 @@ _RATE = re.compile(r"([\d.]+)\s*Gb/sec")
 
 def probed_line_rate(row: Mapping[str, Any]) -> float | None:
     """Gbit/s of the link the row was measured on, from the run's fingerprint."""
-    env = json.loads(row.get("env_json") or "{}")
+    env = env_of(row.get("env_json"))
     device = str(row.get("device") or "")
     name, _, port = device.partition(":")
     for dev in env.get("rdma_devices") or []:

@@ -21,6 +21,7 @@ from typing import Any
 from netbench.api import finite, json_safe
 from netbench.errors import NetbenchError, UsageError
 from netbench.stats import block_bootstrap, bootstrap_df, bootstrap_p, median_sorted
+from netbench.store import env_of
 from netbench.textfile import load_toml
 
 DEFAULT_THRESHOLD = 0.05
@@ -416,8 +417,8 @@ def _z(q: float) -> float:
 # --- what changed in the environment -------------------------------------------------------------
 
 def _env(rows: Any) -> dict[str, Any]:
-    texts = [t for t in rows["env_json"] if t]
-    return json.loads(texts[-1]) if texts else {}
+    envs = [e for e in map(env_of, rows["env_json"]) if e]
+    return envs[-1] if envs else {}
 
 
 def _flatten(env: Mapping[str, Any]) -> dict[str, str]:

@@ -22,6 +22,7 @@ from netbench import stats
 from netbench.errors import NetbenchError, UsageError
 from netbench.report.console import case_names, case_text, param_text
 from netbench.stats import median_sorted
+from netbench.store import env_of
 from netbench.textfile import write_atomic
 
 VERDICT_COLOURS = {"regressed": "#d62728", "improved": "#2ca02c", "unchanged": "#7f7f7f",
@@ -431,7 +432,7 @@ def environment_panel(rows: Any, latest: Any) -> str:
     runs, vms = [], set()
     for run_id, group in rows.groupby("run_id", sort=False):
         first = group.iloc[0]
-        env = json.loads(first["env_json"] or "{}")
+        env = env_of(first["env_json"])
         vms.add(env.get("virtual_machine"))
         runs.append((run_id, first["label"] or "-", first["host"],
                      str(first["started_at"])[:19], env.get("kernel"), env.get("cpu_model"),

@@ -1,0 +1,334 @@
+"""A fabric sweep: every pair of endpoints measured, one netbench process per host (or per NIC)
+under the job's launcher (srun, mpirun, torchrun, or anything that sets their environment).
+
+Each rank serves the far end of the benchmarks (an in-process ``netbench serve`` on its fabric
+address) and, when the schedule makes it a pair's client, runs the suite's cases against its
+partner. The ranks meet through torch.distributed's TCPStore at the launcher's
+MASTER_ADDR:MASTER_PORT (or ``--rendezvous``): each publishes who it is, every rank computes
+the same schedule, and after each round the clients hand their rows to rank 0, which stores
+the one run (every host's fingerprint in it) and says who did not report. A rank that dies
+makes its pairs failed rows with the reason and the sweep goes on; a rank that never joins is
+named when the join times out; every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from netbench import schedule as sched
+from netbench.errors import NetbenchError, UsageError
+from netbench.store import RUN_ENV
+from netbench.suite import Plan, PlannedCase
+
+JOIN_TIMEOUT = 120.0      # seconds for every rank to join the rendezvous
+ROUND_SLACK = 30.0        # beyond a round's case timeouts, before a silent rank is declared gone
+POLL = 0.05
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    rank: int
+    host: str
+    device: str
+    addr: str
+    port: int
+    name: str = ""          # host, or host/device where a host has several ranks
+
+
+@dataclass
+class SweepResult:
+    run_id: str
+    endpoints: list[Endpoint]
+    schedule: sched.Schedule
+    rows: list[dict[str, Any]] = field(default_factory=list)   # rank 0's: the whole sweep
+    gone: dict[int, str] = field(default_factory=dict)          # rank -> why it left
+
+
+def local_address(toward: str) -> str:
+    """The address this host uses to reach ``toward`` (no packet is sent): the fabric
+    address to serve on when none is given."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((toward, 9))
+            return str(s.getsockname()[0])
+    except OSError as exc:
+        raise UsageError(f"cannot find this host's address toward the rendezvous {toward}: "
+                         f"{exc.strerror or exc}; give --bind ADDR") from None
+
+
+def name_endpoints(joined: Sequence[Endpoint]) -> list[Endpoint]:
+    """Endpoint names: the host, or host/device on hosts with several ranks (one per NIC).
+    Two ranks claiming the same host and device are an error that names them."""
+    seen: dict[tuple[str, str], int] = {}
+    for e in joined:
+        key = (e.host, e.device)
+        if key in seen:
+            raise UsageError(f"ranks {seen[key]} and {e.rank} both claim host {e.host!r}"
+                             + (f" device {e.device!r}" if e.device else "")
+                             + ": each rank must be its own host (or its own NIC, named with "
+                             "--device); set distinct hostnames")
+        seen[key] = e.rank
+    per_host: dict[str, int] = {}
+    for e in joined:
+        per_host[e.host] = per_host.get(e.host, 0) + 1
+    return [Endpoint(e.rank, e.host, e.device, e.addr, e.port,
+                     f"{e.host}/{e.device}" if per_host[e.host] > 1 else e.host)
+            for e in joined]
+
+
+def check_plan(plan: Plan, direction: str) -> Plan:
+    """Every case must have a far end; with ``bidirectional`` the case runs both ways at once,
+    through the benchmark's own param for it."""
+    cases = []
+    for p in plan.cases:
+        if not p.bench.has_far_end:
+            raise UsageError(f"{p.bench.name} has no far end: a fabric sweep runs benchmarks "
+                             "measured between two hosts (tcp.*, rdma.*)")
+        if direction == "bidirectional":
+            names = {q.name: q for q in p.bench.params}
+            if "bidirectional" in names:
+                extra = {"bidirectional": True}
+            elif "direction" in names and "both" in (names["direction"].choices or ()):
+                extra = {"direction": "both"}
+            else:
+                raise UsageError(f"{p.bench.name} has no bidirectional mode; use --direction "
+                                 "each")
+            p = PlannedCase(type(p.case)(p.case.benchmark, {**p.case.params, **extra}),
+                            p.bench, p.timeout)
+        cases.append(p)
+    return Plan(plan.suite, cases, plan.options)
+
+
+class Rendezvous:
+    """torch.distributed's TCPStore, with deadlines that name who is missing."""
+
+    def __init__(self, host: str, port: int, rank: int, world: int, timeout: float) -> None:
+        try:
+            from torch.distributed import TCPStore
+        except ImportError:
+            raise UsageError("the fabric rendezvous uses torch.distributed's TCPStore: `pip "
+                             "install torch==2.13.0` (the CPU build is enough)") from None
+        try:
+            self.store = TCPStore(host, port, world, rank == 0, timedelta(seconds=timeout),
+                                  wait_for_workers=False)
+        except Exception as exc:
+            raise NetbenchError(f"rank {rank}: cannot reach the rendezvous {host}:{port} "
+                                f"within {timeout:g} s: {str(exc).splitlines()[0][:200]}"
+                                ) from None
+
+    def set(self, key: str, value: Any) -> None:
+        self.store.set(key, json.dumps(value, default=_jsonable))
+
+    def get(self, key: str) -> Any:
+        return json.loads(self.store.get(key))
+
+    def has(self, key: str) -> bool:
+        return bool(self.store.check([key]))
+
+    def wait_for(self, keys: Sequence[str], deadline: float) -> list[str]:
+        """The keys still missing at ``deadline`` (monotonic); [] when all arrived."""
+        missing = list(keys)
+        while missing:
+            missing = [k for k in missing if not self.has(k)]
+            if not missing or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL)
+        return missing
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+_TIMES = ("started_at", "case_started_at")
+
+
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    for key in _TIMES:
+        if isinstance(row.get(key), str):
+            row[key] = datetime.fromisoformat(row[key])
+    return row
+
+
+def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, *, rendezvous: str | None,
+          bind: str | None, port: int, device: str, pattern: str, direction: str,
+          k: int | None, center: str | None, pairs_file: str | None, label: str,
+          store: Any, join_timeout: float = JOIN_TIMEOUT,
+          say: Any = lambda text: None) -> SweepResult:
+    """Run the sweep as this rank. Rank 0 stores the run in ``store`` and returns every row;
+    the other ranks return their own."""
+    import os
+
+    from netbench import registry
+    from netbench.peer import Server
+    from netbench.runner import Runner, plan_fingerprint
+    from netbench.store import NullStore
+    from netbench.wire import parse_hostport
+
+    if launched is None:
+        raise UsageError("netbench fabric runs one process per host under a launcher (srun, "
+                         "mpirun, torchrun): it reads the rank and world size they set "
+                         "(RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_*)")
+    rank, world = launched.rank, launched.world_size
+    if world < 2:
+        raise UsageError(f"a fabric sweep needs at least two ranks; the world has {world}")
+    plan = check_plan(plan, direction)
+    where = rendezvous or (f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', 29500)}"
+                           if os.environ.get("MASTER_ADDR") else None)
+    if not where:
+        raise UsageError("no rendezvous: give --rendezvous HOST:PORT (rank 0's host), or set "
+                         "MASTER_ADDR and MASTER_PORT as torchrun does")
+    meet_host, meet_port = parse_hostport(where, 29500)
+    addr = bind or local_address(meet_host)
+    server = Server(registry.get, bind=addr, port=port)
+    addr, port = server.listen()
+    serving = threading.Thread(target=server.serve_forever, name="fabric-serve", daemon=True)
+    serving.start()
+    try:
+        return _sweep(plan, env, rank, world, meet_host, meet_port, addr, port, device,
+                      pattern, direction, k, center, pairs_file, label, store, join_timeout,
+                      say, Runner, NullStore, plan_fingerprint)
+    finally:
+        server.stop()
+
+
+def _sweep(plan: Plan, env: Mapping[str, Any], rank: int, world: int, meet_host: str,
+           meet_port: int, addr: str, port: int, device: str, pattern: str, direction: str,
+           k: int | None, center: str | None, pairs_file: str | None, label: str, store: Any,
+           join_timeout: float, say: Any, Runner: Any, NullStore: Any,
+           plan_fingerprint: Any) -> SweepResult:
+    meet = Rendezvous(meet_host, meet_port, rank, world, join_timeout)
+    host = str(env.get("host") or socket.gethostname())
+    meet.set(f"join/{rank}", {"host": host, "device": device, "addr": addr, "port": port})
+    missing = meet.wait_for([f"join/{r}" for r in range(world)],
+                            time.monotonic() + join_timeout)
+    if missing:
+        known = [meet.get(f"join/{r}")["host"] for r in range(world) if f"join/{r}" not in
+                 missing]
+        raise NetbenchError(f"rank(s) {', '.join(m.split('/')[1] for m in missing)} of {world} "
+                            f"never joined the rendezvous {meet_host}:{meet_port} within "
+                            f"{join_timeout:g} s; joined: {', '.join(known)}")
+    joined = [Endpoint(r, **meet.get(f"join/{r}")) for r in range(world)]
+    endpoints = name_endpoints(joined)
+    names = [e.name for e in endpoints]
+    plan_schedule = sched.build(names, pattern, direction, k, center, pairs_file)
+    if rank == 0:
+        meet.set("run", {"run_id": uuid.uuid4().hex[:12],
+                         "started_at": datetime.now(UTC).isoformat()})
+    run = meet.get("run")
+    run_id, started = run["run_id"], datetime.fromisoformat(run["started_at"])
+    runner = Runner(NullStore(), env, label=label)
+    base = runner.base(run_id, started, plan.suite)
+    result = SweepResult(run_id, endpoints, plan_schedule)
+    writer = None
+    if rank == 0:
+        store.check_writable()
+        path = store.path_for(run_id, started.isoformat())
+        writer = store.open_run(path, {
+            "netbench_plan": plan_fingerprint(plan),
+            "netbench_fabric": json.dumps({"pattern": pattern, "direction": direction,
+                                           "k": k, "endpoints": names,
+                                           "rounds": len(plan_schedule.rounds)})})
+        say(f"netbench fabric {run_id}: {world} endpoints, {plan_schedule.pattern} pairs "
+            f"({direction}), {len(plan_schedule.rounds)} rounds of at most "
+            f"{plan_schedule.concurrency()} pairs, {len(plan.cases)} case(s) a pair")
+    per_round = sum(p.timeout for p in plan.cases) + ROUND_SLACK
+    offset = 0
+    try:
+        for number, pairs in enumerate(plan_schedule.rounds):
+            rows = _round(number, pairs, offset, plan, endpoints, rank, runner, base, result)
+            offset += len(pairs)
+            if rows is not None:
+                meet.set(f"rows/{number}/{rank}", rows)
+            meet.set(f"fin/{number}/{rank}", 1)
+            if rank == 0:
+                stored = _collect(meet, number, pairs, offset - len(pairs), plan, endpoints,
+                                  runner, base, result, per_round)
+                writer.append(stored)
+                result.rows.extend(stored)
+                failed = sum(1 for r in stored if r["status"] == "failed")
+                say(f"[round {number + 1}/{len(plan_schedule.rounds)}] {len(pairs)} pair(s)"
+                    + (f", {failed} failed row(s)" if failed else ""))
+            else:
+                if rows:
+                    result.rows.extend(rows)
+                if meet.wait_for([f"round/{number}"], time.monotonic() + per_round * 2):
+                    raise NetbenchError(f"rank 0 ({endpoints[0].name}) stopped answering in "
+                                        f"round {number + 1}: the sweep cannot be stored")
+                result.gone.update({int(r): why for r, why in
+                                    meet.get(f"round/{number}").items()})
+    finally:
+        runner.close_shared()
+        if writer is not None:
+            writer.close()
+    return result
+
+
+def _round(number: int, pairs: Any, offset: int, plan: Plan, endpoints: list[Endpoint],
+           rank: int, runner: Any, base: Mapping[str, Any],
+           result: SweepResult) -> list[dict[str, Any]] | None:
+    """This rank's part of one round: its pair's cases when it is the client."""
+    import numpy as np
+
+    at = np.nonzero(pairs[:, 0] == rank)[0]
+    if not len(at):
+        return None
+    server = endpoints[int(pairs[at[0], 1])]
+    if server.rank in result.gone:
+        return []                  # rank 0 writes the failed rows, with the reason
+    runner.peer = f"{server.addr}:{server.port}"
+    rows = []
+    me = endpoints[rank]
+    for i, planned in enumerate(plan.cases):
+        index = (offset + int(at[0])) * len(plan.cases) + i
+        for row in runner.measure(index, planned, base):
+            row["host"], row["peer"], row["peer_device"] = me.name, server.name, \
+                server.device or None
+            rows.append(row)
+    return rows
+
+
+def _collect(meet: Rendezvous, number: int, pairs: Any, offset: int, plan: Plan,
+             endpoints: list[Endpoint], runner: Any, base: Mapping[str, Any],
+             result: SweepResult, per_round: float) -> list[dict[str, Any]]:
+    """Rank 0: every client's rows of the round; who did not report is gone, its pairs
+    failed rows that say so, and the round's verdict on who is gone is published."""
+    alive = [e.rank for e in endpoints if e.rank not in result.gone]
+    late = meet.wait_for([f"fin/{number}/{r}" for r in alive],
+                         time.monotonic() + per_round)
+    for key in late:
+        gone = int(key.rsplit("/", 1)[1])
+        result.gone[gone] = (f"{endpoints[gone].name} stopped answering in round "
+                             f"{number + 1} (no word within {per_round:g} s)")
+    meet.set(f"round/{number}", {str(r): why for r, why in result.gone.items()})
+    rows: list[dict[str, Any]] = []
+    for position, (client, server) in enumerate(pairs.tolist()):
+        left = [r for r in (client, server) if r in result.gone]
+        if client not in result.gone and meet.has(f"rows/{number}/{client}"):
+            got = [_decoded(r) for r in meet.get(f"rows/{number}/{client}")]
+            if got or not left:
+                rows.extend(got)
+                continue
+        why = "; ".join(result.gone[r] for r in left) or "no rows came back"
+        for i, planned in enumerate(plan.cases):
+            index = (offset + position) * len(plan.cases) + i
+            for row in runner.status_rows(index, planned, base, "failed",
+                                          f"pair {endpoints[client].name} -> "
+                                          f"{endpoints[server].name}: {why}"):
+                # Not rank 0's fingerprint on another host's row: that host's is unknown.
+                row.update(dict.fromkeys(RUN_ENV), host=endpoints[client].name,
+                           peer=endpoints[server].name,
+                           peer_device=endpoints[server].device or None,
+                           case_started_at=datetime.now(UTC), case_seconds=0.0)
+                rows.append(row)
+    return rows
