@@ -124,14 +124,31 @@ class Rendezvous:
                                 f"within {timeout:g} s: {str(exc).splitlines()[0][:200]}"
                                 ) from None
 
+        self.where = f"{host}:{port}"
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:      # the store's host (rank 0) is gone
+            raise NetbenchError(f"the rendezvous {self.where} went away (rank 0 ended or "
+                                f"died): {str(exc).splitlines()[0][:160]}") from None
+
     def set(self, key: str, value: Any) -> None:
-        self.store.set(key, json.dumps(value, default=_jsonable))
+        self._call(self.store.set, key, json.dumps(value, default=_jsonable))
 
     def get(self, key: str) -> Any:
-        return json.loads(self.store.get(key))
+        return json.loads(self._call(self.store.get, key))
 
     def has(self, key: str) -> bool:
-        return bool(self.store.check([key]))
+        return bool(self._call(self.store.check, [key]))
+
+    def abort(self, reason: str) -> None:
+        """Rank 0 cannot go on: every rank stops with its reason, not a lost connection."""
+        try:
+            self.set("abort", reason)
+            time.sleep(2 * POLL + 1.0)       # the others poll it before the store closes
+        except NetbenchError:
+            pass
 
     def wait_for(self, keys: Sequence[str], deadline: float) -> list[str]:
         """The keys still missing at ``deadline`` (monotonic); [] when all arrived."""
@@ -140,6 +157,8 @@ class Rendezvous:
             missing = [k for k in missing if not self.has(k)]
             if not missing or time.monotonic() >= deadline:
                 break
+            if self.has("abort"):
+                raise NetbenchError(self.get("abort"))
             time.sleep(POLL)
         return missing
 
@@ -208,6 +227,21 @@ def _sweep(plan: Plan, env: Mapping[str, Any], rank: int, world: int, meet_host:
            join_timeout: float, say: Any, Runner: Any, NullStore: Any,
            plan_fingerprint: Any) -> SweepResult:
     meet = Rendezvous(meet_host, meet_port, rank, world, join_timeout)
+    try:
+        return _sweep_ranks(meet, plan, env, rank, world, addr, port, device, pattern,
+                            direction, k, center, pairs_file, label, store, join_timeout, say,
+                            Runner, NullStore, plan_fingerprint)
+    except (NetbenchError, UsageError) as exc:
+        if rank == 0:
+            meet.abort(str(exc))
+        raise
+
+
+def _sweep_ranks(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world: int,
+                 addr: str, port: int, device: str, pattern: str, direction: str,
+                 k: int | None, center: str | None, pairs_file: str | None, label: str,
+                 store: Any, join_timeout: float, say: Any, Runner: Any, NullStore: Any,
+                 plan_fingerprint: Any) -> SweepResult:
     host = str(env.get("host") or socket.gethostname())
     meet.set(f"join/{rank}", {"host": host, "device": device, "addr": addr, "port": port})
     missing = meet.wait_for([f"join/{r}" for r in range(world)],
@@ -216,7 +250,7 @@ def _sweep(plan: Plan, env: Mapping[str, Any], rank: int, world: int, meet_host:
         known = [meet.get(f"join/{r}")["host"] for r in range(world) if f"join/{r}" not in
                  missing]
         raise NetbenchError(f"rank(s) {', '.join(m.split('/')[1] for m in missing)} of {world} "
-                            f"never joined the rendezvous {meet_host}:{meet_port} within "
+                            f"never joined the rendezvous {meet.where} within "
                             f"{join_timeout:g} s; joined: {', '.join(known)}")
     joined = [Endpoint(r, **meet.get(f"join/{r}")) for r in range(world)]
     endpoints = name_endpoints(joined)
@@ -267,6 +301,13 @@ def _sweep(plan: Plan, env: Mapping[str, Any], rank: int, world: int, meet_host:
                                         f"round {number + 1}: the sweep cannot be stored")
                 result.gone.update({int(r): why for r, why in
                                     meet.get(f"round/{number}").items()})
+        # The store lives in rank 0's process: it waits for the others' last read before
+        # it ends, so none of them finds the rendezvous gone instead of the sweep done.
+        if rank == 0:
+            meet.wait_for([f"bye/{e.rank}" for e in endpoints[1:] if e.rank not in
+                           result.gone], time.monotonic() + ROUND_SLACK)
+        else:
+            meet.set(f"bye/{rank}", 1)
     finally:
         runner.close_shared()
         if writer is not None:

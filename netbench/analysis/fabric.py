@@ -10,7 +10,6 @@ matrix is a host's egress and a column its ingress (rdma.read_bw moves data the 
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +46,9 @@ class HostVerdict:
 
 @dataclass
 class Matrix:
+    """``cells``: a DataFrame, one row per pair (client, server, value, ratio, slow, cause,
+    reason), numpy all the way: a million pairs are judged in seconds."""
+
     benchmark: str
     params: str
     metric: str
@@ -54,8 +56,13 @@ class Matrix:
     better: str
     endpoints: list[str]
     median: float | None
-    cells: list[Cell] = field(default_factory=list)
+    cells: Any = None
     hosts: list[HostVerdict] = field(default_factory=list)
+
+    def _cells(self, frame: Any) -> list[Cell]:
+        return [Cell(str(r.client), str(r.server), None if r.value != r.value else r.value,
+                     None if r.ratio != r.ratio else r.ratio, bool(r.slow), str(r.reason or ""),
+                     str(r.cause or "")) for r in frame.itertuples()]
 
     @property
     def faulty_hosts(self) -> list[HostVerdict]:
@@ -63,11 +70,17 @@ class Matrix:
 
     @property
     def slow_links(self) -> list[Cell]:
-        return [c for c in self.cells if c.slow and c.cause == "link"]
+        return self._cells(self.cells[self.cells["slow"] & (self.cells["cause"] == "link")])
 
     @property
     def failed(self) -> list[Cell]:
-        return [c for c in self.cells if c.value is None]
+        return self._cells(self.cells[self.cells["value"].isna()])
+
+    def worst(self, count: int) -> list[Cell]:
+        return self._cells(self.cells.dropna(subset=["ratio"]).nsmallest(count, "ratio"))
+
+    def all_cells(self) -> list[Cell]:
+        return self._cells(self.cells)
 
     def flagged(self) -> bool:
         return bool(self.faulty_hosts or self.slow_links or self.failed)
@@ -87,6 +100,9 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None
             ) -> list[Matrix]:
     """One matrix per (benchmark, case params) of a sweep's rows: its headline metric (or
     ``metric``) per pair, the median, slow pairs, and who is at fault."""
+    import numpy as np
+    import pandas as pd
+
     if not 0 < threshold < 1:
         raise UsageError(f"threshold {threshold:g}: a fraction between 0 and 1 (0.1 = 10%)")
     if "peer" not in rows or rows.empty:
@@ -94,33 +110,35 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None
     out = []
     for (bench, params), group in rows.groupby(["benchmark", "params"], sort=True):
         name = metric or _headline(str(bench))
-        measured = group[group["metric"] == name]
+        measured = group[(group["metric"] == name) & group["value"].notna()]
         failed = group[group["status"] == "failed"]
         if measured.empty and failed.empty:
             continue
         first = measured.iloc[0] if not measured.empty else None
         endpoints = sorted(set(group["host"].dropna()) | set(group["peer"].dropna()))
+        better = str(first["better"]) if first is not None else "higher"
+        # Repeats of a pair count as their median; the fabric's median is over pairs.
+        cells = (measured.groupby(["host", "peer"], sort=True)["value"].median()
+                 .rename_axis(["client", "server"]).reset_index())
+        median = float(np.median(cells["value"])) if len(cells) else None
+        value = cells["value"].to_numpy(dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = (value / median if better == "higher" else median / value) if median \
+                else np.full(len(value), np.nan)
+        cells["ratio"] = np.where(np.isfinite(ratio), ratio, np.nan)
+        cells["slow"] = cells["ratio"] < 1 - threshold
+        cells["reason"], cells["cause"] = None, None
+        done = set(zip(cells["client"], cells["server"]))
+        lost = failed[[(h, p) not in done for h, p in zip(failed["host"], failed["peer"])]]
+        lost = lost.drop_duplicates(["host", "peer"])
+        if len(lost):
+            cells = pd.concat([cells, pd.DataFrame({
+                "client": lost["host"].astype(str).to_numpy(),
+                "server": lost["peer"].astype(str).to_numpy(), "value": np.nan,
+                "ratio": np.nan, "slow": False, "reason": lost["reason"].to_numpy(),
+                "cause": None})], ignore_index=True)
         m = Matrix(str(bench), str(params), str(name), str(first["unit"]) if first is not None
-                   else "", str(first["better"]) if first is not None else "higher",
-                   endpoints, None)
-        values: dict[tuple[str, str], list[float]] = {}
-        for client, server, value in zip(measured["host"], measured["peer"],
-                                         measured["value"]):
-            if value == value and value is not None:
-                values.setdefault((str(client), str(server)), []).append(float(value))
-        pooled = [statistics.median(v) for v in values.values()]
-        m.median = statistics.median(pooled) if pooled else None
-        for (client, server), vals in sorted(values.items()):
-            value = statistics.median(vals)
-            ratio = None
-            if m.median:
-                ratio = value / m.median if m.better == "higher" else m.median / value \
-                    if value else None
-            m.cells.append(Cell(client, server, value, ratio,
-                                ratio is not None and ratio < 1 - threshold))
-        for client, server, reason in zip(failed["host"], failed["peer"], failed["reason"]):
-            if (str(client), str(server)) not in values:
-                m.cells.append(Cell(str(client), str(server), None, None, False, str(reason)))
+                   else "", better, endpoints, median, cells)
         _attribute(m)
         out.append(m)
     return out
@@ -129,23 +147,23 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None
 def _attribute(m: Matrix) -> None:
     """Per host and role, how many of its pairs are slow; a slow pair is the fault of a
     host that is slow in that role with most of its peers, else of the link between them."""
-    by: dict[tuple[str, str], list[Cell]] = {}
-    for c in m.cells:
-        if c.value is None:
-            continue
-        by.setdefault((c.client, "sending"), []).append(c)
-        by.setdefault((c.server, "receiving"), []).append(c)
+    import numpy as np
+
+    cells = m.cells
+    ok = cells[cells["value"].notna()]
     m.hosts = []
-    for (name, role), cells in sorted(by.items()):
-        ratios = [c.ratio for c in cells if c.ratio is not None]
-        m.hosts.append(HostVerdict(name, role, len(cells), sum(c.slow for c in cells),
-                                   statistics.median(ratios) if ratios else None))
-    faulty = {(h.name, h.role) for h in m.hosts if h.at_fault}
-    for c in m.cells:
-        if not c.slow:
-            continue
-        c.cause = ("client" if (c.client, "sending") in faulty else
-                   "server" if (c.server, "receiving") in faulty else "link")
+    for column, role in (("client", "sending"), ("server", "receiving")):
+        stats = ok.groupby(column).agg(pairs=("slow", "size"), slow=("slow", "sum"),
+                                       median_ratio=("ratio", "median"))
+        m.hosts += [HostVerdict(str(name), role, int(r.pairs), int(r.slow),
+                                None if r.median_ratio != r.median_ratio else
+                                float(r.median_ratio)) for name, r in stats.iterrows()]
+    m.hosts.sort(key=lambda h: (h.name, h.role))
+    sending = {h.name for h in m.hosts if h.at_fault and h.role == "sending"}
+    receiving = {h.name for h in m.hosts if h.at_fault and h.role == "receiving"}
+    cause = np.where(cells["client"].isin(sending), "client",
+                     np.where(cells["server"].isin(receiving), "server", "link"))
+    cells["cause"] = np.where(cells["slow"], cause, None)
 
 
 def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
@@ -159,6 +177,8 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
         lines.append(f"{m.benchmark} {case}".rstrip() + f": {m.metric} over "
                      f"{len(m.endpoints)} endpoints, {len(m.cells)} pairs, median "
                      + (f"{m.median:.4g} {m.unit}" if m.median is not None else "-"))
+        if len(m.cells) > worst:
+            lines[-1] += f" (the {worst} worst below)"
         for h in m.faulty_hosts:
             lines.append(f"  HOST {h.name}: slow {h.role} with {h.slow} of {h.pairs} peers "
                          f"(median {h.median_ratio:.2f} x the fabric's): its NIC, PCIe path "
@@ -169,8 +189,7 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
                          "switch path")
         for c in m.failed:
             lines.append(f"  FAILED {c.client} -> {c.server}: {c.reason}")
-        ranked = sorted((c for c in m.cells if c.ratio is not None), key=lambda c: c.ratio)
-        for c in ranked[:worst]:
+        for c in m.worst(worst):
             lines.append(f"    {c.client:>20} -> {c.server:<20} {c.value:.4g} {m.unit}  "
                          f"{c.ratio:.2f} x median" + ("  slow" if c.slow else ""))
         if not m.flagged():
@@ -190,4 +209,4 @@ def as_json(matrices: Sequence[Matrix]) -> list[Mapping[str, Any]]:
                         for c in m.failed],
              "cells": [{"client": c.client, "server": c.server, "value": c.value,
                         "ratio": c.ratio, "slow": c.slow, "cause": c.cause}
-                       for c in m.cells]} for m in matrices]
+                       for c in m.all_cells()]} for m in matrices]

@@ -1,0 +1,222 @@
+"""netbench fabric: real processes started with the environment a launcher sets (torchrun's
+RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT), each its own host (a UTS namespace with its own
+hostname), meeting through torch's TCPStore.
+
+The known answer: four network namespaces on a bridge, each host's egress shaped with tc tbf
+(one to 200 Mbit/s, the others to 500), a sweep of tcp.stream in each direction. Exactly that
+host must be flagged, as slow sending with every peer, its pairs at 0.90-1.0 of its rate, and
+nothing else flagged.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from conftest import ROOT, assert_clean_error, netbench
+
+from netbench import load as netbench_load
+
+SLOW_MBIT, FAST_MBIT = 200, 500
+
+
+def _needs_root():
+    if os.geteuid() != 0:
+        pytest.skip("separate hosts need namespaces: run the tests as root, as CI does")
+    if not shutil.which("unshare") or not shutil.which("ip") or not shutil.which("tc"):
+        pytest.skip("needs unshare (util-linux) and iproute2 (ip, tc)")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank, world, port, args, host, netns=None, master="127.0.0.1"):
+    env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": "0",
+           "MASTER_ADDR": master, "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "t",
+           "PYTHONPATH": str(ROOT)}
+    inner = ["unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$@"', "sh",
+             sys.executable, "-m", "netbench", "fabric", *args]
+    cmd = (["ip", "netns", "exec", netns] if netns else []) + inner
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finish(procs, timeout=240):
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        outs.append((p.returncode, out, err))
+    return outs
+
+
+STREAM = ["tcp.stream", "-p", "duration=0.5", "-p", "warmup=0.1", "--timeout", "30"]
+
+
+@pytest.mark.root
+def test_three_hosts_sweep_every_pair_and_store_every_fingerprint(tmp_path):
+    _needs_root()
+    port, res = _free_port(), tmp_path / "res"
+    procs = [_rank(r, 3, port, [*STREAM, "--results", str(res), "--label", "fab",
+                                "--threshold", "0.9"], f"node{r}") for r in range(3)]
+    outs = _finish(procs)
+    assert [o[0] for o in outs] == [0, 0, 0], outs
+    assert "6 rounds of at most 1 pairs" in outs[0][2] and "nothing flagged" in outs[0][1]
+    rows = netbench_load(res)
+    good = rows[rows.metric == "goodput"]
+    assert sorted(zip(good.host, good.peer)) == sorted(
+        (f"node{a}", f"node{b}") for a in range(3) for b in range(3) if a != b)
+    assert (good.value > 0).all() and good.case_index.is_unique
+    # Every host's own fingerprint, kept once per host, joined back on its rows.
+    hosts = {h: json.loads(e)["host"] for h, e in zip(rows.host, rows.env_json)}
+    assert hosts == {"node0": "node0", "node1": "node1", "node2": "node2"}
+    assert rows.run_id.nunique() == 1 and set(rows.label) == {"fab"}
+
+
+@pytest.mark.root
+def test_two_ranks_claiming_one_host_are_named(tmp_path):
+    _needs_root()
+    port = _free_port()
+    procs = [_rank(r, 2, port, [*STREAM, "--results", str(tmp_path)], "same")
+             for r in range(2)]
+    for code, _out, err in _finish(procs, 60):
+        assert code == 2 and "ranks 0 and 1 both claim host 'same'" in err, err
+        assert "Traceback" not in err
+
+
+@pytest.mark.root
+def test_a_rank_that_never_joins_is_named_after_the_join_timeout(tmp_path):
+    _needs_root()
+    port = _free_port()
+    start = time.monotonic()
+    procs = [_rank(r, 3, port, [*STREAM, "--results", str(tmp_path), "--join-timeout", "3"],
+                   f"n{r}") for r in range(2)]                     # rank 2 never starts
+    outs = _finish(procs, 60)
+    assert time.monotonic() - start < 45
+    for code, _out, err in outs:
+        assert code == 1 and "rank(s) 2 of 3 never joined" in err and "n0" in err, err
+
+
+@pytest.mark.root
+def test_a_host_that_dies_mid_sweep_fails_its_pairs_and_the_sweep_goes_on(tmp_path):
+    _needs_root()
+    port, res = _free_port(), tmp_path / "res"
+    args = ["tcp.stream", "-p", "duration=1.0", "-p", "warmup=0.1", "--timeout", "8",
+            "--results", str(res)]
+    procs = [_rank(r, 4, port, args, f"h{r}") for r in range(4)]
+    time.sleep(6)                        # past the first round, into the sweep
+    procs[3].send_signal(signal.SIGKILL)
+    outs = _finish(procs)
+    assert outs[0][0] == 1, outs[0]                   # something failed: exit 1
+    assert outs[1][0] == 0 and outs[2][0] == 0, outs
+    rows = pd.read_parquet(res)
+    failed = rows[rows.status == "failed"]
+    assert not failed.empty
+    assert failed.apply(lambda r: "h3" in (r.host, r.peer), axis=1).all()
+    assert failed.reason.str.contains("h3").any()
+    assert "stopped answering" in " ".join(failed.reason)
+    ok = rows[(rows.status == "ok") & (rows.metric == "goodput")]
+    pairs = set(zip(ok.host, ok.peer))
+    assert {("h0", "h1"), ("h1", "h0"), ("h0", "h2"), ("h2", "h0"), ("h1", "h2"),
+            ("h2", "h1")} <= pairs                         # the others all measured
+    assert "FAILED" in outs[0][1]
+
+
+def test_usage_errors_are_one_clear_line(tmp_path):
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    assert_clean_error(netbench("fabric", "mem.copy", "--results", str(tmp_path),
+                                env={**os.environ, **env}), "mem.copy has no far end")
+    assert_clean_error(netbench("fabric", "tcp.stream", "--results", str(tmp_path)),
+                       "under a launcher")
+    assert_clean_error(netbench("fabric", "tcp.stream", "--k", "0", "--results",
+                                str(tmp_path), env={**os.environ, **env}), "--k 0")
+    one = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "x"}
+    assert_clean_error(netbench("fabric", "tcp.stream", "--results", str(tmp_path), env=one),
+                       "at least two ranks")
+    assert_clean_error(netbench("fabric", "tcp.rr", "--direction", "bidirectional",
+                                "--results", str(tmp_path), env={**os.environ, **env}),
+                       "no bidirectional mode")
+
+
+# --- the known answer: four hosts on a bridge, one slow egress ------------------------------
+
+def _sh(*cmd):
+    subprocess.run(cmd, check=True, capture_output=True, timeout=20)
+
+
+@pytest.fixture
+def bridged_hosts():
+    _needs_root()
+    tag = f"{os.getpid() % 10000}"
+    bridge, hosts = f"nbbr{tag}", [f"nbh{i}x{tag}" for i in range(4)]
+    made = []
+    try:
+        for ns in (bridge, *hosts):
+            _sh("ip", "netns", "add", ns)
+            made.append(ns)
+    except subprocess.CalledProcessError as exc:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        pytest.skip(f"cannot create network namespaces here: {exc.stderr.decode().strip()}")
+    try:
+        _sh("ip", "-n", bridge, "link", "add", "br0", "type", "bridge")
+        _sh("ip", "-n", bridge, "link", "set", "br0", "up")
+        addrs = []
+        for i, ns in enumerate(hosts):
+            inside, outside = f"nbf{i}i{tag}", f"nbf{i}o{tag}"
+            _sh("ip", "link", "add", inside, "type", "veth", "peer", "name", outside)
+            _sh("ip", "link", "set", inside, "netns", ns)
+            _sh("ip", "link", "set", outside, "netns", bridge)
+            _sh("ip", "-n", bridge, "link", "set", outside, "master", "br0")
+            _sh("ip", "-n", bridge, "link", "set", outside, "up")
+            addrs.append(f"10.204.0.{i + 1}")
+            _sh("ip", "-n", ns, "addr", "add", f"{addrs[-1]}/24", "dev", inside)
+            _sh("ip", "-n", ns, "link", "set", inside, "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            rate = SLOW_MBIT if i == 2 else FAST_MBIT
+            # burst must hold a whole GSO super-packet (64 KiB) or tbf drops it
+            _sh("tc", "-n", ns, "qdisc", "add", "dev", inside, "root", "tbf", "rate",
+                f"{rate}mbit", "burst", "256kb", "latency", "100ms")
+        yield hosts, addrs
+    finally:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.mark.root
+def test_the_one_shaped_host_is_flagged_and_nothing_else(bridged_hosts, tmp_path):
+    hosts, addrs = bridged_hosts
+    port, res = 29400 + os.getpid() % 500, tmp_path / "res"
+    args = ["tcp.stream", "-p", "duration=1.0", "-p", "warmup=0.3", "--timeout", "30",
+            "--results", str(res), "--json"]
+    procs = [_rank(r, 4, port, args, f"host{r}", netns=ns, master=addrs[0])
+             for r, ns in enumerate(hosts)]
+    outs = _finish(procs)
+    assert [o[0] for o in outs[1:]] == [0, 0, 0], outs
+    assert outs[0][0] == 1, outs[0]                       # something flagged: exit 1
+    (m,) = json.loads(outs[0][1])["matrices"]
+    assert m["faulty_hosts"] == [{"host": "host2", "role": "sending", "slow": 3, "pairs": 3}]
+    assert m["slow_links"] == [] and m["failed"] == []
+    slow = [c for c in m["cells"] if c["slow"]]
+    assert sorted(c["server"] for c in slow) == ["host0", "host1", "host3"]
+    assert {c["client"] for c in slow} == {"host2"} and {c["cause"] for c in slow} == {"client"}
+    for c in slow:                      # its shaped direction, measured: 0.90-1.0 of the rate
+        assert 0.90 * SLOW_MBIT / 1000 <= c["value"] <= SLOW_MBIT / 1000, c
+    for c in m["cells"]:
+        if not c["slow"]:
+            assert c["value"] <= FAST_MBIT / 1000 and c["ratio"] > 0.9, c
+    assert "HOST host2: slow sending with 3 of 3 peers" in outs[0][2]
+    rows = netbench_load(res)
+    assert set(rows.host) == {f"host{i}" for i in range(4)}
