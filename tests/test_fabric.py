@@ -220,3 +220,93 @@ def test_the_one_shaped_host_is_flagged_and_nothing_else(bridged_hosts, tmp_path
     assert "HOST host2: slow sending with 3 of 3 peers" in outs[0][2]
     rows = netbench_load(res)
     assert set(rows.host) == {f"host{i}" for i in range(4)}
+
+
+# --- a fabric run in the store: compare, accept and the heatmap, pair by pair ---------------
+
+def _fabric_run(store, run_id, started, slow=None, hosts=4, value=10.0):
+    """One stored tcp.stream sweep of ``hosts`` endpoints; ``slow``: {(client, server): x}."""
+    from datetime import UTC, datetime
+
+    import random
+
+    rng = random.Random(run_id)
+    rows = []
+    names = [f"h{i}" for i in range(hosts)]
+    index = 0
+    for c in names:
+        for s in names:
+            if c == s:
+                continue
+            v = value * (slow or {}).get((c, s), 1.0)
+            rows.append({"schema_version": 1, "run_id": run_id, "label": run_id,
+                         "started_at": datetime.fromisoformat(started).replace(tzinfo=UTC),
+                         "host": c, "peer": s, "suite": "fabric", "case_index": index,
+                         "benchmark": "tcp.stream", "family": "tcp", "op": "stream",
+                         "transport": "tcp", "msg_size": 131072,
+                         "params": '{"msg_size":131072}', "metric": "goodput", "value": v,
+                         "unit": "Gbit/s", "better": "higher", "status": "ok",
+                         "samples": [v * rng.gauss(1, 0.01) for _ in range(21)],
+                         "n_samples": 21, "env_json": json.dumps({"host": c})})
+            index += 1
+    store.write_run(store.path_for(run_id, started), rows)
+
+
+def test_compare_matches_a_fabric_run_pair_by_pair(tmp_path):
+    from netbench.store import ResultStore
+
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    _fabric_run(store, "before000001", "2026-12-01T00:00:00")
+    _fabric_run(store, "after0000001", "2026-12-01T01:00:00", slow={("h1", "h3"): 0.5})
+    proc = netbench("compare", "before000001", "after0000001", "--results", str(tmp_path),
+                    "--json")
+    assert proc.returncode == 1, proc.stderr                  # one pair regressed
+    verdicts = json.loads(proc.stdout)["verdicts"]
+    assert len(verdicts) == 12                                 # 12 pairs, not one pooled case
+    regressed = [v for v in verdicts if v["verdict"] == "regressed"]
+    assert [json.loads(v["params"])["pair"] for v in regressed] == ["h1->h3"], regressed
+
+
+def test_accept_checks_every_pair_and_every_hosts_median(tmp_path):
+    from netbench.store import ResultStore
+
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    _fabric_run(store, "sweep0000001", "2026-12-01T00:00:00",
+                slow={("h2", s): 0.6 for s in ("h0", "h1", "h3")})
+    spec = tmp_path / "fabric-accept.toml"
+    spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
+                    'min_host_median = 0.95\n')
+    proc = netbench("accept", str(spec), "--results", str(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "host h2 sending: median 6 is 0.60 x the fabric's 10 < 0.95" in proc.stdout
+    assert "h0 sending" not in proc.stdout and "receiving" not in proc.stdout
+    spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\nmin = 7\n')
+    proc = netbench("accept", str(spec), "--results", str(tmp_path))
+    assert proc.returncode == 1 and "h2 -> h0: 6 < 7" in proc.stdout, proc.stdout
+
+
+def test_heatmap_marks_the_slow_pairs_and_tiles_a_large_fabric():
+    from netbench.analysis.fabric import analyse
+    from netbench.report import heatmap
+
+    def matrix(n, slow_host):
+        names = [f"n{i:03d}" for i in range(n)]
+        rows = [{"benchmark": "tcp.stream", "params": "{}", "metric": "goodput",
+                 "unit": "Gbit/s", "better": "higher", "status": "ok", "reason": None,
+                 "host": c, "peer": s, "value": 4.0 if c == names[slow_host] else 10.0}
+                for c in names for s in names if c != s]
+        (m,) = analyse(pd.DataFrame(rows))
+        return m
+
+    small = heatmap.fabric_chart(matrix(5, 3))
+    grid, marks = small["data"][0], small["data"][1]
+    assert len(grid["z"]) == 5 and grid["z"][3][0] == 0.4 and grid["z"][0][1] == 1.0
+    assert sorted(marks["y"]) == ["n003"] * 4 and "n003 (sending)" in small["layout"]["title"][
+        "text"]
+    big = heatmap.fabric_chart(matrix(300, 201))               # beyond MAX_SIDE: tiles of 2
+    grid = big["data"][0]
+    assert len(grid["z"]) == 150 and grid["z"][100][0] == 0.4      # the slow host's tile
+    assert grid["z"][0][1] == 1.0 and "tiles of 2 hosts" in big["layout"]["title"]["text"]
+    assert len(big["data"][1]["x"]) == 299                      # its pairs, marked one by one

@@ -12,6 +12,12 @@ A spec is TOML, and may be the suite file itself (``[[check]]`` entries beside `
     msg_size_min = "1M"        # optional filters: msg_size_min/max, params = { qps = 1 }
     min_line_rate = 0.90       # bounds: min, max, min_line_rate (a fraction of line_rate)
 
+    [[check]]                  # a fabric run (netbench fabric): every pair, and every host
+    benchmark = "tcp.stream"
+    metric = "goodput"
+    min_line_rate = 0.90       # each pair
+    min_host_median = 0.95     # each host's median, sending and receiving, vs the fabric's
+
 Every matching row of the chosen run must pass; a check with no measured row fails, saying
 whether the benchmark was skipped (and why) or never ran.
 """
@@ -33,7 +39,7 @@ from netbench.store import env_of
 from netbench.textfile import load_toml
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
-               "max", "min_line_rate")
+               "max", "min_line_rate", "min_host_median")
 
 
 @dataclass
@@ -44,6 +50,7 @@ class Check:
     min: float | None = None
     max: float | None = None
     min_line_rate: float | None = None
+    min_host_median: float | None = None
     msg_size_min: int | None = None
     msg_size_max: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
@@ -113,13 +120,14 @@ def load_spec(path: str | Path) -> Spec:
         known = [m.name for m in benches[name].metrics]
         if not isinstance(metric, str) or metric not in known:
             fail(f"{name} has no metric {metric!r}; its metrics: {', '.join(known)}", "metric")
-        if not any(k in entry for k in ("min", "max", "min_line_rate")):
-            fail("a check needs a bound: min, max or min_line_rate")
+        if not any(k in entry for k in ("min", "max", "min_line_rate", "min_host_median")):
+            fail("a check needs a bound: min, max, min_line_rate or min_host_median")
         try:
             check = Check(
                 name=str(entry.get("name") or f"{name} {metric}"), benchmark=name, metric=metric,
                 min=_num(entry.get("min")), max=_num(entry.get("max")),
                 min_line_rate=_num(entry.get("min_line_rate")),
+                min_host_median=_num(entry.get("min_host_median")),
                 msg_size_min=parse_size(entry["msg_size_min"]) if "msg_size_min" in entry
                 else None,
                 msg_size_max=parse_size(entry["msg_size_max"]) if "msg_size_max" in entry
@@ -235,9 +243,12 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any) -> Outcome:
     measured, failures = [], []
     bound_text = ""
     several = len({row["run_id"] for row in rows}) > 1
+    pairs = len({(row.get("host"), row.get("peer")) for row in rows}) > 1
     for row in rows:
         value = float(row["value"])
         case = f"msg_size={row['msg_size']}" if row["msg_size"] is not None else "case"
+        if pairs:
+            case += f" {row.get('host')} -> {row.get('peer')}"
         if several:
             case += f" (run {row['run_id']})"
         measured.append((case, value))
@@ -254,8 +265,33 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any) -> Outcome:
             failures.append(f"{case}: {value:.4g} < {low:.4g}{bound_text}")
         if high is not None and value > high:
             failures.append(f"{case}: {value:.4g} > {high:.4g}")
+    if check.min_host_median is not None:
+        failures += _host_medians(check, rows)
     return Outcome(check, not failures, measured, _bounds(check, bound_text),
                    "; ".join(failures) or "all measured values within bounds")
+
+
+def _host_medians(check: Check, rows: list[Any]) -> list[str]:
+    """Each host's median over its pairs, sending (as client) and receiving (as server),
+    against the median of all pairs: a host below ``min_host_median`` of it fails."""
+    import statistics
+
+    values = [float(r["value"]) for r in rows]
+    fabric = statistics.median(values)
+    higher = str(rows[0].get("better") or "higher") == "higher"
+    failures = []
+    for key, role in (("host", "sending"), ("peer", "receiving")):
+        by: dict[str, list[float]] = {}
+        for r, v in zip(rows, values):
+            if r.get(key):
+                by.setdefault(str(r[key]), []).append(v)
+        for host, vals in sorted(by.items()):
+            mid = statistics.median(vals)
+            ratio = (mid / fabric if higher else fabric / mid) if fabric and mid else 0.0
+            if ratio < check.min_host_median:
+                failures.append(f"host {host} {role}: median {mid:.4g} is {ratio:.2f} x the "
+                                f"fabric's {fabric:.4g} < {check.min_host_median:g}")
+    return failures
 
 
 def _bounds(check: Check, extra: str | None) -> str:
@@ -266,6 +302,8 @@ def _bounds(check: Check, extra: str | None) -> str:
         parts.append(f">= {check.min_line_rate:.0%} of line rate{extra or ''}")
     if check.max is not None:
         parts.append(f"<= {check.max:g}")
+    if check.min_host_median is not None:
+        parts.append(f"every host >= {check.min_host_median:g} x the fabric's median")
     return " and ".join(parts)
 
 

@@ -167,6 +167,25 @@ def _derived_metrics() -> dict[tuple[str, str], tuple[str, str]]:
             if m.of_samples}
 
 
+def with_pairs(rows: Any) -> Any:
+    """Rows whose run measured one case between several pairs of hosts (a fabric sweep) keep
+    their pairs apart: the pair ("client->server") joins the case's params, so a case is
+    matched pair by pair, never pooled over the fabric."""
+    if rows.empty or "host" not in rows or "peer" not in rows:
+        return rows
+    case = (rows["run_id"].astype(str) + "\0" + rows["benchmark"].astype(str) + "\0"
+            + rows["params"].astype(str))
+    pair = rows["host"].fillna("").astype(str) + "->" + rows["peer"].fillna("").astype(str)
+    several = pair.groupby(case).transform("nunique") > 1
+    if not several.any():
+        return rows
+    rows = rows.copy()
+    rows.loc[several, "params"] = [
+        json.dumps({**json.loads(p or "{}"), "pair": q}, sort_keys=True, separators=(",", ":"))
+        for p, q in zip(rows.loc[several, "params"], pair[several])]
+    return rows
+
+
 def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Per (benchmark, params, metric): the median value over runs and repeats, the values,
     and the raw samples grouped by repeat (run, case) as arrays; a summary metric (lat_p99)
@@ -174,7 +193,7 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     thousands of rows a run pools in milliseconds, not per-group pandas lookups."""
     import numpy as np
 
-    ok = rows[rows["status"] == "ok"]
+    ok = with_pairs(rows[rows["status"] == "ok"])
     derived = _derived_metrics()
     columns = [ok[c].tolist() for c in ("benchmark", "params", "metric", "run_id",
                                         "case_index", "value", "samples", "unit", "better",

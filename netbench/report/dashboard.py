@@ -460,7 +460,7 @@ def environment_panel(rows: Any, latest: Any) -> str:
              else "<p>Nothing was skipped or failed in this run.</p>"))
 
 
-CHARTS = ("comparison", "trend", "bandwidth", "latency", "cpu", "busbw", "h2d")
+CHARTS = ("comparison", "trend", "fabric", "bandwidth", "latency", "cpu", "busbw", "h2d")
 _WITH_BASELINE = ("bandwidth", "latency", "busbw", "h2d")
 MAX_VIEWS = 8           # the picker's labels, newest first (each is a page of charts)
 TREND_RUNS = 30
@@ -475,8 +475,25 @@ def _rows_of(store: Any, index: Any) -> Any:
 
 
 def _charts(rows: Any) -> dict[str, dict[str, Any] | None]:
+    # A fabric run's curves are its pairs' median, the spread over pairs as the error bar;
+    # the pairs themselves are the heatmap's.
     return {"bandwidth": bandwidth_chart(rows), "latency": latency_chart(rows),
-            "cpu": cpu_chart(rows), "busbw": busbw_chart(rows), "h2d": h2d_chart(rows)}
+            "cpu": cpu_chart(rows), "busbw": busbw_chart(rows), "h2d": h2d_chart(rows),
+            "fabric": _fabric(rows)}
+
+
+def _fabric(rows: Any) -> dict[str, Any] | None:
+    """The heatmap of the view's fabric sweep (the case with the most pairs), if it has one."""
+    from netbench.analysis.fabric import analyse
+    from netbench.report.heatmap import fabric_chart
+
+    if rows.empty or "peer" not in rows:
+        return None
+    pairs = rows["host"].fillna("").astype(str) + "->" + rows["peer"].fillna("").astype(str)
+    if pairs.nunique() < 3:
+        return None
+    matrices = [m for m in analyse(rows) if m.cells is not None and len(m.cells) > 2]
+    return fabric_chart(max(matrices, key=lambda m: len(m.cells))) if matrices else None
 
 
 def _missing(rows: Any) -> dict[str, str]:
@@ -484,6 +501,7 @@ def _missing(rows: Any) -> dict[str, str]:
             "latency": "no latency rows in this view",
             "cpu": "no CPU cost rows in this view", "busbw": "no collective rows in this view",
             "h2d": h2d_missing(rows),
+            "fabric": "no fabric sweep in this view (netbench fabric: every pair of hosts)",
             "comparison": "no comparison asked for (netbench report --baseline A "
                           "--candidate B)",
             "trend": "a trend needs a case measured in at least two runs"}
