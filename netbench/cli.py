@@ -393,12 +393,13 @@ def cmd_fabric(args: argparse.Namespace) -> int:
                           port=args.port, device=args.device or "", pattern=args.pattern,
                           direction=args.direction, k=args.k, center=args.center,
                           pairs_file=args.pairs, label=args.label or "", store=store,
-                          join_timeout=args.join_timeout, say=say)
+                          join_timeout=args.join_timeout, say=say, rails=args.rails)
     if not writer:
         return 0
     import pandas as pd
 
-    matrices = verdicts.analyse(pd.DataFrame(result.rows), args.threshold)
+    matrices = verdicts.analyse(pd.DataFrame(result.rows), args.threshold,
+                                min_line_rate=args.min_line_rate)
     if args.json:
         print(json.dumps(json_safe({"run_id": result.run_id,
                                     "matrices": verdicts.as_json(matrices)}),
@@ -633,10 +634,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the one that routes to the rendezvous)")
     p.add_argument("--port", type=int, default=0, help="this rank's serve port (default: any)")
     p.add_argument("--device", help="this rank's NIC, when a host runs one rank per NIC")
+    p.add_argument("--rails", action="store_true", help="pair NIC i only with NIC i (rail to "
+                   "rail; every rank gives --device)")
     p.add_argument("--join-timeout", type=float, default=120.0,
                    help="seconds for every rank to join (default 120)")
     p.add_argument("--threshold", type=float, default=0.10, help="a pair this far below the "
                    "fabric's median is slow (default 0.10)")
+    p.add_argument("--min-line-rate", type=float, metavar="FRACTION", help="a pair below this "
+                   "share of its client's probed link rate is slow too (e.g. 0.9)")
     p.add_argument("--results", default="results", help="results directory (rank 0 writes)")
     p.add_argument("--label", help="a label for this run")
     p.add_argument("--timeout", type=float, help="seconds allowed per case (default 300)")

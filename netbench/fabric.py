@@ -183,7 +183,7 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, *, rendezvous: str 
           bind: str | None, port: int, device: str, pattern: str, direction: str,
           k: int | None, center: str | None, pairs_file: str | None, label: str,
           store: Any, join_timeout: float = JOIN_TIMEOUT,
-          say: Any = lambda text: None) -> SweepResult:
+          say: Any = lambda text: None, rails: bool = False) -> SweepResult:
     """Run the sweep as this rank. Rank 0 stores the run in ``store`` and returns every row;
     the other ranks return their own."""
     import os
@@ -202,6 +202,8 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, *, rendezvous: str 
     if world < 2:
         raise UsageError(f"a fabric sweep needs at least two ranks; the world has {world}")
     plan = check_plan(plan, direction)
+    if rails and not device:
+        raise UsageError("--rails pairs NIC i with NIC i: give each rank its NIC with --device")
     where = rendezvous or (f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', 29500)}"
                            if os.environ.get("MASTER_ADDR") else None)
     if not where:
@@ -216,7 +218,7 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, *, rendezvous: str 
     try:
         return _sweep(plan, env, rank, world, meet_host, meet_port, addr, port, device,
                       pattern, direction, k, center, pairs_file, label, store, join_timeout,
-                      say, Runner, NullStore, plan_fingerprint)
+                      say, Runner, NullStore, plan_fingerprint, rails)
     finally:
         server.stop()
 
@@ -225,12 +227,12 @@ def _sweep(plan: Plan, env: Mapping[str, Any], rank: int, world: int, meet_host:
            meet_port: int, addr: str, port: int, device: str, pattern: str, direction: str,
            k: int | None, center: str | None, pairs_file: str | None, label: str, store: Any,
            join_timeout: float, say: Any, Runner: Any, NullStore: Any,
-           plan_fingerprint: Any) -> SweepResult:
+           plan_fingerprint: Any, rails: bool) -> SweepResult:
     meet = Rendezvous(meet_host, meet_port, rank, world, join_timeout)
     try:
         return _sweep_ranks(meet, plan, env, rank, world, addr, port, device, pattern,
                             direction, k, center, pairs_file, label, store, join_timeout, say,
-                            Runner, NullStore, plan_fingerprint)
+                            Runner, NullStore, plan_fingerprint, rails)
     except (NetbenchError, UsageError) as exc:
         if rank == 0:
             meet.abort(str(exc))
@@ -241,7 +243,7 @@ def _sweep_ranks(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int
                  addr: str, port: int, device: str, pattern: str, direction: str,
                  k: int | None, center: str | None, pairs_file: str | None, label: str,
                  store: Any, join_timeout: float, say: Any, Runner: Any, NullStore: Any,
-                 plan_fingerprint: Any) -> SweepResult:
+                 plan_fingerprint: Any, rails: bool) -> SweepResult:
     host = str(env.get("host") or socket.gethostname())
     meet.set(f"join/{rank}", {"host": host, "device": device, "addr": addr, "port": port})
     missing = meet.wait_for([f"join/{r}" for r in range(world)],
@@ -255,7 +257,8 @@ def _sweep_ranks(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int
     joined = [Endpoint(r, **meet.get(f"join/{r}")) for r in range(world)]
     endpoints = name_endpoints(joined)
     names = [e.name for e in endpoints]
-    plan_schedule = sched.build(names, pattern, direction, k, center, pairs_file)
+    plan_schedule = sched.build(names, pattern, direction, k, center, pairs_file,
+                                [e.device for e in endpoints] if rails else None)
     if rank == 0:
         meet.set("run", {"run_id": uuid.uuid4().hex[:12],
                          "started_at": datetime.now(UTC).isoformat()})

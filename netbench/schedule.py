@@ -135,10 +135,15 @@ def read_pairs(path: str | Path, endpoints: Sequence[str]) -> list[tuple[int, in
 
 def build(endpoints: Sequence[str], pattern: str = "all", direction: str = "each",
           k: int | None = None, center: str | None = None,
-          pairs_file: str | Path | None = None) -> Schedule:
-    """The sweep's rounds for these endpoints (every rank computes the same schedule)."""
+          pairs_file: str | Path | None = None, rails: Sequence[str] | None = None
+          ) -> Schedule:
+    """The sweep's rounds for these endpoints (every rank computes the same schedule).
+    ``rails``: each endpoint's rail (its NIC's position on a multi-NIC host): pairs stay on
+    one rail, NIC i with NIC i, and the rails' rounds run side by side."""
     import numpy as np
 
+    if rails is not None:
+        return _by_rail(endpoints, rails, pattern, direction, k, center, pairs_file)
     n = len(endpoints)
     if n < 2:
         raise UsageError(f"a fabric sweep needs at least two endpoints; the world has {n} "
@@ -168,3 +173,37 @@ def build(endpoints: Sequence[str], pattern: str = "all", direction: str = "each
         rounds = [r[i:i + k] for r in rounds for i in range(0, len(r), k)]
     return Schedule(list(endpoints), [np.ascontiguousarray(r) for r in rounds], pattern,
                     direction)
+
+
+def _by_rail(endpoints: Sequence[str], rails: Sequence[str], pattern: str, direction: str,
+             k: int | None, center: str | None, pairs_file: str | Path | None) -> Schedule:
+    import numpy as np
+
+    if pattern == "pairs":
+        raise UsageError("a pairs file names its pairs itself: leave out --rails")
+    groups: dict[str, list[int]] = {}
+    for i, rail in enumerate(rails):
+        groups.setdefault(rail, []).append(i)
+    lonely = [r for r, members in groups.items() if len(members) < 2]
+    if lonely:
+        raise UsageError(f"rail(s) {', '.join(map(repr, lonely))} have a single endpoint: "
+                         "rail-to-rail pairs need each rail on at least two hosts")
+    per_rail = []
+    for members in groups.values():
+        names = [endpoints[i] for i in members]
+        if pattern == "one-to-all" and center not in names:
+            continue
+        local = build(names, pattern, direction, None, center, None)
+        index = np.asarray(members)
+        per_rail.append([index[r] for r in local.rounds])
+    if not per_rail:
+        raise UsageError(f"--center {center!r} is not in the sweep")
+    rounds = []
+    for r in range(max(len(x) for x in per_rail)):
+        parts = [x[r] for x in per_rail if r < len(x)]
+        rounds.append(np.concatenate(parts, axis=0))
+    if k is not None:
+        if k < 1:
+            raise UsageError(f"k {k}: at least 1 pair at a time")
+        rounds = [r[i:i + k] for r in rounds for i in range(0, len(r), k)]
+    return Schedule(list(endpoints), rounds, pattern, direction)

@@ -226,9 +226,8 @@ def test_the_one_shaped_host_is_flagged_and_nothing_else(bridged_hosts, tmp_path
 
 def _fabric_run(store, run_id, started, slow=None, hosts=4, value=10.0):
     """One stored tcp.stream sweep of ``hosts`` endpoints; ``slow``: {(client, server): x}."""
-    from datetime import UTC, datetime
-
     import random
+    from datetime import UTC, datetime
 
     rng = random.Random(run_id)
     rows = []
@@ -310,3 +309,21 @@ def test_heatmap_marks_the_slow_pairs_and_tiles_a_large_fabric():
     assert len(grid["z"]) == 150 and grid["z"][100][0] == 0.4      # the slow host's tile
     assert grid["z"][0][1] == 1.0 and "tiles of 2 hosts" in big["layout"]["title"]["text"]
     assert len(big["data"][1]["x"]) == 299                      # its pairs, marked one by one
+
+
+def test_pairs_are_set_against_the_link_rate_the_probe_read():
+    from netbench.analysis.fabric import analyse
+
+    env = {h: json.dumps({"nics": [{"name": "eth0", "speed_mbps": 25000 if h == "b" else
+                                    100000}]}) for h in "abc"}
+    rows = pd.DataFrame([{"benchmark": "tcp.stream", "params": "{}", "metric": "goodput",
+                          "unit": "Gbit/s", "better": "higher", "status": "ok", "reason": None,
+                          "host": c, "peer": s, "device": "eth0", "env_json": env[c],
+                          "value": 23.0} for c in "abc" for s in "abc" if c != s])
+    (m,) = analyse(rows)
+    assert not m.flagged()                              # all alike: nothing vs the median
+    assert sorted(m.cells["of_line"].round(2)) == [0.23] * 4 + [0.92] * 2
+    (m,) = analyse(rows, min_line_rate=0.9)             # a's and c's 100G links run at 23%
+    assert sorted((c.client, c.server) for c in m.all_cells() if c.slow) == [
+        ("a", "b"), ("a", "c"), ("c", "a"), ("c", "b")]
+    assert {(h.name, h.role) for h in m.faulty_hosts} >= {("a", "sending"), ("c", "sending")}

@@ -83,3 +83,15 @@ def test_2048_hosts_schedule_is_complete():
     s = schedule.build(_names(2048))
     assert len(s.rounds) == 2 * 2047 and s.concurrency() == 1024
     assert s.pairs == 2048 * 2047
+
+
+def test_rails_pair_nic_i_with_nic_i_and_run_side_by_side():
+    names = [f"h{h}/mlx5_{r}" for h in range(4) for r in range(2)]
+    rails = [n.split("/")[1] for n in names]
+    s = schedule.build(names, direction="forward", rails=rails)
+    _check_disjoint(s)
+    pairs = [tuple(map(int, p)) for r in s.rounds for p in r]
+    assert all(rails[a] == rails[b] for a, b in pairs)            # never across rails
+    assert len(pairs) == 2 * 6 and len(s.rounds) == 3 and s.concurrency() == 4
+    with pytest.raises(UsageError, match="single endpoint"):
+        schedule.build(["a/x", "b/x", "c/y"], rails=["x", "x", "y"])

@@ -96,10 +96,26 @@ def _headline(benchmark: str) -> str | None:
     return bench.headline or (bench.metrics[0].name if bench.metrics else None)
 
 
-def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None
-            ) -> list[Matrix]:
+def _line_rates(measured: Any) -> dict[str, float]:
+    """Each client's link rate in Gbit/s, as its own fingerprint recorded it (probe)."""
+    from netbench.analysis.accept import probed_line_rate
+
+    if "env_json" not in measured or "device" not in measured:
+        return {}
+    rates = {}
+    for host, group in measured.groupby("host"):
+        rate = probed_line_rate(group.iloc[0].to_dict())
+        if rate:
+            rates[str(host)] = rate
+    return rates
+
+
+def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
+            min_line_rate: float | None = None) -> list[Matrix]:
     """One matrix per (benchmark, case params) of a sweep's rows: its headline metric (or
-    ``metric``) per pair, the median, slow pairs, and who is at fault."""
+    ``metric``) per pair, the median, slow pairs, and who is at fault. A bandwidth pair is
+    also set against its client's link rate from the probe (``of_line``); with
+    ``min_line_rate`` a pair below that share of it is slow too."""
     import numpy as np
     import pandas as pd
 
@@ -127,6 +143,12 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None
                 else np.full(len(value), np.nan)
         cells["ratio"] = np.where(np.isfinite(ratio), ratio, np.nan)
         cells["slow"] = cells["ratio"] < 1 - threshold
+        rates = _line_rates(measured) if first is not None and first["unit"] == "Gbit/s" \
+            else {}
+        cells["line_rate"] = cells["client"].map(rates).astype(float)
+        cells["of_line"] = cells["value"] / cells["line_rate"]
+        if min_line_rate is not None:
+            cells["slow"] = cells["slow"] | (cells["of_line"] < min_line_rate)
         cells["reason"], cells["cause"] = None, None
         done = set(zip(cells["client"], cells["server"]))
         lost = failed[[(h, p) not in done for h, p in zip(failed["host"], failed["peer"])]]
@@ -135,8 +157,8 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None
             cells = pd.concat([cells, pd.DataFrame({
                 "client": lost["host"].astype(str).to_numpy(),
                 "server": lost["peer"].astype(str).to_numpy(), "value": np.nan,
-                "ratio": np.nan, "slow": False, "reason": lost["reason"].to_numpy(),
-                "cause": None})], ignore_index=True)
+                "ratio": np.nan, "slow": False, "line_rate": np.nan, "of_line": np.nan,
+                "reason": lost["reason"].to_numpy(), "cause": None})], ignore_index=True)
         m = Matrix(str(bench), str(params), str(name), str(first["unit"]) if first is not None
                    else "", better, endpoints, median, cells)
         _attribute(m)
@@ -189,6 +211,10 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
                          "switch path")
         for c in m.failed:
             lines.append(f"  FAILED {c.client} -> {c.server}: {c.reason}")
+        line = m.cells["of_line"].dropna() if "of_line" in m.cells else []
+        if len(line):
+            lines.append(f"  vs the probed link rate: median {line.median():.2f}, worst "
+                         f"{line.min():.2f}")
         for c in m.worst(worst):
             lines.append(f"    {c.client:>20} -> {c.server:<20} {c.value:.4g} {m.unit}  "
                          f"{c.ratio:.2f} x median" + ("  slow" if c.slow else ""))
@@ -208,5 +234,7 @@ def as_json(matrices: Sequence[Matrix]) -> list[Mapping[str, Any]]:
              "failed": [{"client": c.client, "server": c.server, "reason": c.reason}
                         for c in m.failed],
              "cells": [{"client": c.client, "server": c.server, "value": c.value,
-                        "ratio": c.ratio, "slow": c.slow, "cause": c.cause}
-                       for c in m.all_cells()]} for m in matrices]
+                        "ratio": c.ratio, "slow": c.slow, "cause": c.cause,
+                        "of_line": of_line}
+                       for c, of_line in zip(m.all_cells(), m.cells["of_line"].map(
+                           lambda x: None if x != x else float(x)))]} for m in matrices]
