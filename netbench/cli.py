@@ -365,7 +365,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     from netbench.analysis import fabric as verdicts
     from netbench.launch import collective_env, launch_info
     from netbench.probe import probe
-    from netbench.store import NullStore, ResultStore
+    from netbench.store import JsonlStore, NullStore, ResultStore
     from netbench.suite import load_suite, parse_cli_params, plan_single
 
     params = parse_cli_params(args.param or [])
@@ -381,7 +381,8 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         raise UsageError(f"--threshold {args.threshold:g}: a fraction between 0 and 1")
     launched = launch_info()
     writer = launched is not None and launched.is_writer
-    store: Any = ResultStore(args.results) if writer else NullStore()
+    store: Any = NullStore() if not writer else (
+        JsonlStore(args.jsonl) if args.jsonl else ResultStore(args.results))
     env = probe(args.sysfs_root)
     env["collective_env"] = collective_env()
     if launched:
@@ -389,11 +390,11 @@ def cmd_fabric(args: argparse.Namespace) -> int:
                            "world_size": launched.world_size, "job": launched.job_id()}
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if writer else \
         (lambda text: None)
-    result = fabric.sweep(plan, env, launched, rendezvous=args.rendezvous, bind=args.bind,
-                          port=args.port, device=args.device or "", pattern=args.pattern,
-                          direction=args.direction, k=args.k, center=args.center,
-                          pairs_file=args.pairs, label=args.label or "", store=store,
-                          join_timeout=args.join_timeout, say=say, rails=args.rails)
+    options = fabric.Options(args.pattern, args.direction, args.k, args.center, args.pairs,
+                             args.rails, args.label or "", args.join_timeout,
+                             args.rendezvous_store)
+    result = fabric.sweep(plan, env, launched, store, options, rendezvous=args.rendezvous,
+                          bind=args.bind, port=args.port, device=args.device or "", say=say)
     if not writer:
         return 0
     import pandas as pd
@@ -406,7 +407,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
                          allow_nan=False))
     print(verdicts.summary(matrices), file=sys.stderr if args.json else sys.stdout)
     print(f"stored {len(result.rows)} rows of {result.schedule.pairs} pairs in run "
-          f"{result.run_id} ({args.results})", file=sys.stderr)
+          f"{result.run_id} ({args.jsonl or args.results})", file=sys.stderr)
     return 1 if any(m.flagged() for m in matrices) else 0
 
 
@@ -630,6 +631,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "'CLIENT SERVER'")
     p.add_argument("--rendezvous", metavar="HOST:PORT", help="rank 0's TCPStore (default "
                    "MASTER_ADDR:MASTER_PORT, as torchrun sets)")
+    p.add_argument("--rendezvous-store", default="auto", choices=("auto", "torch", "builtin"),
+                   help="torch.distributed's TCPStore (auto: where torch is installed) or "
+                   "netbench's own (builtin: no torch needed)")
     p.add_argument("--bind", metavar="ADDR", help="this rank's fabric address to serve on "
                    "(default: the one that routes to the rendezvous)")
     p.add_argument("--port", type=int, default=0, help="this rank's serve port (default: any)")
@@ -643,6 +647,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-line-rate", type=float, metavar="FRACTION", help="a pair below this "
                    "share of its client's probed link rate is slow too (e.g. 0.9)")
     p.add_argument("--results", default="results", help="results directory (rank 0 writes)")
+    p.add_argument("--jsonl", metavar="FILE", help="rank 0 writes rows as JSON lines instead "
+                   "(store them later with `netbench import`)")
     p.add_argument("--label", help="a label for this run")
     p.add_argument("--timeout", type=float, help="seconds allowed per case (default 300)")
     p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")

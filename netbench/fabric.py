@@ -14,6 +14,8 @@ named when the join times out; every wait has a deadline.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import socket
 import threading
 import time
@@ -23,10 +25,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from netbench import registry
 from netbench import schedule as sched
 from netbench.errors import NetbenchError, UsageError
-from netbench.store import RUN_ENV
+from netbench.peer import Server
+from netbench.runner import Runner, plan_fingerprint
+from netbench.store import RUN_ENV, NullStore
 from netbench.suite import Plan, PlannedCase
+from netbench.wire import parse_hostport
 
 JOIN_TIMEOUT = 120.0      # seconds for every rank to join the rendezvous
 ROUND_SLACK = 30.0        # beyond a round's case timeouts, before a silent rank is declared gone
@@ -107,23 +113,41 @@ def check_plan(plan: Plan, direction: str) -> Plan:
     return Plan(plan.suite, cases, plan.options)
 
 
-class Rendezvous:
-    """torch.distributed's TCPStore, with deadlines that name who is missing."""
+STORES = ("auto", "torch", "builtin")
 
-    def __init__(self, host: str, port: int, rank: int, world: int, timeout: float) -> None:
+
+def _torch_store() -> Any:
+    try:
+        from torch.distributed import TCPStore
+    except ImportError:
+        return None
+    return TCPStore
+
+
+class Rendezvous:
+    """torch.distributed's TCPStore (or, without torch, netbench.kvstore's), with deadlines
+    that name who is missing."""
+
+    def __init__(self, host: str, port: int, rank: int, world: int, timeout: float,
+                 kind: str = "auto") -> None:
+        tcpstore = _torch_store() if kind in ("auto", "torch") else None
+        if kind == "torch" and tcpstore is None:
+            raise UsageError("--rendezvous-store torch needs torch: `pip install torch==2.13.0`"
+                             " (the CPU build is enough), or use builtin")
         try:
-            from torch.distributed import TCPStore
-        except ImportError:
-            raise UsageError("the fabric rendezvous uses torch.distributed's TCPStore: `pip "
-                             "install torch==2.13.0` (the CPU build is enough)") from None
-        try:
-            self.store = TCPStore(host, port, world, rank == 0, timedelta(seconds=timeout),
-                                  wait_for_workers=False)
+            if tcpstore is not None:
+                self.store = tcpstore(host, port, world, rank == 0,
+                                      timedelta(seconds=timeout), wait_for_workers=False)
+            else:
+                from netbench.kvstore import KVClient
+                self.store = KVClient(host, port, world, rank == 0, timeout)
+        except NetbenchError:
+            raise
         except Exception as exc:
             raise NetbenchError(f"rank {rank}: cannot reach the rendezvous {host}:{port} "
                                 f"within {timeout:g} s: {str(exc).splitlines()[0][:200]}"
                                 ) from None
-
+        self.kind = "torch" if tcpstore is not None else "builtin"
         self.where = f"{host}:{port}"
 
     def _call(self, fn: Any, *args: Any) -> Any:
@@ -179,21 +203,26 @@ def _decoded(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, *, rendezvous: str | None,
-          bind: str | None, port: int, device: str, pattern: str, direction: str,
-          k: int | None, center: str | None, pairs_file: str | None, label: str,
-          store: Any, join_timeout: float = JOIN_TIMEOUT,
-          say: Any = lambda text: None, rails: bool = False) -> SweepResult:
+@dataclass(frozen=True)
+class Options:
+    """How the sweep runs: the schedule's pattern and the rendezvous' patience."""
+
+    pattern: str = "all"
+    direction: str = "each"
+    k: int | None = None
+    center: str | None = None
+    pairs_file: str | None = None
+    rails: bool = False
+    label: str = ""
+    join_timeout: float = JOIN_TIMEOUT
+    store: str = "auto"          # the rendezvous: torch's TCPStore, or netbench's own
+
+
+def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Any, options: Options, *,
+          rendezvous: str | None = None, bind: str | None = None, port: int = 0,
+          device: str = "", say: Any = lambda text: None) -> SweepResult:
     """Run the sweep as this rank. Rank 0 stores the run in ``store`` and returns every row;
     the other ranks return their own."""
-    import os
-
-    from netbench import registry
-    from netbench.peer import Server
-    from netbench.runner import Runner, plan_fingerprint
-    from netbench.store import NullStore
-    from netbench.wire import parse_hostport
-
     if launched is None:
         raise UsageError("netbench fabric runs one process per host under a launcher (srun, "
                          "mpirun, torchrun): it reads the rank and world size they set "
@@ -201,8 +230,8 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, *, rendezvous: str 
     rank, world = launched.rank, launched.world_size
     if world < 2:
         raise UsageError(f"a fabric sweep needs at least two ranks; the world has {world}")
-    plan = check_plan(plan, direction)
-    if rails and not device:
+    plan = check_plan(plan, options.direction)
+    if options.rails and not device:
         raise UsageError("--rails pairs NIC i with NIC i: give each rank its NIC with --device")
     where = rendezvous or (f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', 29500)}"
                            if os.environ.get("MASTER_ADDR") else None)
@@ -211,60 +240,52 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, *, rendezvous: str 
                          "MASTER_ADDR and MASTER_PORT as torchrun does")
     meet_host, meet_port = parse_hostport(where, 29500)
     addr = bind or local_address(meet_host)
+    # The far ends' per-request log lines are `netbench serve`'s; here they would interleave
+    # with the sweep's own (a library imported later may have set up the root logger).
+    logging.getLogger("netbench.serve").setLevel(logging.WARNING)
     server = Server(registry.get, bind=addr, port=port)
     addr, port = server.listen()
     serving = threading.Thread(target=server.serve_forever, name="fabric-serve", daemon=True)
     serving.start()
     try:
-        return _sweep(plan, env, rank, world, meet_host, meet_port, addr, port, device,
-                      pattern, direction, k, center, pairs_file, label, store, join_timeout,
-                      say, Runner, NullStore, plan_fingerprint, rails)
+        if options.store not in STORES:
+            raise UsageError(f"rendezvous store {options.store!r}: one of {', '.join(STORES)}")
+        meet = Rendezvous(meet_host, meet_port, rank, world, options.join_timeout,
+                          options.store)
+        me = {"host": str(env.get("host") or socket.gethostname()), "device": device,
+              "addr": addr, "port": port}
+        try:
+            return _run(meet, plan, env, rank, world, me, store, options, say)
+        except (NetbenchError, UsageError) as exc:
+            if rank == 0:
+                meet.abort(str(exc))
+            raise
     finally:
         server.stop()
 
 
-def _sweep(plan: Plan, env: Mapping[str, Any], rank: int, world: int, meet_host: str,
-           meet_port: int, addr: str, port: int, device: str, pattern: str, direction: str,
-           k: int | None, center: str | None, pairs_file: str | None, label: str, store: Any,
-           join_timeout: float, say: Any, Runner: Any, NullStore: Any,
-           plan_fingerprint: Any, rails: bool) -> SweepResult:
-    meet = Rendezvous(meet_host, meet_port, rank, world, join_timeout)
-    try:
-        return _sweep_ranks(meet, plan, env, rank, world, addr, port, device, pattern,
-                            direction, k, center, pairs_file, label, store, join_timeout, say,
-                            Runner, NullStore, plan_fingerprint, rails)
-    except (NetbenchError, UsageError) as exc:
-        if rank == 0:
-            meet.abort(str(exc))
-        raise
-
-
-def _sweep_ranks(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world: int,
-                 addr: str, port: int, device: str, pattern: str, direction: str,
-                 k: int | None, center: str | None, pairs_file: str | None, label: str,
-                 store: Any, join_timeout: float, say: Any, Runner: Any, NullStore: Any,
-                 plan_fingerprint: Any, rails: bool) -> SweepResult:
-    host = str(env.get("host") or socket.gethostname())
-    meet.set(f"join/{rank}", {"host": host, "device": device, "addr": addr, "port": port})
+def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world: int,
+         me: Mapping[str, Any], store: Any, options: Options, say: Any) -> SweepResult:
+    meet.set(f"join/{rank}", me)
     missing = meet.wait_for([f"join/{r}" for r in range(world)],
-                            time.monotonic() + join_timeout)
+                            time.monotonic() + options.join_timeout)
     if missing:
         known = [meet.get(f"join/{r}")["host"] for r in range(world) if f"join/{r}" not in
                  missing]
         raise NetbenchError(f"rank(s) {', '.join(m.split('/')[1] for m in missing)} of {world} "
                             f"never joined the rendezvous {meet.where} within "
-                            f"{join_timeout:g} s; joined: {', '.join(known)}")
-    joined = [Endpoint(r, **meet.get(f"join/{r}")) for r in range(world)]
-    endpoints = name_endpoints(joined)
+                            f"{options.join_timeout:g} s; joined: {', '.join(known)}")
+    endpoints = name_endpoints([Endpoint(r, **meet.get(f"join/{r}")) for r in range(world)])
     names = [e.name for e in endpoints]
-    plan_schedule = sched.build(names, pattern, direction, k, center, pairs_file,
-                                [e.device for e in endpoints] if rails else None)
+    plan_schedule = sched.build(names, options.pattern, options.direction, options.k,
+                                options.center, options.pairs_file,
+                                [e.device for e in endpoints] if options.rails else None)
     if rank == 0:
         meet.set("run", {"run_id": uuid.uuid4().hex[:12],
                          "started_at": datetime.now(UTC).isoformat()})
     run = meet.get("run")
     run_id, started = run["run_id"], datetime.fromisoformat(run["started_at"])
-    runner = Runner(NullStore(), env, label=label)
+    runner = Runner(NullStore(), env, label=options.label)
     base = runner.base(run_id, started, plan.suite)
     result = SweepResult(run_id, endpoints, plan_schedule)
     writer = None
@@ -273,11 +294,12 @@ def _sweep_ranks(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int
         path = store.path_for(run_id, started.isoformat())
         writer = store.open_run(path, {
             "netbench_plan": plan_fingerprint(plan),
-            "netbench_fabric": json.dumps({"pattern": pattern, "direction": direction,
-                                           "k": k, "endpoints": names,
+            "netbench_fabric": json.dumps({"pattern": options.pattern,
+                                           "direction": options.direction, "k": options.k,
+                                           "rails": options.rails, "endpoints": names,
                                            "rounds": len(plan_schedule.rounds)})})
         say(f"netbench fabric {run_id}: {world} endpoints, {plan_schedule.pattern} pairs "
-            f"({direction}), {len(plan_schedule.rounds)} rounds of at most "
+            f"({options.direction}), {len(plan_schedule.rounds)} rounds of at most "
             f"{plan_schedule.concurrency()} pairs, {len(plan.cases)} case(s) a pair")
     per_round = sum(p.timeout for p in plan.cases) + ROUND_SLACK
     offset = 0

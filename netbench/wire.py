@@ -23,13 +23,15 @@ _HEADER = struct.Struct("!I")
 class Channel:
     """One framed-JSON conversation over a connected TCP socket."""
 
-    def __init__(self, sock: socket.socket, peer_name: str) -> None:
+    def __init__(self, sock: socket.socket, peer_name: str,
+                 max_message: int = MAX_MESSAGE) -> None:
         self.sock = sock
         self.peer_name = peer_name
+        self.max_message = max_message
 
     def send(self, message: dict[str, Any]) -> None:
         data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
-        if len(data) > MAX_MESSAGE:
+        if len(data) > self.max_message:
             raise PeerError(f"message to {self.peer_name} too large ({len(data)} bytes)")
         try:
             self.sock.sendall(_HEADER.pack(len(data)) + data)
@@ -42,9 +44,9 @@ class Channel:
         seconds cannot hold the connection past it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         (length,) = _HEADER.unpack(self._read_exact(_HEADER.size, timeout, deadline))
-        if length > MAX_MESSAGE:
+        if length > self.max_message:
             raise PeerError(f"{self.peer_name} sent a {length}-byte message; the limit is "
-                            f"{MAX_MESSAGE}")
+                            f"{self.max_message}")
         body = self._read_exact(length, timeout, deadline)
         try:
             message = json.loads(body.decode("utf-8"))

@@ -66,11 +66,13 @@ STREAM = ["tcp.stream", "-p", "duration=0.5", "-p", "warmup=0.1", "--timeout", "
 
 
 @pytest.mark.root
-def test_three_hosts_sweep_every_pair_and_store_every_fingerprint(tmp_path):
+@pytest.mark.parametrize("store", ["torch", "builtin"])
+def test_three_hosts_sweep_every_pair_and_store_every_fingerprint(tmp_path, store):
     _needs_root()
     port, res = _free_port(), tmp_path / "res"
     procs = [_rank(r, 3, port, [*STREAM, "--results", str(res), "--label", "fab",
-                                "--threshold", "0.9"], f"node{r}") for r in range(3)]
+                                "--threshold", "0.9", "--rendezvous-store", store], f"node{r}")
+             for r in range(3)]
     outs = _finish(procs)
     assert [o[0] for o in outs] == [0, 0, 0], outs
     assert "6 rounds of at most 1 pairs" in outs[0][2] and "nothing flagged" in outs[0][1]
@@ -116,7 +118,9 @@ def test_a_host_that_dies_mid_sweep_fails_its_pairs_and_the_sweep_goes_on(tmp_pa
     args = ["tcp.stream", "-p", "duration=1.0", "-p", "warmup=0.1", "--timeout", "8",
             "--results", str(res)]
     procs = [_rank(r, 4, port, args, f"h{r}") for r in range(4)]
-    time.sleep(6)                        # past the first round, into the sweep
+    deadline = time.monotonic() + 120    # until rank 0 stored the first round: mid-sweep
+    while not list(res.glob("*.parts/part-*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.1)
     procs[3].send_signal(signal.SIGKILL)
     outs = _finish(procs)
     assert outs[0][0] == 1, outs[0]                   # something failed: exit 1
@@ -327,3 +331,38 @@ def test_pairs_are_set_against_the_link_rate_the_probe_read():
     assert sorted((c.client, c.server) for c in m.all_cells() if c.slow) == [
         ("a", "b"), ("a", "c"), ("c", "a"), ("c", "b")]
     assert {(h.name, h.role) for h in m.faulty_hosts} >= {("a", "sending"), ("c", "sending")}
+
+
+def test_the_builtin_rendezvous_survives_garbage_and_bounds_what_it_holds():
+    from netbench import kvstore
+    from netbench.wire import Channel
+
+    port = _free_port()
+    client = kvstore.KVClient("127.0.0.1", port, 2, True, 5)
+    try:
+        client.set("join/0", '{"host": "a"}')
+        assert client.check(["join/0"]) and not client.check(["join/0", "join/1"])
+        assert json.loads(client.get("join/0")) == {"host": "a"}
+        for junk in (b"\x00\x00\x00\x05hello", b"\xff\xff\xff\xff", b"GET / HTTP/1.0\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port)) as raw:
+                raw.sendall(junk)
+        other = Channel(socket.create_connection(("127.0.0.1", port)), "store")
+
+        def ask(request):
+            other.send(request)
+            return other.recv(5)
+
+        assert "unknown op" in ask({"op": "eval", "key": "x"})["error"]
+        assert "list of keys" in ask({"op": "check", "keys": "x"})["error"]
+        assert "no key" in ask({"op": "get", "key": "nope"})["error"]
+        assert "string value" in ask({"op": "set", "key": "k", "value": {"a": 1}})["error"]
+        other.close()
+        assert client.check(["join/0"])                   # still serving after all that
+        kvstore.MAX_TOTAL, saved = 100, kvstore.MAX_TOTAL
+        try:
+            with pytest.raises(Exception, match="store is full"):
+                client.set("big", "x" * 200)
+        finally:
+            kvstore.MAX_TOTAL = saved
+    finally:
+        client.close()

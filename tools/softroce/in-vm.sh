@@ -17,6 +17,8 @@ $PY -m netbench run suites/rdma-ci.toml --peer "$NETBENCH_RDMA_ADDR:5301" \
 kill $spid; wait $spid 2>/dev/null
 echo "=== bandwidth rows carry per-window samples (what compare tests)"
 $PY tools/softroce/samples.py "$OUT/rdma-loopback.jsonl" "$OUT/rdma-peer.jsonl" || rc=1
+echo "=== fabric sweep: three hosts' ranks, every pair over RDMA (rdma.write_bw on $NETBENCH_RDMA_DEV)"
+tools/softroce/fabric.sh || rc=1
 echo "=== RDMA faults: bad device, port, GID, a peer with a wrong rkey, a peer killed mid-run"
 $PY tools/softroce/faults.py "$NETBENCH_RDMA_DEV" "$NETBENCH_RDMA_ADDR" "$OUT" || rc=1
 rm -f "$OUT/faults.jsonl"      # failed-on-purpose rows stay out of the store
