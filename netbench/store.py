@@ -83,12 +83,18 @@ def _run_metadata(rows: list[Mapping[str, Any]]) -> dict[str, str]:
         "netbench_started_at": started.isoformat() if hasattr(started, "isoformat")
         else str(started),
         "netbench_suite": str(first.get("suite") or ""),
-        "netbench_host": str(first.get("host") or ""),
+        "netbench_host": _hosts_text(rows),
         "netbench_benchmarks": json.dumps(sorted({str(r["benchmark"]) for r in rows})),
         "netbench_ok_benchmarks": json.dumps(sorted({str(r["benchmark"]) for r in rows
                                                      if r.get("status") == "ok"})),
         "netbench_cases": json.dumps(case_counts(rows)),
     }
+
+
+def _hosts_text(rows: list[Mapping[str, Any]]) -> str:
+    """The run's host; a run of several (a fabric sweep) says how many."""
+    hosts = sorted({str(r.get("host")) for r in rows if r.get("host")})
+    return hosts[0] if len(hosts) == 1 else f"{len(hosts)} hosts" if hosts else ""
 
 
 def case_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -85,6 +85,8 @@ def test_three_hosts_sweep_every_pair_and_store_every_fingerprint(tmp_path, stor
     hosts = {h: json.loads(e)["host"] for h, e in zip(rows.host, rows.env_json)}
     assert hosts == {"node0": "node0", "node1": "node1", "node2": "node2"}
     assert rows.run_id.nunique() == 1 and set(rows.label) == {"fab"}
+    listed = netbench("runs", "--results", str(res))
+    assert "3 hosts" in listed.stdout, listed.stdout
 
 
 @pytest.mark.root
