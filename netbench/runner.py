@@ -252,7 +252,7 @@ class Runner:
                     rows = self._run_case(index, planned, case_base)
                 except KeyboardInterrupt:
                     result.interrupted = True
-                    stopped = self._status_rows(index, planned, case_base, "failed",
+                    stopped = self.status_rows(index, planned, case_base, "failed",
                                                 "interrupted by the user")
                     for row in stopped:
                         row["case_seconds"] = time.monotonic() - began
@@ -348,7 +348,7 @@ class Runner:
         bench, case = planned.bench, planned.case
         reason = bench.available(self.env)
         if reason:
-            return self._status_rows(index, planned, base, "skipped", reason)
+            return self.status_rows(index, planned, base, "skipped", reason)
         ctx = _CaseContext(self.env, self.peer, self._connect,
                            time.monotonic() + planned.timeout, self.reporter.progress,
                            self._shared)
@@ -381,12 +381,12 @@ class Runner:
         if worker.is_alive():
             ctx.cancel()
             worker.join(CANCEL_GRACE)
-            return self._status_rows(index, planned, base, "failed",
+            return self.status_rows(index, planned, base, "failed",
                                      f"timed out after {planned.timeout:g} s")
         if "skip" in outcome:
-            return self._status_rows(index, planned, base, "skipped", outcome["skip"])
+            return self.status_rows(index, planned, base, "skipped", outcome["skip"])
         if "error" in outcome:
-            return self._status_rows(index, planned, base, "failed", outcome["error"])
+            return self.status_rows(index, planned, base, "failed", outcome["error"])
         return self._metric_rows(index, planned, base, outcome["measurement"])
 
     def _common(self, index: int, bench: Benchmark, case: Case, base: Mapping[str, Any],
@@ -405,10 +405,6 @@ class Runner:
     def status_rows(self, index: int, planned: PlannedCase, base: Mapping[str, Any],
                     status: str, reason: str) -> list[dict[str, Any]]:
         """The one row of a case that was skipped or failed, with the reason."""
-        return self._status_rows(index, planned, base, status, reason)
-
-    def _status_rows(self, index: int, planned: PlannedCase, base: Mapping[str, Any],
-                     status: str, reason: str) -> list[dict[str, Any]]:
         return [{**self._common(index, planned.bench, planned.case, base), "metric": None,
                  "value": None, "unit": None, "better": None, "n_samples": None,
                  "samples": None, "status": status, "reason": reason}]
@@ -419,7 +415,7 @@ class Runner:
         declared = {metric.name for metric in bench.metrics}
         undeclared = set(m.values) - declared
         if undeclared:
-            return self._status_rows(index, planned, base, "failed",
+            return self.status_rows(index, planned, base, "failed",
                                      f"{bench.name} reported undeclared metrics: "
                                      f"{', '.join(sorted(undeclared))}")
         common = self._common(index, bench, planned.case, base, m.device, m.transport,
