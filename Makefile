@@ -72,11 +72,13 @@ gpu-check: $(STAMP)
 
 # RDMA on a real soft-RoCE device for hosts whose kernel has none (this project's CI): boots a
 # throw-away VM with Debian's stock kernel, runs suites/rdma-ci.toml there (loopback and through
-# `netbench serve`) plus the perftest cross-check, and imports the rows into results/.
+# `netbench serve`) plus the perftest cross-check; then three guests, each with its own rxe
+# device, sweep every pair (fabric); the rows go into results/.
 SOFTROCE_OUT ?= /tmp/netbench-softroce/out
 bench-softroce: $(STAMP)
 	rm -rf $(SOFTROCE_OUT) && mkdir -p $(SOFTROCE_OUT)
 	OUT=$(SOFTROCE_OUT) tools/softroce/run-vm.sh tools/softroce/in-vm.sh
+	OUT=$(SOFTROCE_OUT) SKIP_INSTALL=1 NODES=3 tools/softroce/run-vm.sh tools/softroce/fabric.sh
 	$(BIN)/netbench import $(SOFTROCE_OUT)/*.jsonl --results results
 
 clean:

@@ -6,6 +6,12 @@
 # overlays on /tmp /var /etc /root, and $OUT shared read-write for results.
 #
 #   tools/softroce/run-vm.sh CMD [ARGS...]     # CMD runs in the guest after rxe0 is up
+#   NODES=3 tools/softroce/run-vm.sh CMD ...   # three guests, each its own kernel and rxe0 on
+#                                              # its own virtio NIC, on one Ethernet segment
+#
+# With NODES > 1 the guests are joined by a QEMU multicast socket (a hub on 127.0.0.1, no root
+# and no host bridge needed); guest i is softroce-vm<i> at 10.99.0.<i+1> and its log is
+# $OUT/vm<i>.log. Every guest runs CMD; it reads its place from NETBENCH_NODE/NETBENCH_NODES.
 #
 # Env: OUT (default /tmp/netbench-softroce/out), VCPUS=2 (with 1, busy-polling peers starve),
 #      MEM=1G, VM_TIMEOUT=900 s, SKIP_INSTALL=1 to skip apt, QEMU_EXTRA="-device ..." to add
@@ -19,6 +25,8 @@ OUT=${OUT:-$WORK/out}
 VCPUS=${VCPUS:-2}
 MEM=${MEM:-1G}
 VM_TIMEOUT=${VM_TIMEOUT:-900}
+NODES=${NODES:-1}
+case "$NODES" in ''|*[!0-9]*|0) echo "run-vm: NODES must be a whole number >= 1, not '$NODES'"; exit 2 ;; esac
 mkdir -p "$WORK" "$OUT"
 T0=$(date +%s)
 
@@ -80,30 +88,60 @@ GUEST_CMD="$HERE/guest.sh"
 for a in "$@"; do GUEST_CMD+=" $(printf '%q' "$a")"; done
 cat > "$IRD/cmd.sh" <<EOF
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root OUT=$OUT
-hostname softroce-vm
+node=\$(sed -n 's/.*netbench.node=\([0-9]*\).*/\1/p' /proc/cmdline)
+if [ "$NODES" -gt 1 ]; then hostname softroce-vm\$node; else hostname softroce-vm; fi
+export NETBENCH_NODE=\${node:-0} NETBENCH_NODES=$NODES
 cd $(pwd)
 $GUEST_CMD
-echo \$? > $OUT/guest_rc
+echo \$? > $OUT/guest_rc\${node:-0}
 sync
 echo o > /proc/sysrq-trigger
 sleep 30
 EOF
 chmod +x "$IRD/init"
 (cd "$IRD" && find . | cpio -o -H newc --quiet | gzip -1) > "$WORK/initramfs-$KVER.cpio.gz"
-rm -f "$OUT/guest_rc"
-echo "[host] kernel $KVER, accel $ACCEL, $VCPUS vCPU, $MEM, prepared in $(( $(date +%s) - T0 )) s"
+rm -f "$OUT"/guest_rc*
+echo "[host] kernel $KVER, accel $ACCEL, $NODES x ($VCPUS vCPU, $MEM), prepared in $(( $(date +%s) - T0 )) s"
+# Random per run, so two CI jobs on one machine never share a segment.
+MCAST_PORT=$(( 20000 + RANDOM % 20000 ))
+boot() {  # boot NODE: one guest; its console to stdout (NODES=1) or prefixed to $OUT/vm<N>.log
+  local node=$1 net=()
+  if [ "$NODES" -gt 1 ]; then
+    net=(-netdev "socket,id=n0,mcast=230.0.99.1:$MCAST_PORT,localaddr=127.0.0.1"
+         -device "virtio-net-pci,netdev=n0,mac=52:54:00:99:00:$(printf %02x $((node + 1)))")
+  fi
+  timeout "$VM_TIMEOUT" qemu-system-x86_64 -nodefaults -no-user-config -display none -no-reboot \
+    -machine q35,accel=$ACCEL -cpu $CPU -smp "$VCPUS" -m "$MEM" \
+    -kernel "/boot/vmlinuz-$KVER" -initrd "$WORK/initramfs-$KVER.cpio.gz" \
+    -append "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init netbench.node=$node" \
+    -fsdev local,id=r,path=/,security_model=none,readonly=on,multidevs=remap \
+    -device virtio-9p-pci,fsdev=r,mount_tag=hostroot \
+    -fsdev local,id=o,path="$OUT",security_model=none,multidevs=remap \
+    -device virtio-9p-pci,fsdev=o,mount_tag=out \
+    "${net[@]}" ${QEMU_EXTRA:-} -serial stdio -monitor none
+}
 set +e
-timeout "$VM_TIMEOUT" qemu-system-x86_64 -nodefaults -no-user-config -display none -no-reboot \
-  -machine q35,accel=$ACCEL -cpu $CPU -smp "$VCPUS" -m "$MEM" \
-  -kernel "/boot/vmlinuz-$KVER" -initrd "$WORK/initramfs-$KVER.cpio.gz" \
-  -append "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init" \
-  -fsdev local,id=r,path=/,security_model=none,readonly=on,multidevs=remap \
-  -device virtio-9p-pci,fsdev=r,mount_tag=hostroot \
-  -fsdev local,id=o,path="$OUT",security_model=none,multidevs=remap \
-  -device virtio-9p-pci,fsdev=o,mount_tag=out \
-  ${QEMU_EXTRA:-} -serial stdio -monitor none 2>&1 | tee "$OUT/vm.log"
-vm_rc=${PIPESTATUS[0]}
+if [ "$NODES" = 1 ]; then
+  boot 0 2>&1 | tee "$OUT/vm.log"
+  vm_rcs=${PIPESTATUS[0]}
+else
+  pids=()
+  for ((i = 0; i < NODES; i++)); do
+    (boot "$i" > "$OUT/vm$i.log" 2>&1; echo $? > "$OUT/qemu_rc$i") &
+    pids+=($!)
+  done
+  # Node 0 drives (rank 0 of whatever runs); follow its console live.
+  tail -n +1 -F --pid "${pids[0]}" "$OUT/vm0.log" 2>/dev/null &
+  wait "${pids[@]}"
+  sleep 0.5
+  vm_rcs=$(cat "$OUT"/qemu_rc* 2>/dev/null | sort -u | tr '\n' ' ')
+  for ((i = 1; i < NODES; i++)); do
+    [ "$(cat "$OUT/guest_rc$i" 2>/dev/null)" = 0 ] && continue
+    echo "[host] guest $i failed; the end of its console ($OUT/vm$i.log):"; tail -15 "$OUT/vm$i.log"
+  done
+fi
 set -e
-guest_rc=$(cat "$OUT/guest_rc" 2>/dev/null || echo 99)
-echo "[host] VM done in $(( $(date +%s) - T0 )) s; qemu rc=$vm_rc, guest rc=$guest_rc"
-[ "$vm_rc" = 0 ] && [ "$guest_rc" = 0 ]
+guest_rcs=$(for ((i = 0; i < NODES; i++)); do cat "$OUT/guest_rc$i" 2>/dev/null || echo 99; done \
+  | sort -u | tr '\n' ' ')
+echo "[host] VM done in $(( $(date +%s) - T0 )) s; qemu rc=${vm_rcs% }, guest rc=${guest_rcs% }"
+[ "${vm_rcs% }" = 0 ] && [ "${guest_rcs% }" = 0 ]
