@@ -16,7 +16,7 @@ RESULTS ?= results
 # otherwise reported (tests that need them skip and say why).
 # The headers are what the compiled RDMA data plane needs (paths, checked with test -e).
 SYSTEM_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf chromium:chromium \
-                gcc:gcc modprobe:kmod
+                gcc:gcc modprobe:kmod mpirun:openmpi-bin unshare:util-linux
 PY_INCLUDE   := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 SYSTEM_FILES := /usr/include/infiniband/verbs.h:libibverbs-dev $(PY_INCLUDE)/Python.h:python3-dev
 sysdeps:

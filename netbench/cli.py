@@ -630,7 +630,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pairs", metavar="FILE", help="with --pattern pairs: lines of "
                    "'CLIENT SERVER'")
     p.add_argument("--rendezvous", metavar="HOST:PORT", help="rank 0's TCPStore (default "
-                   "MASTER_ADDR:MASTER_PORT, as torchrun sets)")
+                   "MASTER_ADDR:MASTER_PORT, as torchrun sets; under srun the step's first "
+                   "node, port 15000 + the job id's last 4 digits)")
     p.add_argument("--rendezvous-store", default="auto", choices=("auto", "torch", "builtin"),
                    help="torch.distributed's TCPStore (auto: where torch is installed) or "
                    "netbench's own (builtin: no torch needed)")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -28,6 +27,7 @@ from typing import Any
 from netbench import registry
 from netbench import schedule as sched
 from netbench.errors import NetbenchError, UsageError
+from netbench.launch import rendezvous_address
 from netbench.peer import Server
 from netbench.runner import Runner, plan_fingerprint
 from netbench.store import RUN_ENV, NullStore
@@ -233,12 +233,22 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Any, options
     plan = check_plan(plan, options.direction)
     if options.rails and not device:
         raise UsageError("--rails pairs NIC i with NIC i: give each rank its NIC with --device")
-    where = rendezvous or (f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', 29500)}"
-                           if os.environ.get("MASTER_ADDR") else None)
-    if not where:
-        raise UsageError("no rendezvous: give --rendezvous HOST:PORT (rank 0's host), or set "
-                         "MASTER_ADDR and MASTER_PORT as torchrun does")
-    meet_host, meet_port = parse_hostport(where, 29500)
+    if rendezvous:
+        meet_host, meet_port = parse_hostport(rendezvous, 29500)
+        source = "--rendezvous"
+    else:
+        try:
+            found = rendezvous_address(launched)
+        except ValueError as exc:
+            raise UsageError(f"{exc}; give --rendezvous HOST:PORT (rank 0's host)") from None
+        if found is None:
+            raise UsageError(
+                f"no rendezvous under {launched.launcher}: give --rendezvous HOST:PORT (rank "
+                "0's host), or set MASTER_ADDR and MASTER_PORT as torchrun does (mpirun -x "
+                "MASTER_ADDR=<rank 0's host> -x MASTER_PORT=29500); under srun it is the first "
+                "node of SLURM_STEP_NODELIST")
+        meet_host, meet_port, source = found
+    say(f"rendezvous at {meet_host}:{meet_port} ({source})")
     addr = bind or local_address(meet_host)
     # The far ends' per-request log lines are `netbench serve`'s; here they would interleave
     # with the sweep's own (a library imported later may have set up the root logger).

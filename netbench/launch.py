@@ -65,6 +65,54 @@ def launch_info() -> LaunchInfo | None:
     return None
 
 
+def rendezvous_address(launched: LaunchInfo | None) -> tuple[str, int, str] | None:
+    """Where rank 0 is, from the launcher's environment: (host, port, where that came from).
+
+    MASTER_ADDR/MASTER_PORT first (torchrun, Kubernetes' PyTorchJob, ``mpirun -x``). Under
+    Slurm, rank 0 runs on the first node of the step's node list (block distribution, the
+    default), and the port is 15000 + the job id's last four digits unless MASTER_PORT says
+    otherwise, as PyTorch Lightning's SLURMEnvironment does, so two jobs sharing a node differ.
+    Open MPI says nothing of where rank 0 is (its HNP URI is mpirun's host): None there."""
+    port_env = os.environ.get("MASTER_PORT", "")
+    if os.environ.get("MASTER_ADDR"):
+        return os.environ["MASTER_ADDR"], int(port_env) if port_env.isdigit() else 29500, \
+            "MASTER_ADDR"
+    if launched is None or launched.launcher != "slurm":
+        return None
+    for var in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+        if os.environ.get(var):
+            host = first_host(os.environ[var])
+            job = os.environ.get("SLURM_JOB_ID", "")
+            port = int(port_env) if port_env.isdigit() else \
+                15000 + int(job[-4:]) if job.isdigit() else 29500
+            return host, port, var
+    return None
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm hostlist: ``gpu[007-012,020],login1`` -> ``gpu007``;
+    every bracket of ``rack[2-3]-node[01-04]`` gives its first value (``rack2-node01``)."""
+    out, depth, i = [], 0, 0
+    while i < len(nodelist):
+        ch = nodelist[i]
+        if ch == "," and depth == 0:
+            break
+        if ch == "[":
+            end = nodelist.find("]", i)
+            if end < 0:
+                raise ValueError(f"Slurm node list {nodelist!r}: '[' without ']'")
+            first = nodelist[i + 1:end].split(",")[0].split("-")[0]
+            out.append(first)
+            i = end + 1
+            continue
+        out.append(ch)
+        i += 1
+    host = "".join(out).strip()
+    if not host:
+        raise ValueError(f"Slurm node list {nodelist!r}: no host in it")
+    return host
+
+
 def collective_env() -> dict[str, str]:
     """The environment that decides what collective numbers mean (NCCL_*, launcher, masters)."""
     keep = ("NCCL_", "TORCH_NCCL_", "GLOO_", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR",

@@ -39,10 +39,15 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _rank(rank, world, port, args, host, netns=None, master="127.0.0.1"):
+def _rank(rank, world, port, args, host, netns=None, master="127.0.0.1", launcher=None):
     env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": "0",
            "MASTER_ADDR": master, "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "t",
            "PYTHONPATH": str(ROOT)}
+    if launcher is not None:              # srun's environment instead of torchrun's
+        for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                    "TORCHELASTIC_RUN_ID"):
+            env.pop(var)
+        env.update({k: v.format(rank=rank) for k, v in launcher.items()})
     inner = ["unshare", "--uts", "sh", "-c", f'hostname {host} && exec "$@"', "sh",
              sys.executable, "-m", "netbench", "fabric", *args]
     cmd = (["ip", "netns", "exec", netns] if netns else []) + inner
@@ -87,6 +92,99 @@ def test_three_hosts_sweep_every_pair_and_store_every_fingerprint(tmp_path, stor
     assert rows.run_id.nunique() == 1 and set(rows.label) == {"fab"}
     listed = netbench("runs", "--results", str(res))
     assert "3 hosts" in listed.stdout, listed.stdout
+
+
+def _free_slurm_job_id():
+    """A job id whose Slurm-derived port (15000 + its last 4 digits) is free here."""
+    for job in range(int(time.time()) % 9000 + 1000, 10000):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", 15000 + job % 10000))
+                return str(700000 + job)
+            except OSError:
+                continue
+    pytest.skip("no free port in 16000-24999")
+
+
+@pytest.mark.root
+def test_under_srun_the_rendezvous_comes_from_slurms_environment(tmp_path):
+    """No --rendezvous and no MASTER_ADDR: rank 0's host is the first node of the step's node
+    list, the port 15000 + the job id's last four digits (what srun sets, three tasks on one
+    node, each in its own UTS namespace)."""
+    _needs_root()
+    res, job = tmp_path / "res", _free_slurm_job_id()
+    slurm = {"SLURM_PROCID": "{rank}", "SLURM_NTASKS": "3", "SLURM_LOCALID": "{rank}",
+             "SLURM_NTASKS_PER_NODE": "3", "SLURM_JOB_ID": job, "SLURM_STEP_ID": "0",
+             "SLURM_STEP_NODELIST": "localhost", "SLURM_JOB_NODELIST": "localhost"}
+    procs = [_rank(r, 3, 0, [*STREAM, "--results", str(res), "--threshold", "0.9",
+                             "--rendezvous-store", "builtin"], f"s{r}", launcher=slurm)
+             for r in range(3)]
+    outs = _finish(procs)
+    assert [o[0] for o in outs] == [0, 0, 0], outs
+    port = 15000 + int(job[-4:])
+    assert f"rendezvous at localhost:{port} (SLURM_STEP_NODELIST)" in outs[0][2]
+    rows = netbench_load(res)
+    assert sorted(set(zip(rows.host, rows.peer))) == sorted(
+        (f"s{a}", f"s{b}") for a in range(3) for b in range(3) if a != b)
+    assert {json.loads(e)["launcher"]["name"] for e in rows.env_json} == {"slurm"}
+
+
+@pytest.mark.root
+def test_under_a_real_mpirun(tmp_path):
+    """Open MPI's mpirun starts the ranks (OMPI_COMM_WORLD_*); it says nothing of where rank
+    0 is, so MASTER_ADDR/PORT go with -x. Without them: one clear error naming the fix."""
+    _needs_root()
+    if not shutil.which("mpirun"):
+        pytest.skip("needs mpirun (openmpi-bin)")
+    res, port = tmp_path / "res", _free_port()
+    mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
+              "-x", f"PYTHONPATH={ROOT}", "-x", "PATH"]
+    inner = ["unshare", "--uts", "sh", "-c",
+             'hostname "mpi$OMPI_COMM_WORLD_RANK" && exec "$@"', "sh",
+             sys.executable, "-m", "netbench", "fabric", *STREAM, "--results", str(res),
+             "--threshold", "0.9", "--rendezvous-store", "builtin"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MASTER_")}
+    run = subprocess.run([*mpirun, "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={port}",
+                          *inner], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "nothing flagged" in run.stdout
+    rows = netbench_load(res)
+    assert sorted(set(zip(rows.host, rows.peer))) == sorted(
+        (f"mpi{a}", f"mpi{b}") for a in range(3) for b in range(3) if a != b)
+    assert {json.loads(e)["launcher"]["name"] for e in rows.env_json} == {"mpirun"}
+    bare = subprocess.run([*mpirun, *inner], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert bare.returncode != 0
+    assert "no rendezvous under mpirun" in bare.stderr and "-x MASTER_ADDR" in bare.stderr
+    assert "Traceback" not in bare.stderr
+
+
+def test_slurm_node_lists_name_their_first_host():
+    from netbench.launch import LaunchInfo, first_host, rendezvous_address
+
+    assert first_host("gpu[007-012,020],login1") == "gpu007"
+    assert first_host("node1,node2") == "node1"
+    assert first_host("rack[2-3]-node[01-04]") == "rack2-node01"
+    assert first_host("dgx-a100-[4,9]") == "dgx-a100-4"
+    assert first_host("localhost") == "localhost"
+    for bad in ("node[01-04", "", ",node2"):
+        with pytest.raises(ValueError, match="Slurm node list"):
+            first_host(bad)
+    slurm = LaunchInfo("slurm", 1, 4, 0)
+    env = {"SLURM_STEP_NODELIST": "gpu[007-010]", "SLURM_JOB_ID": "1234567"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k in ("MASTER_ADDR", "MASTER_PORT", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
+            mp.delenv(k, raising=False)
+        for k, v in env.items():
+            mp.setenv(k, v)
+        assert rendezvous_address(slurm) == ("gpu007", 19567, "SLURM_STEP_NODELIST")
+        assert rendezvous_address(LaunchInfo("mpirun", 1, 4, 0)) is None
+        mp.setenv("MASTER_PORT", "29511")
+        assert rendezvous_address(slurm) == ("gpu007", 29511, "SLURM_STEP_NODELIST")
+        mp.setenv("MASTER_ADDR", "head")
+        assert rendezvous_address(LaunchInfo("mpirun", 1, 4, 0)) == ("head", 29511,
+                                                                      "MASTER_ADDR")
 
 
 @pytest.mark.root
