@@ -188,6 +188,31 @@ def test_slurm_node_lists_name_their_first_host():
 
 
 @pytest.mark.root
+def test_one_rank_per_nic_and_rails_pair_nic_i_with_nic_i(tmp_path):
+    """Two hosts with two NICs each, a rank per NIC (--device): the endpoints are host/NIC,
+    --rails pairs NIC i only with NIC i, both rails in the same rounds."""
+    _needs_root()
+    port, res = _free_port(), tmp_path / "res"
+    places = [("A", "nic0"), ("A", "nic1"), ("B", "nic0"), ("B", "nic1")]
+    procs = [_rank(r, 4, port, [*STREAM, "--results", str(res), "--threshold", "0.9",
+                                "--rails", "--device", nic, "--bind", "127.0.0.1"], host)
+             for r, (host, nic) in enumerate(places)]
+    outs = _finish(procs)
+    assert [o[0] for o in outs] == [0, 0, 0, 0], outs
+    assert "2 rounds of at most 2 pairs" in outs[0][2], outs[0][2]
+    rows = netbench_load(res)
+    good = rows[rows.metric == "goodput"]
+    assert sorted(zip(good.host, good.peer, good.peer_device)) == [
+        ("A/nic0", "B/nic0", "nic0"), ("A/nic1", "B/nic1", "nic1"),
+        ("B/nic0", "A/nic0", "nic0"), ("B/nic1", "A/nic1", "nic1")]
+    # Both rails' pairs ran side by side: in each round the two cases overlap in time.
+    spans = sorted((r.case_started_at, r.case_started_at + pd.Timedelta(seconds=r.case_seconds))
+                   for r in good.itertuples())
+    for (a0, a1), (b0, b1) in (spans[0:2], spans[2:4]):
+        assert b0 < a1 and a0 < b1, spans
+
+
+@pytest.mark.root
 def test_two_ranks_claiming_one_host_are_named(tmp_path):
     _needs_root()
     port = _free_port()
