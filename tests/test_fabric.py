@@ -458,6 +458,37 @@ def test_pairs_are_set_against_the_link_rate_the_probe_read():
     assert {(h.name, h.role) for h in m.faulty_hosts} >= {("a", "sending"), ("c", "sending")}
 
 
+@pytest.mark.parametrize("bench,op,params,better,role,metric", [
+    ("rdma.write_bw", "write_bw", "{}", "higher", "sending", "bw_avg"),
+    ("rdma.read_bw", "read_bw", "{}", "higher", "receiving", "bw_avg"),  # data flows in
+    ("tcp.stream", "stream", '{"direction":"reverse"}', "higher", "receiving", "goodput"),
+    ("rdma.write_bw", "write_bw", '{"bidirectional":true}', "higher", "client", "bw_avg"),
+    ("rdma.read_lat", "read_lat", "{}", "lower", "client", "lat_p50"),
+])
+def test_a_slow_host_is_named_by_what_its_data_does(tmp_path, bench, op, params, better, role,
+                                                    metric):
+    """host c is slow as client with every peer: the verdict says sending, receiving or (both
+    ways, a round trip) client, by the benchmark's data flow; accept says the same."""
+    from netbench.analysis.fabric import analyse, summary
+
+    slow = 4.0 if better == "higher" else 40.0
+    rows = pd.DataFrame([{"benchmark": bench, "op": op, "params": params, "metric": metric,
+                          "unit": "x", "better": better, "status": "ok", "reason": None,
+                          "host": c, "peer": s, "value": slow if c == "c" else 10.0}
+                         for c in "abcd" for s in "abcd" if c != s])
+    (m,) = analyse(rows, metric=metric)
+    assert [(h.name, h.role) for h in m.faulty_hosts] == [("c", role)]
+    assert f"HOST c: slow {role} with 3 of 3 peers" in summary([m])
+    rows["msg_size"], rows["run_id"] = None, "0123456789ab"
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'[[check]]\nbenchmark = "{bench}"\nmetric = "{metric}"\n'
+                    'min_host_median = 0.95\n')
+    from netbench.analysis.accept import evaluate, load_spec
+
+    (outcome,) = evaluate(load_spec(spec), rows)
+    assert not outcome.passed and f"host c {role}:" in outcome.message, outcome.message
+
+
 def test_the_builtin_rendezvous_survives_garbage_and_bounds_what_it_holds():
     from netbench import kvstore
     from netbench.wire import Channel

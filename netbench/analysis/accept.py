@@ -272,15 +272,19 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any) -> Outcome:
 
 
 def _host_medians(check: Check, rows: list[Any]) -> list[str]:
-    """Each host's median over its pairs, sending (as client) and receiving (as server),
-    against the median of all pairs: a host below ``min_host_median`` of it fails."""
+    """Each host's median over its pairs, as client and as server, against the median of
+    all pairs: a host below ``min_host_median`` of it fails."""
     import statistics
+
+    from netbench.analysis.fabric import roles
 
     values = [float(r["value"]) for r in rows]
     fabric = statistics.median(values)
     higher = str(rows[0].get("better") or "higher") == "higher"
     failures = []
-    for key, role in (("host", "sending"), ("peer", "receiving")):
+    named = roles(str(rows[0].get("op") or ""), str(rows[0].get("params") or ""),
+                  "higher" if higher else "lower")
+    for key, role in zip(("host", "peer"), named):
         by: dict[str, list[float]] = {}
         for r, v in zip(rows, values):
             if r.get(key):

@@ -34,7 +34,7 @@ class Cell:
 @dataclass
 class HostVerdict:
     name: str
-    role: str                     # "sending" (as client) or "receiving" (as server)
+    role: str                     # as client or as server, named by its data: see roles()
     pairs: int
     slow: int
     median_ratio: float | None
@@ -58,6 +58,7 @@ class Matrix:
     median: float | None
     cells: Any = None
     hosts: list[HostVerdict] = field(default_factory=list)
+    roles: tuple[str, str] = ("sending", "receiving")   # the client's, the server's
 
     def _cells(self, frame: Any) -> list[Cell]:
         return [Cell(str(r.client), str(r.server), None if r.value != r.value else r.value,
@@ -160,10 +161,27 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
                 "ratio": np.nan, "slow": False, "line_rate": np.nan, "of_line": np.nan,
                 "reason": lost["reason"].to_numpy(), "cause": None})], ignore_index=True)
         m = Matrix(str(bench), str(params), str(name), str(first["unit"]) if first is not None
-                   else "", better, endpoints, median, cells)
+                   else "", better, endpoints, median, cells,
+                   roles=roles(str(group["op"].iloc[0]) if "op" in group else "",
+                               str(params), better))
         _attribute(m)
         out.append(m)
     return out
+
+
+def roles(op: str, params: str, better: str) -> tuple[str, str]:
+    """What the client and the server of a pair do with the data, to name a host's role in
+    a verdict truly: a slow RDMA READ client is slow receiving, not sending. Latency and
+    both-ways runs move data both ways: the roles are just client and server."""
+    try:
+        p = json.loads(params or "{}")
+    except ValueError:
+        p = {}
+    if better == "lower" or p.get("bidirectional") is True or p.get("direction") == "both":
+        return "client", "server"
+    if op.startswith("read") or p.get("direction") == "reverse":
+        return "receiving", "sending"
+    return "sending", "receiving"
 
 
 def _attribute(m: Matrix) -> None:
@@ -174,17 +192,17 @@ def _attribute(m: Matrix) -> None:
     cells = m.cells
     ok = cells[cells["value"].notna()]
     m.hosts = []
-    for column, role in (("client", "sending"), ("server", "receiving")):
+    for column, role in zip(("client", "server"), m.roles):
         stats = ok.groupby(column).agg(pairs=("slow", "size"), slow=("slow", "sum"),
                                        median_ratio=("ratio", "median"))
         m.hosts += [HostVerdict(str(name), role, int(r.pairs), int(r.slow),
                                 None if r.median_ratio != r.median_ratio else
                                 float(r.median_ratio)) for name, r in stats.iterrows()]
     m.hosts.sort(key=lambda h: (h.name, h.role))
-    sending = {h.name for h in m.hosts if h.at_fault and h.role == "sending"}
-    receiving = {h.name for h in m.hosts if h.at_fault and h.role == "receiving"}
-    cause = np.where(cells["client"].isin(sending), "client",
-                     np.where(cells["server"].isin(receiving), "server", "link"))
+    as_client = {h.name for h in m.hosts if h.at_fault and h.role == m.roles[0]}
+    as_server = {h.name for h in m.hosts if h.at_fault and h.role == m.roles[1]}
+    cause = np.where(cells["client"].isin(as_client), "client",
+                     np.where(cells["server"].isin(as_server), "server", "link"))
     cells["cause"] = np.where(cells["slow"], cause, None)
 
 

@@ -56,10 +56,8 @@ def fabric_chart(matrix: Any) -> dict[str, Any] | None:
                                                     marks["reason"])],
             "hovertemplate": "%{text}<extra></extra>",
             "marker": {"symbol": "x", "size": 9 if side <= 64 else 5, "color": "black"}})
-    sending = {h.name: h for h in matrix.hosts if h.role == "sending"}
-    receiving = {h.name: h for h in matrix.hosts if h.role == "receiving"}
-    for role, hosts, colour in (("sending", sending, "#4d4d4d"),
-                                ("receiving", receiving, "#999999")):
+    for role, colour in zip(matrix.roles, ("#4d4d4d", "#999999")):
+        hosts = {h.name: h for h in matrix.hosts if h.role == role}
         shown = [h for h in hosts.values() if step == 1 or h.at_fault]
         data.append({
             "type": "bar", "orientation": "h", "xaxis": "x2", "yaxis": "y",
