@@ -78,7 +78,7 @@ SOFTROCE_OUT ?= /tmp/netbench-softroce/out
 bench-softroce: $(STAMP)
 	rm -rf $(SOFTROCE_OUT) && mkdir -p $(SOFTROCE_OUT)
 	OUT=$(SOFTROCE_OUT) tools/softroce/run-vm.sh tools/softroce/in-vm.sh
-	OUT=$(SOFTROCE_OUT) SKIP_INSTALL=1 NODES=3 tools/softroce/run-vm.sh tools/softroce/fabric.sh
+	OUT=$(SOFTROCE_OUT) SKIP_INSTALL=1 NODES=3 NICS=2 tools/softroce/run-vm.sh tools/softroce/fabric.sh
 	$(BIN)/netbench import $(SOFTROCE_OUT)/*.jsonl --results results
 
 clean:

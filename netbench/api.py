@@ -350,6 +350,7 @@ class ServerSession(Protocol):
 
     channel: Channel
     client_name: str
+    device: str               # the far end's own NIC where its host runs one per NIC, else ""
 
     def accept_data(self, count: int, timeout: float) -> list[Any]: ...
 

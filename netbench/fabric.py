@@ -90,23 +90,28 @@ def name_endpoints(joined: Sequence[Endpoint]) -> list[Endpoint]:
             for e in joined]
 
 
-def check_plan(plan: Plan, direction: str) -> Plan:
+def check_plan(plan: Plan, direction: str, device: str = "") -> Plan:
     """Every case must have a far end; with ``bidirectional`` the case runs both ways at once,
-    through the benchmark's own param for it."""
+    through the benchmark's own param for it. A rank's ``device`` (its NIC, on a host that
+    runs one rank per NIC) is the default of every case's own ``device`` param."""
     cases = []
     for p in plan.cases:
         if not p.bench.has_far_end:
             raise UsageError(f"{p.bench.name} has no far end: a fabric sweep runs benchmarks "
                              "measured between two hosts (tcp.*, rdma.*)")
+        names = {q.name: q for q in p.bench.params}
+        extra: dict[str, Any] = {}
         if direction == "bidirectional":
-            names = {q.name: q for q in p.bench.params}
             if "bidirectional" in names:
-                extra = {"bidirectional": True}
+                extra["bidirectional"] = True
             elif "direction" in names and "both" in (names["direction"].choices or ()):
-                extra = {"direction": "both"}
+                extra["direction"] = "both"
             else:
                 raise UsageError(f"{p.bench.name} has no bidirectional mode; use --direction "
                                  "each")
+        if device and "device" in names and not p.case.params.get("device"):
+            extra["device"] = device
+        if extra:
             p = PlannedCase(type(p.case)(p.case.benchmark, {**p.case.params, **extra}),
                             p.bench, p.timeout)
         cases.append(p)
@@ -230,7 +235,7 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Any, options
     rank, world = launched.rank, launched.world_size
     if world < 2:
         raise UsageError(f"a fabric sweep needs at least two ranks; the world has {world}")
-    plan = check_plan(plan, options.direction)
+    plan = check_plan(plan, options.direction, device)
     if options.rails and not device:
         raise UsageError("--rails pairs NIC i with NIC i: give each rank its NIC with --device")
     if rendezvous:
@@ -253,7 +258,7 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Any, options
     # The far ends' per-request log lines are `netbench serve`'s; here they would interleave
     # with the sweep's own (a library imported later may have set up the root logger).
     logging.getLogger("netbench.serve").setLevel(logging.WARNING)
-    server = Server(registry.get, bind=addr, port=port)
+    server = Server(registry.get, bind=addr, port=port, device=device)   # its far ends' NIC
     addr, port = server.listen()
     serving = threading.Thread(target=server.serve_forever, name="fabric-serve", daemon=True)
     serving.start()

@@ -53,10 +53,11 @@ class _ServerSession:
     """One client's control session on the server; data connections are routed here."""
 
     def __init__(self, channel: Channel, client_name: str, token: str,
-                 queued: Callable[[int], bool] | None = None) -> None:
+                 queued: Callable[[int], bool] | None = None, device: str = "") -> None:
         self.channel = channel
         self.client_name = client_name
         self.token = token
+        self.device = device
         self._data: queue.Queue[tuple[int, socket.socket]] = queue.Queue(MAX_QUEUED_DATA)
         self._queued = queued or (lambda change: True)   # the server-wide count
 
@@ -124,8 +125,10 @@ class Server:
     """``netbench serve``: answers any number of clients, one thread each, and survives them."""
 
     def __init__(self, lookup: Callable[[str], Any], bind: str = "127.0.0.1",
-                 port: int = DEFAULT_PORT, max_clients: int = MAX_CLIENTS) -> None:
+                 port: int = DEFAULT_PORT, max_clients: int = MAX_CLIENTS,
+                 device: str = "") -> None:
         self._lookup = lookup
+        self.device = device                  # the far ends' NIC ("": the host's default)
         self.bind, self.port = bind, port
         self._slots = threading.BoundedSemaphore(max_clients)
         self._sessions: dict[str, _ServerSession] = {}
@@ -258,7 +261,7 @@ class Server:
                                    f"this server speaks {PROTOCOL} (netbench {__version__})"})
             return
         token = secrets.token_hex(16)
-        session = _ServerSession(channel, name, token, self._count_queued)
+        session = _ServerSession(channel, name, token, self._count_queued, self.device)
         with self._lock:
             self._sessions[token] = session
         try:

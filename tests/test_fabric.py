@@ -489,6 +489,46 @@ def test_a_slow_host_is_named_by_what_its_data_does(tmp_path, bench, op, params,
     assert not outcome.passed and f"host c {role}:" in outcome.message, outcome.message
 
 
+def test_a_ranks_nic_is_its_cases_device_unless_a_case_names_one():
+    from netbench.fabric import check_plan
+    from netbench.suite import plan_single
+
+    plan = plan_single("rdma.write_bw", {"msg_size": "1M"}, 30.0)
+    (case,) = check_plan(plan, "each", "mlx5_3").cases
+    assert case.case.params["device"] == "mlx5_3"
+    named = plan_single("rdma.write_bw", {"device": "mlx5_0"}, 30.0)
+    assert check_plan(named, "each", "mlx5_3").cases[0].case.params["device"] == "mlx5_0"
+    tcp = plan_single("tcp.stream", {}, 30.0)            # no device param: nothing added
+    assert "device" not in check_plan(tcp, "each", "eth1").cases[0].case.params
+
+
+def test_a_rank_per_nic_sweep_is_one_matrix_not_one_per_client_nic():
+    """Each rank's NIC is its cases' device param: the endpoint's, so the rails' pairs are
+    judged together (a slow NIC against the whole fabric), never split by client NIC."""
+    from netbench.analysis.fabric import analyse
+
+    ends = [f"{h}/mlx5_{r}" for h in "abc" for r in (0, 1)]
+    rows = pd.DataFrame([{"benchmark": "rdma.write_bw", "op": "write_bw", "metric": "bw_avg",
+                          "params": f'{{"device":"{c[2:]}","msg_size":1048576}}',
+                          "unit": "Gbit/s", "better": "higher", "status": "ok",
+                          "reason": None, "host": c, "peer": s,
+                          "value": 90.0 if c == "c/mlx5_1" else 380.0}
+                         for c in ends for s in ends if c != s and c[2:] == s[2:]])
+    (m,) = analyse(rows)
+    assert len(m.endpoints) == 6 and len(m.cells) == 12
+    assert json.loads(m.params) == {"msg_size": 1048576}
+    assert [(h.name, h.role) for h in m.faulty_hosts] == [("c/mlx5_1", "sending")]
+    # A failed pair's row holds the params as planned (data_plane=auto), its measured twins
+    # what auto became: it is still a failed cell of the same matrix.
+    rows["params"] = rows["params"].str.replace("}", ',"data_plane":"compiled","timer":"tsc"}')
+    rows.loc[0, ["status", "value", "reason", "params"]] = [
+        "failed", None, "WRITE: work completion failed with REM_INV_REQ_ERR",
+        '{"data_plane":"auto","device":"mlx5_0","msg_size":1048576}']
+    (m,) = analyse(rows)
+    assert len(m.cells) == 12 and [(c.client, c.server) for c in m.failed] == [
+        (rows.host[0], rows.peer[0])]
+
+
 def test_the_builtin_rendezvous_survives_garbage_and_bounds_what_it_holds():
     from netbench import kvstore
     from netbench.wire import Channel

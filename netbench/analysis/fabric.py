@@ -125,6 +125,11 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
     if "peer" not in rows or rows.empty:
         return []
     out = []
+    # A rank's NIC is its case's device param (one rank per NIC): part of the endpoint, not of
+    # the case, so a sweep over several NICs is one matrix, not one per client NIC.
+    cases = {text: _without_device(text) for text in rows["params"].dropna().unique()}
+    rows = rows.assign(params=rows["params"].map(cases))
+    rows = rows.assign(params=_as_measured(rows))
     for (bench, params), group in rows.groupby(["benchmark", "params"], sort=True):
         name = metric or _headline(str(bench))
         measured = group[(group["metric"] == name) & group["value"].notna()]
@@ -167,6 +172,43 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
         _attribute(m)
         out.append(m)
     return out
+
+
+def _as_measured(rows: Any) -> Any:
+    """A failed case's row holds the params as planned; its measured twins hold what each
+    ``auto`` param became (data_plane=auto -> compiled) and what the benchmark added. Give the
+    failed row its twins' params, so a failed pair sits in the matrix of its case."""
+    ok = rows.loc[rows["status"] == "ok", ["benchmark", "params"]].drop_duplicates()
+    measured = set(zip(ok["benchmark"], ok["params"]))
+    by_bench: dict[str, list[dict[str, Any]]] = {}
+    for bench, text in measured:
+        by_bench.setdefault(bench, []).append({"_text": text, **json.loads(text or "{}")})
+    failed = rows.loc[(rows["status"] != "ok") & rows["params"].notna(),
+                      ["benchmark", "params"]].drop_duplicates()
+    moved: dict[tuple[str, str], str] = {}
+    for bench, text in zip(failed["benchmark"], failed["params"]):
+        if (bench, text) in measured:
+            continue
+        planned = json.loads(text or "{}")
+        twins = [t for t in by_bench.get(bench, [])
+                 if all(t.get(k) == v or v == "auto" for k, v in planned.items())]
+        if len(twins) == 1:
+            moved[(bench, text)] = twins[0]["_text"]
+    params = rows["params"].copy()
+    for (bench, text), twin in moved.items():
+        params[(rows["benchmark"] == bench) & (rows["params"] == text)] = twin
+    return params
+
+
+def _without_device(params: str) -> str:
+    try:
+        p = json.loads(params or "{}")
+    except ValueError:
+        return params
+    if not isinstance(p, dict) or "device" not in p:
+        return params
+    return json.dumps({k: v for k, v in p.items() if k != "device"}, sort_keys=True,
+                      separators=(",", ":"))
 
 
 def roles(op: str, params: str, better: str) -> tuple[str, str]:

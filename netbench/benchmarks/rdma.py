@@ -212,7 +212,10 @@ class Inbox:
 
 def _serve_setup(v: Any, params: Mapping[str, Any], session: ServerSession,
                  depth: int) -> tuple[Any, Any]:
-    side = v.side_from(params, depth, os.environ.get("NETBENCH_RDMA_DEV", ""))
+    # The far end opens its own NIC, never the client's name for one: the rank's (a fabric
+    # sweep with a rank per NIC), else this host's default.
+    side = v.side_from(params, depth, session.device
+                       or os.environ.get("NETBENCH_RDMA_DEV", ""))
     try:
         session.channel.send({"ok": True, "endpoint": side.endpoint().to_json()})
         msg = session.channel.recv(SETUP_TIMEOUT)

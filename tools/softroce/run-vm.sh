@@ -6,12 +6,13 @@
 # overlays on /tmp /var /etc /root, and $OUT shared read-write for results.
 #
 #   tools/softroce/run-vm.sh CMD [ARGS...]     # CMD runs in the guest after rxe0 is up
-#   NODES=3 tools/softroce/run-vm.sh CMD ...   # three guests, each its own kernel and rxe0 on
-#                                              # its own virtio NIC, on one Ethernet segment
+#   NODES=3 NICS=2 tools/softroce/run-vm.sh CMD # three guests, each its own kernel and a
+#                                              # virtio NIC per rail, rxe<r> on NIC r
 #
-# With NODES > 1 the guests are joined by a QEMU multicast socket (a hub on 127.0.0.1, no root
-# and no host bridge needed); guest i is softroce-vm<i> at 10.99.0.<i+1> and its log is
-# $OUT/vm<i>.log. Every guest runs CMD; it reads its place from NETBENCH_NODE/NETBENCH_NODES.
+# With NODES > 1 the guests' NIC r is on rail r, an Ethernet segment of its own: a QEMU
+# multicast socket (a hub on 127.0.0.1, no root and no host bridge needed). Guest i is
+# softroce-vm<i>, at 10.99.<r>.<i+1> on rail r; its log is $OUT/vm<i>.log. Every guest runs
+# CMD; it reads its place from NETBENCH_NODE, NETBENCH_NODES and NETBENCH_NICS.
 #
 # Env: OUT (default /tmp/netbench-softroce/out), VCPUS=2 (with 1, busy-polling peers starve),
 #      MEM=1G, VM_TIMEOUT=900 s, SKIP_INSTALL=1 to skip apt, QEMU_EXTRA="-device ..." to add
@@ -26,7 +27,10 @@ VCPUS=${VCPUS:-2}
 MEM=${MEM:-1G}
 VM_TIMEOUT=${VM_TIMEOUT:-900}
 NODES=${NODES:-1}
+NICS=${NICS:-1}
 case "$NODES" in ''|*[!0-9]*|0) echo "run-vm: NODES must be a whole number >= 1, not '$NODES'"; exit 2 ;; esac
+case "$NICS" in [1-4]) ;; *) echo "run-vm: NICS must be 1 to 4, not '$NICS'"; exit 2 ;; esac
+[ "$NICS" = 1 ] || [ "$NODES" -gt 1 ] || { echo "run-vm: NICS > 1 needs NODES > 1"; exit 2; }
 mkdir -p "$WORK" "$OUT"
 T0=$(date +%s)
 
@@ -90,7 +94,7 @@ cat > "$IRD/cmd.sh" <<EOF
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root OUT=$OUT
 node=\$(sed -n 's/.*netbench.node=\([0-9]*\).*/\1/p' /proc/cmdline)
 if [ "$NODES" -gt 1 ]; then hostname softroce-vm\$node; else hostname softroce-vm; fi
-export NETBENCH_NODE=\${node:-0} NETBENCH_NODES=$NODES
+export NETBENCH_NODE=\${node:-0} NETBENCH_NODES=$NODES NETBENCH_NICS=$NICS
 cd $(pwd)
 $GUEST_CMD
 echo \$? > $OUT/guest_rc\${node:-0}
@@ -101,14 +105,16 @@ EOF
 chmod +x "$IRD/init"
 (cd "$IRD" && find . | cpio -o -H newc --quiet | gzip -1) > "$WORK/initramfs-$KVER.cpio.gz"
 rm -f "$OUT"/guest_rc*
-echo "[host] kernel $KVER, accel $ACCEL, $NODES x ($VCPUS vCPU, $MEM), prepared in $(( $(date +%s) - T0 )) s"
+echo "[host] kernel $KVER, accel $ACCEL, $NODES x ($VCPUS vCPU, $MEM$([ "$NODES" = 1 ] || echo ", $NICS NIC(s)")), prepared in $(( $(date +%s) - T0 )) s"
 # Random per run, so two CI jobs on one machine never share a segment.
 MCAST_PORT=$(( 20000 + RANDOM % 20000 ))
 boot() {  # boot NODE: one guest; its console to stdout (NODES=1) or prefixed to $OUT/vm<N>.log
-  local node=$1 net=()
+  local node=$1 net=() r
   if [ "$NODES" -gt 1 ]; then
-    net=(-netdev "socket,id=n0,mcast=230.0.99.1:$MCAST_PORT,localaddr=127.0.0.1"
-         -device "virtio-net-pci,netdev=n0,mac=52:54:00:99:00:$(printf %02x $((node + 1)))")
+    for ((r = 0; r < NICS; r++)); do
+      net+=(-netdev "socket,id=n$r,mcast=230.0.99.$((r + 1)):$MCAST_PORT,localaddr=127.0.0.1"
+            -device "virtio-net-pci,netdev=n$r,mac=52:54:00:99:0$r:$(printf %02x $((node + 1)))")
+    done
   fi
   timeout "$VM_TIMEOUT" qemu-system-x86_64 -nodefaults -no-user-config -display none -no-reboot \
     -machine q35,accel=$ACCEL -cpu $CPU -smp "$VCPUS" -m "$MEM" \
