@@ -157,8 +157,8 @@ def _grid(header: Sequence[str], body: Sequence[Sequence[str]],
             for r in (*heads, *body)]
 
 
-_ITEMSIZE = {"uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "int32": 4,
-             "float64": 8, "int64": 8}
+ITEMSIZE = {"uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "int32": 4,
+            "float64": 8, "int64": 8}      # bytes per element of the benchmarks' dtypes
 
 
 def _lead_columns(bench: str, params: Mapping[str, Any], row: Mapping[str, Any]
@@ -167,7 +167,7 @@ def _lead_columns(bench: str, params: Mapping[str, Any], row: Mapping[str, Any]
     redop and root; perftest's #iterations."""
     out: list[tuple[str, str]] = []
     if bench.startswith("coll.") and "dtype" in params and row.get("msg_size") is not None:
-        size = _ITEMSIZE.get(str(params["dtype"]))
+        size = ITEMSIZE.get(str(params["dtype"]))
         out.append(("count", f"{int(row['msg_size']) // size:,}" if size else "-"))
         out.append(("type", str(params["dtype"])))
         if "reduce_op" in params:

@@ -20,7 +20,7 @@ from typing import Any
 
 from netbench import stats
 from netbench.errors import NetbenchError, UsageError
-from netbench.report.console import case_names, case_text, param_text
+from netbench.report.console import ITEMSIZE, case_names, case_text, param_text
 from netbench.stats import median_sorted
 from netbench.store import env_of
 from netbench.textfile import write_atomic
@@ -283,9 +283,6 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
                    "GB/s")
 
 
-_ITEMSIZE = {"uint8": 1, "int32": 4, "float16": 2, "bfloat16": 2, "float32": 4}
-
-
 def _copy_bytes(benchmark: str, params: str, msg_size: Any) -> float | None:
     """Bytes per copy: msg_size, or for the loader feed one batch (batch x sample x dtype)."""
     if benchmark != "gpu.loader_feed":
@@ -293,7 +290,7 @@ def _copy_bytes(benchmark: str, params: str, msg_size: Any) -> float | None:
     p = json.loads(params or "{}")
     try:
         dims = [int(d) for d in str(p["sample_shape"]).lower().split("x")]
-        return float(p["batch_size"] * math.prod(dims) * _ITEMSIZE[p["dtype"]])
+        return float(p["batch_size"] * math.prod(dims) * ITEMSIZE[p["dtype"]])
     except (KeyError, ValueError, TypeError):
         return None
 
