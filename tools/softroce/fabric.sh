@@ -8,8 +8,10 @@
 #
 # The known answer: the last guest's NIC on the last rail is shaped with tc tbf to SLOW_MBIT,
 # well under what the emulated rxe moves unshaped. The sweep must flag exactly that endpoint
-# (host/NIC), as slow sending with every peer on its rail, measure its pairs at 0.90-1.0 of
-# the rate (RoCE's headers are 5% of a 1024-byte packet: 0.945 is the most there is), and
+# (host/NIC), as slow sending with every peer on its rail, measure its pairs at 0.85-1.0 of
+# the rate (RoCE's headers are 5% of a 1024-byte packet: 0.945 is the most there is, plus 1%
+# from the bucket's first burst; measured 0.93-0.96 here, and 0.89 once, in CI, before the
+# bucket held 70 ms: the guests are three emulated machines on two host CPUs), and
 # flag nothing else; every other pair must measure, each row on its rank's own device. Node 0
 # writes the rows to $OUT/fabric.jsonl and the verdicts to $OUT/fabric-verdicts0.json.
 cd "$(dirname "$0")/../.."
@@ -28,8 +30,10 @@ for rail in $NETBENCH_RAILS; do         # rxe<r>=ADDR
     # (no retries that leave the link idle) and holds at most 64 x 1082 bytes: 37 ms at
     # 15 Mbit/s, well inside the QP's 67 ms retransmit timeout. At 10 Mbit/s (55 ms, plus the
     # ack spacing) rxe resent packets still queued and answered the muddle with
-    # REM_INV_REQ_ERR; a queue short enough to drop ran dry at 0.89 of the rate.
-    tc qdisc add dev "$nic" root tbf rate ${SLOW_MBIT}mbit burst 32kb latency 100ms \
+    # REM_INV_REQ_ERR; a queue short enough to drop ran dry at 0.89 of the rate. The bucket
+    # (burst 128 KB, 70 ms of tokens) carries the link over the starved guest's pauses in
+    # sending (with 32 KB a pair measured 0.889 once), and adds at most 1% to a 13 MB run.
+    tc qdisc add dev "$nic" root tbf rate ${SLOW_MBIT}mbit burst 128kb latency 100ms \
       || { echo "FAIL fabric sweep: cannot shape $nic"; exit 1; }
     echo "[guest] $(hostname): egress of $nic ($dev) shaped to $SLOW_MBIT Mbit/s"
   fi
@@ -92,9 +96,9 @@ if m["slow_links"] or m["failed"]:
 if {c["client"] for c in slow} != {shaped} or len(slow) != n - 1:
     problems.append(f"slow pairs {[(c['client'], c['server']) for c in slow]}")
 for c in slow:
-    if not 0.90 * slow_mbit <= c["value"] * 1000 <= slow_mbit:
+    if not 0.85 * slow_mbit <= c["value"] * 1000 <= slow_mbit:
         problems.append(f"{c['client']} -> {c['server']} at {c['value'] * 1000:.2f} Mbit/s, "
-                        f"not 0.90-1.0 of {slow_mbit:g}")
+                        f"not 0.85-1.0 of {slow_mbit:g}")
 print("\n".join(f"FAIL fabric known answer: {p}" for p in problems)
       or f"fabric known answer: exactly {shaped} flagged, slow sending with all {n - 1} peers "
          "on its rail; every other pair fine, each on its own rank's device")
