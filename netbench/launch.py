@@ -92,10 +92,10 @@ def rendezvous_address(launched: LaunchInfo | None) -> tuple[str, int, str] | No
 def first_host(nodelist: str) -> str:
     """The first host of a Slurm hostlist: ``gpu[007-012,020],login1`` -> ``gpu007``;
     every bracket of ``rack[2-3]-node[01-04]`` gives its first value (``rack2-node01``)."""
-    out, depth, i = [], 0, 0
+    out, i = [], 0
     while i < len(nodelist):
         ch = nodelist[i]
-        if ch == "," and depth == 0:
+        if ch == ",":             # the next host; commas inside brackets are skipped below
             break
         if ch == "[":
             end = nodelist.find("]", i)

@@ -127,9 +127,7 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
     out = []
     # A rank's NIC is its case's device param (one rank per NIC): part of the endpoint, not of
     # the case, so a sweep over several NICs is one matrix, not one per client NIC.
-    cases = {text: _without_device(text) for text in rows["params"].dropna().unique()}
-    rows = rows.assign(params=rows["params"].map(cases))
-    rows = rows.assign(params=_as_measured(rows))
+    rows = rows.assign(params=_case_params(rows))
     for (bench, params), group in rows.groupby(["benchmark", "params"], sort=True):
         name = metric or _headline(str(bench))
         measured = group[(group["metric"] == name) & group["value"].notna()]
@@ -174,51 +172,51 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
     return out
 
 
-def _as_measured(rows: Any) -> Any:
-    """A failed case's row holds the params as planned; its measured twins hold what each
-    ``auto`` param became (data_plane=auto -> compiled) and what the benchmark added. Give the
-    failed row its twins' params, so a failed pair sits in the matrix of its case."""
-    ok = rows.loc[rows["status"] == "ok", ["benchmark", "params"]].drop_duplicates()
-    measured = set(zip(ok["benchmark"], ok["params"]))
-    by_bench: dict[str, list[dict[str, Any]]] = {}
-    for bench, text in measured:
-        by_bench.setdefault(bench, []).append({"_text": text, **json.loads(text or "{}")})
-    failed = rows.loc[(rows["status"] != "ok") & rows["params"].notna(),
-                      ["benchmark", "params"]].drop_duplicates()
-    moved: dict[tuple[str, str], str] = {}
-    for bench, text in zip(failed["benchmark"], failed["params"]):
-        if (bench, text) in measured:
-            continue
-        planned = json.loads(text or "{}")
-        twins = [t for t in by_bench.get(bench, [])
-                 if all(t.get(k) == v or v == "auto" for k, v in planned.items())]
-        if len(twins) == 1:
-            moved[(bench, text)] = twins[0]["_text"]
-    params = rows["params"].copy()
-    for (bench, text), twin in moved.items():
-        params[(rows["benchmark"] == bench) & (rows["params"] == text)] = twin
-    return params
-
-
-def _without_device(params: str) -> str:
+def _params(text: Any) -> dict[str, Any]:
     try:
-        p = json.loads(params or "{}")
-    except ValueError:
-        return params
-    if not isinstance(p, dict) or "device" not in p:
-        return params
-    return json.dumps({k: v for k, v in p.items() if k != "device"}, sort_keys=True,
-                      separators=(",", ":"))
+        p = json.loads(text or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return p if isinstance(p, dict) else {}
+
+
+def _case_params(rows: Any) -> Any:
+    """Each row's case, as the matrices group it: its params without ``device`` (the
+    endpoint's, not the case's), and for a failed row its measured twins' params. A failed
+    case's row holds the params as planned; its twins hold what each ``auto`` param became
+    (data_plane=auto -> compiled) and what the benchmark added."""
+    def key(p: dict[str, Any]) -> str:
+        return json.dumps({k: v for k, v in p.items() if k != "device"}, sort_keys=True,
+                          separators=(",", ":"))
+
+    pairs = rows.loc[rows["params"].notna(), ["benchmark", "params", "status"]].drop_duplicates()
+    parsed = {text: _params(text) for text in pairs["params"].unique()}
+    keys = {text: key(p) for text, p in parsed.items()}
+    ok = pairs[pairs["status"] == "ok"]
+    measured = {(b, keys[t]) for b, t in zip(ok["benchmark"], ok["params"])}
+    twins_of: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for bench, text in set(zip(ok["benchmark"], ok["params"])):
+        twins_of.setdefault(bench, []).append((keys[text], parsed[text]))
+    moved: dict[tuple[str, Any], str] = {}
+    for bench, text in set(zip(pairs["benchmark"], pairs["params"])):
+        if (bench, keys[text]) in measured:
+            continue
+        planned = {k: v for k, v in parsed[text].items() if k != "device"}
+        twins = {k for k, t in twins_of.get(bench, [])
+                 if all(t.get(name) == v or v == "auto" for name, v in planned.items())}
+        if len(twins) == 1:
+            moved[(bench, text)] = twins.pop()
+    out = rows["params"].map(keys)
+    for (bench, text), twin in moved.items():
+        out[(rows["benchmark"] == bench) & (rows["params"] == text)] = twin
+    return out
 
 
 def roles(op: str, params: str, better: str) -> tuple[str, str]:
     """What the client and the server of a pair do with the data, to name a host's role in
     a verdict truly: a slow RDMA READ client is slow receiving, not sending. Latency and
     both-ways runs move data both ways: the roles are just client and server."""
-    try:
-        p = json.loads(params or "{}")
-    except ValueError:
-        p = {}
+    p = _params(params)
     if better == "lower" or p.get("bidirectional") is True or p.get("direction") == "both":
         return "client", "server"
     if op.startswith("read") or p.get("direction") == "reverse":
