@@ -7,7 +7,14 @@ BIN    := $(VENV)/bin
 LABEL  ?= ci
 SUITE  ?= suites/ci.toml
 RESULTS ?= results
-export VENV PYTHON TORCH_SPEC
+export VENV
+# Passed to tools/setup-venv.sh only when given: TORCH_SPEC= (empty) means "no torch".
+ifneq ($(origin PYTHON),undefined)
+export PYTHON
+endif
+ifneq ($(origin TORCH_SPEC),undefined)
+export TORCH_SPEC
+endif
 
 .PHONY: setup builddeps sysdeps bench test lint bench-compare bench-softroce gpu-check clean
 
