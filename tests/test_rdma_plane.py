@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 import textwrap
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import pytest
 from conftest import ROOT, install_plugin, netbench
 
 from netbench import registry
+from netbench.benchmarks import rdma
 
 HEADERS = Path("/usr/include/infiniband/verbs.h").exists()
 
@@ -75,29 +79,77 @@ def test_compiled_plane_survives_any_input():
     assert proc.stdout.startswith("survived")
 
 
-# --- the warm-up is never timed: rdma.py's flows against a recording data plane ------------
+# --- rdma.py's flows against a recording data plane --------------------------------------
+
+def _steady(count: int, t0: float = 100.0, per: float = 1e-4, every: int = 16,
+            stall: tuple[int, float] | None = None) -> tuple[float, float, list]:
+    """A sender's timeline: (t_first, t_last, stamps), a completion stamp every ``every``
+    messages ``per`` seconds apart each, and ``stall`` = (after this many done, seconds) of
+    nothing at all in the middle."""
+    t, stamps = t0, []
+    for n in range(every, count + every, every):
+        n = min(n, count)
+        t += (n - (stamps[-1][1] if stamps else 0)) * per
+        if stall and (stamps[-1][1] if stamps else 0) < stall[0] <= n:
+            t += stall[1]
+        stamps.append((t, n))
+    return t0, t, stamps
+
 
 class _Recorder:
-    """A data plane that records which senders were driven, in which order, with what count;
-    the shape rdma.py sees from _verbs and _verbs_c (the hardware cannot exist here)."""
+    """A data plane that records which senders were driven, in which order, with what count,
+    and gives each the completion timeline ``timelines`` says (by the order senders are
+    driven; the rest run steadily): the shape rdma.py sees from _verbs and _verbs_c (the
+    hardware cannot exist here)."""
 
     PLANE = "compiled"
 
     class VerbsError(Exception):
         pass
 
+    class PyverbsError(Exception):
+        pass
+
     class e:  # noqa: N801  (pyverbs' enum module name)
         IBV_WR_RDMA_WRITE, IBV_WR_SEND, IBV_WR_RDMA_READ = 0, 2, 4
 
-    def __init__(self) -> None:
+    class Endpoint:
+        @staticmethod
+        def from_json(data, who):
+            return data
+
+    class Clock:
+        def __init__(self, deadline, cancelled=None, what="", interrupt=None, watch_fd=-1):
+            self.deadline, self.interrupt, self.watch_fd = deadline, interrupt, watch_fd
+
+    class _Side:
+        cq, device, port, emulated = None, "fake0", 1, True
+
+        def endpoint(self):
+            return type("Ep", (), {"to_json": lambda self: {"qpn": 1}})()
+
+        def fill(self, data):
+            pass
+
+        def connect(self, remote):
+            pass
+
+        def crc(self):
+            return 0
+
+        def close(self):
+            pass
+
+    def __init__(self, timelines=None) -> None:
         self.log: list[tuple[str, int]] = []
+        self.timelines = list(timelines or [])
         rec = self
 
         class Sender:
             def __init__(self, side, remote, opcode, count, depth, cq_mod, stop_at=0.0,
                          post_list=1):
                 self.count, self.stop_at = count, stop_at
-                self.done = 0
+                self.done, self.t_first, self.t_last, self.stamps = 0, 0.0, 0.0, []
 
             def total_done(self):
                 return self.done
@@ -111,25 +163,52 @@ class _Recorder:
         def drive(owners, clock, what, wait_receivers=True):
             for _cq, sender, _receiver in owners:
                 if sender is not None:
-                    sender.done = sender.count
                     rec.log.append(("timed" if rec.log else "first", sender.count))
+                    made = rec.timelines.pop(0) if rec.timelines else None
+                    steady = min(sender.count, 10_000)      # duration mode: 2**40
+                    done, (t0, t1, stamps) = made if made else (steady, _steady(steady))
+                    sender.done, sender.t_first, sender.t_last = done, t0, t1
+                    sender.stamps = stamps
 
         self.drive = drive
 
-    def bandwidth(self, sender, size):
-        self.measured = sender.count
-        return {"bw_avg": 1.0, "bw_peak": 1.0, "msg_rate": 1.0}, [1.0]
+    def pattern(self, size, seed):
+        return b""
+
+    @contextmanager
+    def loopback_pair(self, params, depth):
+        yield self._Side(), self._Side()
+
+    def side_from(self, params, depth, role_device=""):
+        return self._Side()
 
 
 class _Channel:
-    def __init__(self) -> None:
+    """A control channel: what is sent is kept; what is queued is received, and readable to
+    select() (a socket pair carries a byte per queued message)."""
+
+    peer_name = "peer"
+
+    def __init__(self, *incoming: dict[str, Any]) -> None:
         self.sent: list[dict[str, Any]] = []
-        r, w = os.pipe()
-        self.sock = type("S", (), {"fileno": staticmethod(lambda: r)})()
-        self._fds = (r, w)
+        self.sock, self._w = socket.socketpair()
+        self._queue: list[dict[str, Any]] = []
+        for message in incoming:
+            self.queue(message)
+
+    def queue(self, message):
+        self._queue.append(message)
+        self._w.send(b"m")
 
     def send(self, message):
-        self.sent.append(message)
+        self.sent.append(json.loads(json.dumps(message)))     # what the wire carries
+
+    def recv(self, timeout):
+        self.sock.recv(1)
+        return self._queue.pop(0)
+
+    def expect(self, timeout):
+        return {"ok": True}
 
 
 class _Inbox:
@@ -154,14 +233,19 @@ class _Clock:
     watch_fd = -1
 
 
+def _params(bench: str, **kw: Any) -> dict[str, Any]:
+    params = {p.name: p.default for p in registry.get(bench).params}
+    params.update(kw)
+    return params
+
+
 @pytest.mark.parametrize("bench", ["rdma.write_bw", "rdma.send_bw"])
 def test_peer_path_warmup_is_its_own_untimed_sender(bench):
     """The bug this guards: on the --peer path the timed sender posted iterations + warmup, so
     bw_avg's window held the warm-up. Now the warm-up is a sender of its own, driven first;
     the timed one carries exactly `iterations`, and the peer is told the sum."""
     b = registry.get(bench)
-    params = {p.name: p.default for p in b.params}
-    params.update(iterations=300, warmup=70)
+    params = _params(bench, iterations=300, warmup=70)
     v, channel = _Recorder(), _Channel()
     receiver = v.Receiver(None, 128) if bench == "rdma.send_bw" else None
     timed = b._exchange(v, _Side(), None, params, True, receiver,
@@ -169,19 +253,161 @@ def test_peer_path_warmup_is_its_own_untimed_sender(bench):
     assert v.log == [("first", 70), ("timed", 300)]
     assert timed.count == 300 and timed.stop_at == 0.0
     assert channel.sent == [{"kind": "sent", "count": 370}]
-    values, _ = v.bandwidth(timed, params["msg_size"])
-    assert v.measured == 300
+    values, _ = b._measure(v, timed, params)
+    assert values["msg_rate"] == pytest.approx(300 / (timed.t_last - timed.t_first) / 1e6)
 
 
 def test_duration_mode_times_only_after_the_warmup():
     b = registry.get("rdma.write_bw")
-    params = {p.name: p.default for p in b.params}
-    params.update(duration=2.0, warmup=50)
+    params = _params("rdma.write_bw", duration=2.0, warmup=50)
     v = _Recorder()
     timed = b._exchange(v, _Side(), None, params, True, None, _Inbox(_Channel(), 0),
                         _Clock())
     assert v.log[0] == ("first", 50)
     assert timed.stop_at > 0 and timed.count == 1 << 40
+
+
+# --- window samples average to the headline, by construction --------------------------------
+# The stored samples of bw_avg and msg_rate are equal-time windows, so their plain mean is the
+# row's value however uneven the run. The bug this guards: equal-byte windows (equal shares of
+# the completions) average harmonically to the headline, so one stall put their arithmetic
+# mean 30% above the value (rdma.write_bw 4 KiB through serve on a loaded CI machine: 0.1955
+# vs 0.1509 Gbit/s), and bidirectional runs summed windows of different time spans.
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _agrees(values: dict[str, float], samples: dict[str, list[float]]) -> None:
+    for metric in ("bw_avg", "msg_rate"):
+        assert len(samples[metric]) >= 10, samples
+        assert _mean(samples[metric]) == pytest.approx(values[metric], rel=1e-9), metric
+
+
+STALLED = (300, _steady(300, every=16, stall=(150, 0.5)))   # a 0.5 s stall in a 30 ms run
+
+
+def test_a_stall_leaves_the_windows_mean_the_value_loopback():
+    b = registry.get("rdma.write_bw")
+    params = _params("rdma.write_bw", iterations=300, tx_depth=16, cq_mod=4, msg_size=4096)
+    values, samples, _ = b._run_loopback(_Recorder([STALLED]), params, _Clock())
+    _agrees(values, samples)
+    t0, t1, _ = STALLED[1]
+    assert values["bw_avg"] == pytest.approx(300 * 4096 * 8 / (t1 - t0) / 1e9)
+    # The stall is in the samples (windows of next to nothing), and the peak is the fast part.
+    assert min(samples["bw_avg"]) < 0.05 * max(samples["bw_avg"])
+    assert values["bw_peak"] > 10 * values["bw_avg"]
+
+
+def test_bidirectional_windows_sum_to_the_value_whatever_each_direction_did():
+    """Duration mode: the two directions complete different counts over different spans (so
+    a different number of windows each), one stalls early and the other late."""
+    b = registry.get("rdma.write_bw")
+    params = _params("rdma.write_bw", duration=1.0, tx_depth=16, cq_mod=4, msg_size=65536,
+                     bidirectional=True, qps=2)
+    ours = (1000, _steady(1000, t0=5.0, per=2e-4, stall=(100, 0.3)))
+    theirs = (640, _steady(640, t0=5.01, per=3e-4, every=32, stall=(600, 0.05)))
+    values, samples, _ = b._run_loopback(_Recorder([ours, theirs]), params, _Clock())
+    _agrees(values, samples)
+    assert len(samples["bw_avg"]) == 640 // 32          # the fewer of the two directions'
+
+
+def _serve(bench: str, params: dict[str, Any], timeline: tuple, client_sent: int,
+           monkeypatch) -> dict[str, Any]:
+    """The far end's side of a bidirectional case, run for real on the fake plane: its
+    report."""
+    monkeypatch.setattr(rdma, "_plane", lambda p: (_Recorder([timeline]), ""))
+    channel = _Channel({"endpoint": {"qpn": 2}}, {"kind": "sent", "count": client_sent})
+    session = type("S", (), {"channel": channel, "client_name": "client", "device": ""})()
+    registry.get(bench).serve(params, session)
+    return next(m for m in channel.sent if m.get("kind") == "report")
+
+
+def _client(bench: str, params: dict[str, Any], timeline: tuple, far: dict[str, Any],
+            far_sent: int) -> tuple[dict[str, float], dict[str, list[float]]]:
+    channel = _Channel({"kind": "sent", "count": far_sent}, far)
+    session = type("S", (), {
+        "channel": channel, "peer_name": "far", "close": lambda self: None,
+        "run_remote": lambda self, name, p, timeout: {"endpoint": {"qpn": 2}}})()
+    ctx = type("C", (), {"connect": lambda self: session})()
+    values, samples, _ = registry.get(bench)._run_remote(_Recorder([timeline]), params, ctx,
+                                                         _Clock())
+    return values, samples
+
+
+def test_a_stall_at_the_far_end_leaves_the_windows_mean_the_value(monkeypatch):
+    """Through `netbench serve`: the far end reports its own equal-time windows (bounded), the
+    client stalls elsewhere, and the stored sums still average to the row's value."""
+    bench = "rdma.write_bw"
+    params = _params(bench, iterations=400, tx_depth=16, cq_mod=4, msg_size=4096,
+                     bidirectional=True, qps=2)
+    far = _serve(bench, params, (800, _steady(800, t0=7.0, stall=(700, 2.0))), 800,
+                 monkeypatch)
+    assert 10 <= len(far["windows"]) <= rdma.WINDOWS
+    assert _mean(far["windows"]) == pytest.approx(far["bw_avg"], rel=1e-9)
+    values, samples = _client(bench, params, (800, _steady(800, stall=(40, 0.7))), far, 800)
+    _agrees(values, samples)
+    assert values["bw_avg"] == pytest.approx(
+        far["bw_avg"] + 800 * 4096 * 8 / (_steady(800, stall=(40, 0.7))[1] - 100.0) / 1e9)
+
+
+def test_one_way_through_serve_stalled_agrees(monkeypatch):
+    bench = "rdma.write_bw"
+    params = _params(bench, iterations=300, tx_depth=16, cq_mod=4, msg_size=4096)
+    values, samples = _client(bench, params, STALLED, {"kind": "report", "crc": 0}, 0)
+    _agrees(values, samples)
+
+
+@pytest.mark.parametrize("windows", [
+    None,                                   # an older far end: none, or the equal-byte kind
+    "rates",
+    [],
+    [1.0] * (rdma.MAX_WINDOWS + 1),         # beyond the bound
+    [1.0, float("nan"), 1.0],
+    [1.0, -1.0, 1.0],
+    [1.0, True, 1.0],
+    [1.0, "1", 1.0],
+    [2.0, 3.0, 9.0],                        # does not average to the far end's own bw_avg
+])
+def test_far_windows_that_do_not_add_up_leave_no_samples(windows, monkeypatch):
+    """Nothing off the wire is trusted: far-end windows that are not this version's (their
+    mean the far end's bw_avg), not numbers or not bounded give a row with its value and no
+    samples, never samples that disagree with it."""
+    bench = "rdma.write_bw"
+    params = _params(bench, iterations=300, tx_depth=16, cq_mod=4, msg_size=4096,
+                     bidirectional=True)
+    far = _serve(bench, params, (300, _steady(300)), 300, monkeypatch)
+    good = far.pop("windows")
+    if windows == "rates":
+        far["rates"] = good[::-1][:-3]
+    elif windows is not None:
+        far["windows"] = windows
+    values, samples = _client(bench, params, STALLED, far, 300)
+    assert samples == {"bw_avg": [], "msg_rate": []}
+    assert values["bw_avg"] > far["bw_avg"] > 0
+
+
+def test_time_windows_mean_is_the_curve_rate_for_any_curve():
+    """The pure functions under it, on random uneven curves (stalls, bursts, repeated stamps,
+    stamps finer or coarser than the windows): every window >= 0, the mean exact, and
+    re-cutting into another count keeps it."""
+    rng = random.Random(20)
+    for _ in range(500):
+        t, n, curve = rng.uniform(0, 1e4), 0.0, []
+        curve.append((t, n))
+        for _ in range(rng.randint(1, 80)):
+            t += rng.choice([0.0, 1e-4, 1e-3, 3.0]) * rng.random()
+            n += rng.randint(0, 32)
+            curve.append((t, n))
+        if n == 0 or t == curve[0][0]:
+            continue
+        k = rng.randint(1, 60)
+        windows = rdma.time_windows(curve, k)
+        assert len(windows) == k and min(windows) >= 0
+        assert _mean(windows) == pytest.approx(n / (t - curve[0][0]), rel=1e-9)
+        k2 = rng.randint(1, 60)
+        again = rdma.rebin(windows, k2)
+        assert len(again) == k2 and _mean(again) == pytest.approx(_mean(windows), rel=1e-9)
 
 
 def _param(bench: str, name: str) -> Any:

@@ -466,7 +466,8 @@ def _check(wc: Any, what: str) -> None:
 
 class Sender:
     """Posts ``iterations`` WRs per QP with at most ``depth`` outstanding, signalling every
-    ``cq_mod``th (perftest's selective signalling), and records completion times."""
+    ``cq_mod``th (perftest's selective signalling), and records completion times (stamps:
+    rdma.py makes the figures and the per-window samples of them)."""
 
     def __init__(self, side: Side, remote: Endpoint | None, opcode: int, iterations: int,
                  depth: int, cq_mod: int, stop_at: float = 0.0, post_list: int = 1) -> None:
@@ -585,29 +586,6 @@ def drive(owners: list[tuple[Any, Sender | None, Receiver | None]], clock: Clock
         if not busy:
             return
         clock.check()
-
-
-def bandwidth(sender: Sender, size: int) -> tuple[dict[str, float], list[float]]:
-    """perftest's figures: average over first post .. last completion, peak over intervals."""
-    total = sender.total_done()
-    seconds = sender.t_last - sender.t_first
-    if total <= 0 or seconds <= 0:
-        raise VerbsError("no completions were recorded")
-    # Peak over windows of at least a send queue's worth of completions (and ~2% of the run),
-    # so two completions that land together cannot fake an absurd rate.
-    window = max(sender.depth * len(sender.side.qps), total // 50, 1)
-    rates, prev_t, prev_n = [], sender.t_first, 0
-    for t, n in sender.stamps:
-        if n - prev_n >= window and t > prev_t:
-            rates.append((n - prev_n) * size * 8 / (t - prev_t) / 1e9)
-            prev_t, prev_n = t, n
-    if total - prev_n >= window // 2 and sender.t_last > prev_t:     # the tail counts too
-        rates.append((total - prev_n) * size * 8 / (sender.t_last - prev_t) / 1e9)
-    avg = total * size * 8 / seconds / 1e9
-    # The whole run is itself a window: the peak is never below the average.
-    return {"bw_avg": avg, "bw_peak": max([*rates, avg]),
-            "msg_rate": total / seconds / 1e6, "bytes": float(total * size),
-            "seconds": seconds}, rates
 
 
 # --- latency -----------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from ._verbs import (  # noqa: F401  (re-exported: rdma.py sees one module per d
     SkipCase,
     Stop,
     VerbsError,
-    bandwidth,
     e,
     pattern,
 )

@@ -295,30 +295,61 @@ class _RdmaBw(_Rdma):
                       if self.verb == "send" and send_b else None)
             v.drive([(a.cq, send_a, recv_a), (b.cq, send_b, recv_b)], clock,
                     self.verb.upper())
-            values, rates = v.bandwidth(send_a, size)
+            values, rates = self._measure(v, send_a, params)
             if send_b is not None:
-                theirs, their_rates = v.bandwidth(send_b, size)
+                theirs, their_rates = self._measure(v, send_b, params)
                 values, rates = self._both(values, rates, theirs, their_rates)
             if params["validate"]:
                 self._validate_loopback(v, a, b, params)
-            return self._values(values), self._samples(rates, size), a
+            return values, self._samples(rates, size), a
+
+    def _measure(self, v: Any, sender: Any, params: Mapping[str, Any]
+                 ) -> tuple[dict[str, float], list[float]]:
+        """One direction's figures, as perftest: bw_avg and msg_rate from the first post to
+        the last completion; bw_peak the fastest window of at least a send queue's worth of
+        completions (and ~2% of the run), so two completions that land together cannot fake
+        an absurd rate, never below the average (the whole run is a window too). And its
+        samples: the run cut into equal-time windows (``time_windows``), as many as it has
+        queues' worth of completions, at most WINDOWS, whose mean is bw_avg exactly."""
+        size, total = params["msg_size"], sender.total_done()
+        seconds = sender.t_last - sender.t_first
+        if total <= 0 or seconds <= 0:
+            raise v.VerbsError("no completions were recorded")
+        queue = max(self._depth(params) * params["qps"], 1)
+        window = max(queue, total // 50, 1)
+        peak, prev_t, prev_n = 0.0, sender.t_first, 0
+        for t, n in sender.stamps:
+            if n - prev_n >= window and t > prev_t:
+                peak = max(peak, (n - prev_n) * size * 8 / (t - prev_t) / 1e9)
+                prev_t, prev_n = t, n
+        if total - prev_n >= window // 2 and sender.t_last > prev_t:     # the tail counts too
+            peak = max(peak, (total - prev_n) * size * 8 / (sender.t_last - prev_t) / 1e9)
+        avg = total * size * 8 / seconds / 1e9
+        k = max(1, min(WINDOWS, total // queue))
+        rates = [c * size * 8 / 1e9 for c in time_windows(completion_curve(sender), k)]
+        return {"bw_avg": avg, "bw_peak": max(peak, avg), "msg_rate": total / seconds / 1e6}, \
+            rates
 
     @staticmethod
     def _both(values: Mapping[str, float], rates: list[float], theirs: Mapping[str, Any],
               their_rates: list[float]) -> tuple[dict[str, float], list[float]]:
-        """Both directions at once: figures add up, and so do the i-th windows' rates (each
-        direction's windows are equal shares of its completions, sent over the same time)."""
+        """Both directions at once: the figures add up (perftest -b), and so do the windows.
+        Each direction's windows are equal shares of its own run's time (the two runs need not
+        start, stop or stall together, nor share a clock), so both are cut into as many
+        (``rebin``) and the i-th summed: the mean of the sums is the sum of the two bw_avg,
+        exactly. Without the far end's windows (an older netbench, or a report whose windows
+        do not average to its own figure) the row has no samples rather than samples that
+        disagree with its value."""
         both = {k: float(values[k]) + float(theirs[k]) for k in ("bw_avg", "bw_peak", "msg_rate")}
-        return both, [a + b for a, b in zip(rates, their_rates)]
+        k = min(len(rates), len(their_rates))
+        if not k:
+            return both, []
+        return both, [a + b for a, b in zip(rebin(rates, k), rebin(their_rates, k))]
 
     @staticmethod
     def _samples(rates: list[float], size: int) -> dict[str, list[float]]:
         """Per-window samples: bandwidth, and the same windows as message rates."""
         return {"bw_avg": rates, "msg_rate": [r * 1e9 / (size * 8) / 1e6 for r in rates]}
-
-    @staticmethod
-    def _values(values: Mapping[str, float]) -> dict[str, float]:
-        return {k: float(values[k]) for k in ("bw_avg", "bw_peak", "msg_rate")}
 
     def _expected_crc(self, v: Any, size: int, writer_seed: int) -> int:
         return zlib.crc32(v.pattern(size, writer_seed))
@@ -379,7 +410,7 @@ class _RdmaBw(_Rdma):
             inbox = Inbox(session.channel)
             sender = self._exchange(v, side, remote, params, True, receiver, inbox, clock)
             far = inbox.take("report", SETUP_TIMEOUT)
-            values, rates = v.bandwidth(sender, size)
+            values, rates = self._measure(v, sender, params)
             if params["bidirectional"]:
                 values, rates = self._both(values, rates, far, _far_rates(far))
             if params["validate"]:
@@ -388,7 +419,7 @@ class _RdmaBw(_Rdma):
                 if got != expected:
                     raise v.VerbsError(f"data validation failed: the bytes {self.verb} "
                                        "delivered differ from the source")
-            return self._values(values), self._samples(rates, size), side
+            return values, self._samples(rates, size), side
         finally:
             if side is not None:
                 side.close()
@@ -407,25 +438,83 @@ class _RdmaBw(_Rdma):
                                     Inbox(session.channel), clock)
             report: dict[str, Any] = {"kind": "report", "crc": side.crc()}
             if sender is not None:
-                values, rates = v.bandwidth(sender, size)
-                report.update(self._values(values), rates=rates[:MAX_WINDOWS])
+                values, rates = self._measure(v, sender, params)
+                report.update(values, windows=rates)
             session.channel.send(report)
         finally:
             side.close()
 
 
-MAX_WINDOWS = 256      # window rates a far end reports (bandwidth() makes about 50)
+WINDOWS = 50           # equal-time windows a bandwidth row's samples cut the run into, at most
+MAX_WINDOWS = 256      # window rates a far end may report (it makes at most WINDOWS)
+
+
+def completion_curve(sender: Any) -> list[tuple[float, float]]:
+    """A sender's run as its cumulative completions over time: (first post, 0), its stamps,
+    (last completion, total); kept within those ends and never decreasing."""
+    t0, t1, total = sender.t_first, sender.t_last, sender.total_done()
+    curve = [(t0, 0.0)]
+    for t, n in sender.stamps:
+        curve.append((min(max(float(t), curve[-1][0]), t1), min(max(float(n), curve[-1][1]),
+                                                                 total)))
+    curve.append((t1, float(total)))
+    return curve
+
+
+def time_windows(curve: list[tuple[float, float]], k: int) -> list[float]:
+    """The rate (count per second) in each of ``k`` equal-time windows of a cumulative curve
+    [(t, count so far), ...] that starts at count 0 and never decreases; between its points
+    the count is interpolated linearly. The windows span equal times and their counts add up
+    to the curve's total, so their mean is total / (t_last - t_first) exactly: the headline,
+    however uneven the run (a stall is windows of low rate, not one long window among short
+    ones, whose plain mean would overstate the run)."""
+    t0, t_end = curve[0][0], curve[-1][0]
+    span = t_end - t0
+    if k < 1 or span <= 0:
+        return []
+    step, last = span / k, len(curve) - 1
+    at = [0.0]                          # the count at each window's end
+    i = 0
+    for j in range(1, k):
+        b = t0 + j * step
+        while i < last - 1 and curve[i + 1][0] <= b:
+            i += 1
+        (ta, na), (tb, nb) = curve[i], curve[i + 1]
+        frac = min(max((b - ta) / (tb - ta), 0.0), 1.0) if tb > ta else 1.0
+        at.append(max(at[-1], na + (nb - na) * frac))
+    at.append(max(at[-1], curve[-1][1]))
+    return [(at[j + 1] - at[j]) / step for j in range(k)]
+
+
+def rebin(rates: list[float], k: int) -> list[float]:
+    """Equal-time window rates cut again into ``k`` equal-time windows (each the time-weighted
+    mean of the old ones it overlaps): the mean is kept exactly."""
+    if len(rates) == k or not rates:
+        return list(rates)
+    n, cum = len(rates), [0.0]
+    for r in rates:
+        cum.append(cum[-1] + r / n)
+    return time_windows([(i / n, c) for i, c in enumerate(cum)], k)
 
 
 def _far_rates(far: Mapping[str, Any]) -> list[float]:
-    """The far end's window rates, as numbers and bounded: nothing off the wire is trusted."""
-    raw = far.get("rates")
-    if not isinstance(raw, list):
+    """The far end's window rates, or none: nothing off the wire is trusted. At most
+    MAX_WINDOWS, every one a finite number >= 0, and their mean the far end's own bw_avg (as
+    this version's equal-time windows are); anything else would put samples beside the row's
+    value that do not add up to it."""
+    raw, avg = far.get("windows"), far.get("bw_avg")
+    if not isinstance(raw, list) or not 0 < len(raw) <= MAX_WINDOWS:
         return []
-    rates = []
-    for x in raw[:MAX_WINDOWS]:
-        if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0:
-            rates.append(float(x))
+
+    def number(x: Any) -> bool:
+        return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                and x >= 0)
+
+    if not number(avg) or not all(number(x) for x in raw):
+        return []
+    rates = [float(x) for x in raw]
+    if not math.isclose(sum(rates) / len(rates), float(avg), rel_tol=1e-6, abs_tol=1e-12):
+        return []
     return rates
 
 
