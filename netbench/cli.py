@@ -170,17 +170,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     params = parse_cli_params(args.param or [])
     target = args.target
+    if args.repeat is not None and not 1 <= args.repeat <= 1000:
+        raise UsageError(f"--repeat {args.repeat}: a whole number 1..1000 (each case runs that "
+                         "many times, interleaved)")
     if target.endswith(".toml") or Path(target).is_file():
         if params:
             raise UsageError("-p applies to a single benchmark; set params in the suite file")
-        plan = load_suite(target, args.timeout)
+        plan = load_suite(target, args.timeout, args.repeat)   # --repeat replaces the suite's
     else:
         plan = plan_single(target, params, args.timeout)
-    if args.repeat is not None:
-        if args.repeat < 1:
-            raise UsageError(f"--repeat {args.repeat}: at least 1 (each case runs that many "
-                             "times, interleaved)")
-        plan = repeated(plan, args.repeat)
+        if args.repeat is not None:
+            plan = repeated(plan, args.repeat)
     if args.dry_run:
         return _print_plan(plan, probe(args.sysfs_root))
     launched = launch_info()
@@ -250,10 +250,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _headlines() -> dict[str, str]:
+    """Each installed benchmark's headline metric (presentation: which row leads a case)."""
+    from netbench import registry
+
+    return {name: b.headline or (b.metrics[0].name if b.metrics else "")
+            for name, b in registry.all_benchmarks().items()}
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis.selection import resolve
-    from netbench.report.console import case_names, format_value
+    from netbench.report.console import compare_summary
     from netbench.store import ResultStore
 
     store = ResultStore(args.results)
@@ -264,7 +272,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
     try:
-        verdicts = cmp.compare(base, cand, thresholds, args.alpha)
+        verdicts = cmp.judge_selections(store, base_sel, cand_sel, thresholds, args.alpha,
+                                        args.pool_hosts, not args.no_history)
     except NetbenchError as exc:
         print(f"netbench: error: {exc}", file=sys.stderr)
         return 2
@@ -273,31 +282,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel}))
     else:
         print(f"baseline:  {base_sel.describe()}\ncandidate: {cand_sel.describe()}")
-        header = ("benchmark", "case", "metric", "baseline", "candidate", "change",
-                  "p (adjusted)", "verdict")
-        body = []
-        names = case_names([(v.benchmark, v.params) for v in verdicts])
-        for name, v in zip(names, verdicts):
-            case = name[len(v.benchmark) + 1:]
-            body.append((v.benchmark, case, f"{v.metric} [{v.unit}]",
-                         format_value(v.baseline), format_value(v.candidate),
-                         f"{v.change:+.1%}",
-                         "-" if v.p_adjusted is None else f"{v.p_adjusted:.3f}",
-                         v.verdict.upper() if v.verdict == "regressed" else
-                         f"{v.verdict} (~{v.repeats_needed} repeats would decide)"
-                         if v.repeats_needed else v.verdict))
-        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-        for row in (header, *body):
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-        counts = {k: sum(v.verdict == k for v in verdicts)
-                  for k in ("regressed", "improved", "unchanged", "noisy", "inconclusive")}
-        print(", ".join(f"{n} {k}" for k, n in counts.items()))
+        print(compare_summary(verdicts, _headlines(), everything=args.all))
         print("environment changes:" if changes else "environment: no differences recorded")
         for what, a, b in changes:
             print(f"  {what}: {a if a is not None else '-'} -> {b if b is not None else '-'}")
     if any(v.verdict == "regressed" for v in verdicts):
         return 1
-    if args.fail_on_noisy and any(v.verdict in ("noisy", "inconclusive") for v in verdicts):
+    if args.fail_on_noisy and cmp.undecided(verdicts):
         return 3
     return 0
 
@@ -474,7 +465,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not (args.baseline and args.candidate):
             raise UsageError("--baseline and --candidate go together")
         base, cand = resolve(store, args.baseline), resolve(store, args.candidate)
-        verdicts = cmp.compare(base.rows, cand.rows, {})
+        verdicts = cmp.judge_selections(store, base, cand, {})
         print(f"baseline:  {base.describe()}\ncandidate: {cand.describe()}")
     info = dashboard.render(store, args.output, args.run, args.label, base, cand, verdicts)
     print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB); first view: {info['view']} "
@@ -608,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "what would be skipped here; measure nothing")
     p.add_argument("--repeat", type=int, metavar="N", help="run every case N times, "
                    "interleaved (A B A B), so compare has repeats to judge noise by; "
-                   "overrides the suite's repeat")
+                   "replaces the suite's repeat (never multiplies it)")
     p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (same suite, "
                    "same host): its finished cases are kept, the rest run under its run id")
     p.set_defaults(func=cmd_run)
@@ -672,9 +663,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 5%%); repeatable")
     p.add_argument("--thresholds", metavar="FILE", help="TOML file with a [thresholds] table")
     p.add_argument("--alpha", type=float, default=0.05,
-                   help="significance level of the Mann-Whitney test on raw samples")
+                   help="significance level of the t test on the invocations (repeats, runs)")
     p.add_argument("--fail-on-noisy", action="store_true", help="exit 3 when nothing "
-                   "regressed but some change could not be told from the noise")
+                   "regressed but some change was noisy, unverified or disturbed")
+    p.add_argument("--pool-hosts", action="store_true", help="let a side pool runs from "
+                   "different hosts (refused by default: one host's noise is not another's)")
+    p.add_argument("--no-history", action="store_true", help="do not use the store's earlier "
+                   "runs of each case on the baseline's host as its noise model")
+    p.add_argument("--all", action="store_true", help="every metric of every case, not the "
+                   "headline first with the rest folded")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_compare)
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from netbench import hooks
+from netbench import hooks, hostload
 from netbench import peer as peer_mod
 from netbench.api import Benchmark, Case, ClientSession, Measurement, RunSetup
 from netbench.errors import NetbenchError, SkipCase, UsageError
@@ -192,6 +192,15 @@ def prepare_resume(store: Any, run_id: str, plan: Plan, host: str | None,
     return Resume(run_id, rows["started_at"].iloc[0].to_pydatetime(), done, path, record)
 
 
+def _timed(rows: list[dict[str, Any]], began: float, load: Any) -> None:
+    """Each row of a case: how long the case took, harness included, and how busy the host
+    was outside netbench meanwhile (netbench.hostload)."""
+    seconds, busy = time.monotonic() - began, hostload.finish(load)
+    for row in rows:
+        row["case_seconds"] = seconds
+        row.update(busy)
+
+
 class Runner:
     def __init__(self, store: ResultStore, env: Mapping[str, Any], label: str = "",
                  peer: str | None = None, reporter: RunEvents | None = None) -> None:
@@ -247,20 +256,18 @@ class Runner:
                 self.reporter.start_case(index, planned.case,
                                          planned.bench.describe(planned.case))
                 case_base = {**base, "case_started_at": datetime.now(UTC)}
-                began = time.monotonic()
+                began, load = time.monotonic(), hostload.start()
                 try:
                     rows = self._run_case(index, planned, case_base)
                 except KeyboardInterrupt:
                     result.interrupted = True
                     stopped = self.status_rows(index, planned, case_base, "failed",
                                                 "interrupted by the user")
-                    for row in stopped:
-                        row["case_seconds"] = time.monotonic() - began
+                    _timed(stopped, began, load)
                     result.rows.extend(stopped)
                     writer.append(stopped)
                     break
-                for row in rows:                # when the case ran, and for how long
-                    row["case_seconds"] = time.monotonic() - began
+                _timed(rows, began, load)       # when the case ran, how long, how busy
                 result.rows.extend(rows)
                 result.fallbacks.extend(self._case_fallbacks)
                 self._case_fallbacks.clear()
@@ -301,10 +308,9 @@ class Runner:
         """One case, run as ``run`` runs it (availability, timeout, errors as rows), its rows
         timed and returned, not stored: for a caller that stores elsewhere (a fabric sweep)."""
         case_base = {**base, "case_started_at": datetime.now(UTC)}
-        began = time.monotonic()
+        began, load = time.monotonic(), hostload.start()
         rows = self._run_case(index, planned, case_base)
-        for row in rows:
-            row["case_seconds"] = time.monotonic() - began
+        _timed(rows, began, load)
         return rows
 
     def close_shared(self) -> list[str]:

@@ -188,6 +188,8 @@ def t_sf2(t: float, df: float) -> float:
     (I_x(df/2, 1/2) at x = df / (df + t^2); no scipy at run time.)"""
     if not math.isfinite(t):
         return 0.0
+    if t == 0:
+        return 1.0
     x = df / (df + t * t)
     a, b = df / 2.0, 0.5
     if x <= 0:

@@ -88,7 +88,10 @@ def _line_of(lines: list[str], case_index: int | None, key: str | None) -> int |
     return None
 
 
-def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
+def load_suite(path: str | Path, timeout: float | None = None,
+               repeat: int | None = None) -> Plan:
+    """The suite's cases as a plan. ``repeat`` (the CLI's --repeat) replaces the suite's own
+    ``repeat``: one rule, the command line wins, never the two multiplied."""
     path = Path(path)
     data, text = load_toml(path, "suite")
     lines = text.splitlines()
@@ -142,11 +145,11 @@ def load_suite(path: str | Path, timeout: float | None = None) -> Plan:
                 fail(f"key {key!r}: {exc}", index, key)
         planned.extend(PlannedCase(c, bench, float(timeout or case_timeout))  # CLI wins
                        for c in bench.expand(raw))
-    repeat = meta.get("repeat", 1)
+    override, repeat = repeat, meta.get("repeat", 1)
     if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 1000:
         fail(f"repeat must be a whole number 1..1000, not {repeat!r}", None, "repeat")
     plan = Plan(name, planned, {"softroce": softroce} if softroce else {})
-    return repeated(plan, repeat)
+    return repeated(plan, repeat if override is None else override)
 
 
 def repeated(plan: Plan, times: int) -> Plan:

@@ -46,7 +46,7 @@ def test_history_names_the_run_that_regressed_and_what_changed_there(tmp_path):
     (series,) = [s for s in data["series"] if s["metric"] == "lat_p99"]
     assert [st["verdict"] for st in series["steps"]] == ["", "unchanged", "unchanged",
                                                          "unchanged", "regressed"]
-    assert series["steps"][-1]["evidence"] == "bootstrap"
+    assert series["steps"][-1]["evidence"] == "repeats"      # the window's runs: invocations
     assert data["runs"][4]["changes"] == [{"what": "mlx5_0 firmware", "before": "28.39",
                                            "after": "28.40"}]
     assert data["runs"][1]["changes"] == []

@@ -1,8 +1,9 @@
 """History: chosen metrics of chosen cases across stored runs, each step judged.
 
-A step is one run against the runs just before it (a window, pooled as repeats), judged by
-compare's own test (``compare.measure``, ``compare.decide``; a run's steps adjusted together
-as one comparison's are), so "regressed" means here what it means there. What
+A step is one run against the runs just before it (a window, pooled as invocations: the
+window is the case's noise model), judged by the one decision function compare uses
+(``netbench.analysis.verdict``; a run's steps adjusted together as one comparison's are), so
+"regressed" means here what it means there. What
 changed in the environment between a run and the one before it (driver, firmware, kernel,
 NCCL, torch) is recorded on that run, so a regression points at its run and at what changed.
 """
@@ -16,13 +17,14 @@ from typing import Any
 
 from netbench.analysis.compare import (
     adjust,
+    change_of,
     check_units,
-    decide,
     env_changes,
-    measure,
     pool,
+    side,
     threshold_for,
 )
+from netbench.analysis.verdict import invocation_test, judge
 from netbench.errors import NetbenchError, UsageError
 
 DEFAULT_WINDOW = 5
@@ -40,6 +42,8 @@ class Step:
     evidence: str = ""
     against: int = 0            # how many earlier runs this step was judged against
     p_adjusted: float | None = None   # over this run's steps of every series (BH)
+    needs: str = ""             # unverified or noisy: what would decide it
+    disturbed: str = ""         # which side ran on a busy host, when that decided it
 
 
 @dataclass
@@ -139,7 +143,8 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
         previous = run_id
     keys = list(dict.fromkeys(k for r in order for k in pooled[r]))
     series, single = [], []
-    pending: list[tuple[Step, dict[str, Any], dict[str, Any], tuple[str, str, str]]] = []
+    pending: list[tuple[Step, dict[str, Any], dict[str, Any], tuple[str, str, str],
+                        float]] = []
     for key in keys:
         present = [r for r in order if key in pooled[r]]
         if len(present) < 2:
@@ -154,19 +159,24 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
             if i:
                 before = present[max(0, i - window):i]
                 base = _merge([pooled[r][key] for r in before])
-                step.change, step.evidence, step.p_value = measure(base, pooled[run_id][key])
+                step.change = change_of(base, pooled[run_id][key])
+                step.p_value, step.evidence, sd = invocation_test(side(base),
+                                                                  side(pooled[run_id][key]))
                 step.against = len(before)
-                pending.append((step, base, pooled[run_id][key], key))
+                pending.append((step, base, pooled[run_id][key], key, sd))
             s.steps.append(step)
         series.append(s)
     # Each run's steps are one family of tests (as a comparison is): adjusted together.
     for run_id in order:
         family = [t for t in pending if t[0].run_id == run_id]
-        for (step, base, cand, key), q in zip(family, adjust([t[0].p_value for t in family])):
+        for (step, base, cand, key, sd), q in zip(family,
+                                                  adjust([t[0].p_value for t in family])):
             threshold = threshold_for(thresholds or {}, key[0], key[2])
             step.p_adjusted = q
-            step.verdict, _ = decide(base, cand, step.change or 0.0, step.evidence, q,
-                                     threshold, alpha)
+            j = judge(side(base), side(cand), step.change or 0.0, base["better"], threshold, q,
+                      step.evidence, alpha, history_runs=step.against, what=key[0], sd=sd)
+            step.verdict, step.evidence, step.needs, step.disturbed = (
+                j.verdict, j.evidence, j.needs, j.disturbed)
     if not series:
         what = "; ".join(f"{b} {m} (run {r})" for b, m, r in single[:5])
         raise NetbenchError("a trend needs a case measured in at least two runs; every chosen "
@@ -175,17 +185,12 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
 
 
 def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Several runs' pooled entries of one case as one side (their values are repeats)."""
-    import numpy as np
-
+    """Several runs' pooled entries of one case as one side (their values are invocations)."""
     from netbench.stats import median_sorted
 
-    values = sorted(v for e in entries for v in e["values"])
-    groups = [g for e in entries for g in e["groups"]]
-    first = {k: v for k, v in entries[0].items() if not k.startswith("draws-")}  # not ours
-    return {**first, "value": median_sorted(values), "values": values, "runs": len(values),
-            "groups": groups, "samples": np.concatenate(groups) if groups else np.empty(0),
-            "summarised": [g for e in entries for g in e["summarised"]],
+    values = [v for e in entries for v in e["values"]]
+    return {**entries[0], "value": median_sorted(sorted(values)), "values": values,
+            "busy": max(e.get("busy", 0.0) for e in entries),
             "units": sorted({u for e in entries for u in e["units"]})}
 
 

@@ -284,3 +284,72 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append("± is the 95% confidence interval of the mean of the stored samples "
                    "(per interval, per window or per rank)")
     return "\n".join(out).rstrip()
+
+
+def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None = None,
+                    everything: bool = False) -> str:
+    """compare's console view, read as a verdict: one line per case (its headline metric, the
+    verdict and why), then under it only the other metrics that changed with evidence or ran
+    disturbed; the rest folded into one count line. ``everything``: every metric's row."""
+    by_case: dict[tuple[str, str], list[Any]] = {}
+    for v in verdicts:
+        by_case.setdefault((v.benchmark, v.params), []).append(v)
+    names = dict(zip(by_case, case_names(list(by_case))))
+    lines = []
+    header = ("case", "metric", "baseline", "candidate", "change", "verdict", "why")
+    body: list[tuple[str, ...]] = []
+    folded: dict[str, int] = {}
+    noted = ("regressed", "improved", "disturbed")
+    for key, group in by_case.items():
+        wanted = (headlines or {}).get(key[0]) or group[0].metric
+        head = next((v for v in group if v.metric == wanted), group[0])
+        for v in [head, *[v for v in group if v is not head]]:
+            if v is not head and not everything and v.verdict not in noted:
+                folded[v.verdict] = folded.get(v.verdict, 0) + 1
+                continue
+            body.append((names[key] if v is head else "", f"{v.metric} [{v.unit}]",
+                         format_value(v.baseline), format_value(v.candidate),
+                         f"{v.change:+.1%}",
+                         v.verdict.upper() if v.verdict == "regressed" else v.verdict,
+                         _why(v)))
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
+    for row in (header, *body):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if folded:
+        lines.append("other metrics (--all shows them): "
+                     + ", ".join(f"{n} {k}" for k, n in sorted(folded.items())))
+    order = ("regressed", "improved", "disturbed", "noisy", "unverified", "unchanged")
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in order}
+    lines.append("verdicts: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    busy = sorted({v.disturbed for v in verdicts if v.disturbed})
+    for text in busy[:6]:
+        lines.append(f"busy host: {text}")
+    return "\n".join(lines)
+
+
+def _why(v: Any) -> str:
+    """The evidence behind a verdict, in a few words."""
+    n_base, n_cand = v.invocations
+    if v.verdict == "unverified":
+        return v.needs
+    if v.verdict == "disturbed":
+        return v.disturbed
+    if v.evidence == "history":
+        basis = f"spread of {v.history_runs} earlier runs on this host"
+    elif v.evidence == "repeats":
+        basis = f"{n_base} vs {n_cand} repeats"
+    else:
+        basis = "within the threshold" if v.verdict == "unchanged" else ""
+    p = "" if v.p_adjusted is None else f", p {_p_text(v.p_adjusted)}"
+    extra = f"; {v.needs}" if v.verdict == "noisy" and v.needs else ""
+    if v.verdict == "unchanged" and abs(v.change) <= v.threshold:
+        return f"within {v.threshold:.0%}"
+    return f"{basis}{p}{extra}"
+
+
+def _p_text(p: float) -> str:
+    """A p-value that never reads as the threshold it missed (0.0498 is < 0.05, not 0.050)."""
+    if p < 0.001:
+        return "< 0.001"
+    text = f"{p:.3f}"
+    return f"{p:.4f}" if text in ("0.050", "0.010") else text

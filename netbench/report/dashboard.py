@@ -25,8 +25,9 @@ from netbench.stats import median_sorted
 from netbench.store import env_of
 from netbench.textfile import write_atomic
 
+# One colour per verdict of netbench.analysis.verdict.VERDICTS (a test holds them together).
 VERDICT_COLOURS = {"regressed": "#d62728", "improved": "#2ca02c", "unchanged": "#7f7f7f",
-                   "noisy": "#ff7f0e", "inconclusive": "#c7c7c7"}
+                   "noisy": "#ff7f0e", "unverified": "#c7c7c7", "disturbed": "#9467bd"}
 
 
 def _ok(rows: Any) -> Any:

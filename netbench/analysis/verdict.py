@@ -1,0 +1,156 @@
+"""The one decision: is a change between two sides of a case a regression?
+
+compare, history, the dashboard's colours and the pytest plugin all call ``judge``, so the
+same two runs get the same verdict everywhere.
+
+The unit of evidence is the invocation: a repeat of the case (``netbench run --repeat``, a
+suite's ``repeat``), a run of a label, or an earlier run of the case on the same host in the
+store (its history). Samples inside one invocation sit closer together than two invocations
+do (tcp.rr here: within 2% inside a run, 7-25% between runs), so they cannot say how far a
+whole invocation drifts, and they never make a verdict. The test is Student's t on the
+invocations' values (on a log scale where every value is positive: drift is multiplicative),
+its spread the larger of the sides' own repeats (pooled) and the case's history; a change
+needs that spread to have at least ``MIN_DF`` degrees of freedom.
+
+The verdicts:
+- ``unchanged``: within the threshold;
+- ``regressed`` / ``improved``: beyond the threshold, and the invocations say it is not noise;
+- ``noisy``: beyond the threshold, within what invocations of this case move;
+- ``unverified``: beyond the threshold with no invocation-level spread to judge it by (one
+  invocation a side, no history): says what would decide it;
+- ``disturbed``: it would be a regression (or an improvement) but the side that looks worse
+  ran with other work on the host (``netbench.hostload``): load explains a slowdown on the busy
+  side, so it is named and not blamed on the code.
+Only ``regressed`` fails a gate by default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from netbench.hostload import BUSY_CORES
+from netbench.stats import t_sf2
+
+REGRESSED, IMPROVED, UNCHANGED = "regressed", "improved", "unchanged"
+NOISY, UNVERIFIED, DISTURBED = "noisy", "unverified", "disturbed"
+VERDICTS = (REGRESSED, IMPROVED, DISTURBED, NOISY, UNVERIFIED, UNCHANGED)
+# Beyond the threshold, but not shown to be the code's doing: a gate fails on them only when
+# asked (--fail-on-noisy).
+UNDECIDED = (NOISY, UNVERIFIED, DISTURBED)
+
+MIN_DF = 2          # degrees of freedom the invocations' spread needs before it can decide
+HISTORY_RUNS = 8    # earlier runs of a case on its host that make its noise model
+
+
+@dataclass
+class Side:
+    """One side of a case metric: a value per invocation, and how busy the host was."""
+    values: Sequence[float]        # one per invocation (repeat or run)
+    busy: float = 0.0              # the most cores busy outside netbench in any of them
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+
+@dataclass
+class Judgement:
+    verdict: str
+    p_value: float | None          # the t test's, before adjustment; None without evidence
+    evidence: str                  # repeats, history, none
+    needs: str = ""                # unverified, noisy: what would decide it
+    disturbed: str = ""            # which side ran busy, and how busy
+
+
+def _centre_spread(values: Sequence[float], log: bool) -> tuple[float, float, int]:
+    xs = [math.log(v) for v in values] if log else [float(v) for v in values]
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    ss = math.fsum((x - mean) ** 2 for x in xs)
+    return mean, ss, n
+
+
+def invocation_test(base: Side, cand: Side,
+                    history: Sequence[float] = ()) -> tuple[float | None, str, float]:
+    """The two-sided p-value that the sides' invocations differ, the evidence it rests on,
+    and the spread of one invocation (sd, on the log scale where values are positive; p is
+    None when the spread has fewer than MIN_DF degrees of freedom). ``history``: the
+    case's values in earlier runs on the baseline's host (one per run), whose spread between
+    runs is the noise model where it is wider than the sides' own repeats."""
+    everything = [*base.values, *cand.values, *history]
+    log = bool(everything) and all(v > 0 for v in everything)
+    mb, ssb, nb = _centre_spread(base.values, log)
+    mc, ssc, nc = _centre_spread(cand.values, log)
+    df_rep = nb + nc - 2
+    var = (ssb + ssc) / df_rep if df_rep > 0 else 0.0
+    evidence, df = "repeats", df_rep
+    if len(history) >= 2:
+        _, ssh, nh = _centre_spread(history, log)
+        var_h = ssh / (nh - 1)
+        if df_rep < MIN_DF or var_h > var:
+            evidence, df, var = "history", nh - 1, var_h
+    sd = math.sqrt(var)
+    if df < MIN_DF:
+        return None, "none", sd
+    delta = mc - mb
+    se = sd * math.sqrt(1 / nb + 1 / nc)
+    if se <= 0:
+        return (1.0 if delta == 0 else 0.0), evidence, sd
+    return t_sf2(abs(delta) / se, df), evidence, sd
+
+
+def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
+          p_adjusted: float | None, evidence: str, alpha: float = 0.05,
+          history_runs: int = 0, what: str = "", sd: float = 0.0) -> Judgement:
+    """The verdict on a relative ``change`` (candidate against baseline, in the metric's
+    own direction ``better``), from the test's (adjusted) p-value, evidence and spread."""
+    if abs(change) <= threshold:
+        return Judgement(UNCHANGED, p_adjusted, evidence)
+    if evidence == "none" or p_adjusted is None:
+        return Judgement(UNVERIFIED, None, "none", needs=needs_text(base, cand, history_runs))
+    if p_adjusted >= alpha:
+        return Judgement(NOISY, p_adjusted, evidence,
+                         needs=f"about {repeats_needed(sd, change, alpha)} repeats a side")
+    worse = change < 0 if better == "higher" else change > 0
+    # Other work on the host slows the side it shares: a slowdown on the busier side, or a
+    # speed-up against a busier baseline, is the load's as much as the code's.
+    busier, quieter, name = (cand, base, "candidate") if worse else (base, cand, "baseline")
+    if busier.busy >= BUSY_CORES and busier.busy - quieter.busy >= BUSY_CORES:
+        return Judgement(DISTURBED, p_adjusted, evidence,
+                         disturbed=f"{name}: {busier.busy:.2g} cores busy outside netbench"
+                                   + (f" during {what}" if what else ""))
+    return Judgement(REGRESSED if worse else IMPROVED, p_adjusted, evidence)
+
+
+def needs_text(base: Side, cand: Side, history_runs: int = 0) -> str:
+    """What would give a change invocation-level evidence: repeats a side, or earlier runs."""
+    have = f"{base.n} vs {cand.n} invocations"
+    want = max(3 - min(base.n, cand.n), 0) + min(base.n, cand.n)
+    earlier = max(MIN_DF + 1 - history_runs, 1)
+    return (f"{have}: needs {max(want, 3)} repeats a side (--repeat {max(want, 3)}) or "
+            f"{earlier} more earlier run(s) of this case on this host in the store")
+
+
+def repeats_needed(sd: float, change: float, alpha: float) -> int:
+    """About how many invocations a side would tell this change from the noise (a two-sample
+    power estimate at 80%: n = 2 ((z_a/2 + z_0.8) sd / delta)^2; ``sd`` on the test's scale,
+    the log one, which a relative change maps onto)."""
+    delta = abs(math.log1p(change)) if change > -1 else abs(change)
+    if delta <= 0 or sd <= 0:
+        return 3
+    z = 1.959964 + 0.841621 if alpha == 0.05 else _z(1 - alpha / 2) + 0.841621
+    return max(math.ceil(2 * (z * sd / delta) ** 2), 3)
+
+
+def _z(q: float) -> float:
+    """The standard normal quantile (bisection on erf: no scipy at run time)."""
+    lo, hi = -10.0, 10.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < q:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
