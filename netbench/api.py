@@ -48,8 +48,9 @@ class Metric:
     unit: str
     better: Better
     description: str = ""
-    # A summary of another metric's samples (lat_p99 is the "p99" of lat_p50's samples):
-    # compare resamples those samples to judge a change of it, as it cannot test the value.
+    # A summary of another metric's samples (lat_p99 is the "p99" of lat_p50's samples),
+    # declared so readers of the store know what the value is; compare judges it, as every
+    # metric, by how far it moves between invocations.
     of_samples: str = ""
     statistic: str = ""          # one of STATISTICS, with of_samples
 
@@ -62,8 +63,8 @@ class Metric:
                              f"statistic is one of {', '.join(STATISTICS)}")
 
 
-# What a metric can summarise of another's samples (netbench.stats.block_bootstrap computes
-# each): perftest's latency summary plus the mean and the fastest of per-interval rates.
+# What a metric can summarise of another's samples: perftest's latency summary plus the mean
+# and the fastest of per-interval rates.
 STATISTICS = ("min", "p50", "avg", "stdev", "p99", "p99.9", "max")
 
 

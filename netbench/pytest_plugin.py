@@ -14,6 +14,12 @@ Fixtures (registered through the ``pytest11`` entry point, so installing netbenc
     lower is better", so samples become seconds per unit of work: a latency in us becomes
     seconds, a bandwidth in Gbit/s becomes seconds per Gbit (1 / value). The original value,
     unit and direction go into ``extra_info``.
+
+Regression gates: ``netbench.verdicts(result, baseline="nightly")`` judges a result against a
+label, run id or results directory in the same store (``--netbench-baseline`` sets a default)
+with compare's own decision function, so a test and `netbench compare` never disagree;
+``netbench.assert_no_regression(result, baseline)`` fails the test on a regression and names
+what was unverified, noisy or disturbed.
 """
 
 from __future__ import annotations
@@ -35,13 +41,16 @@ def pytest_addoption(parser: Any) -> None:
     group.addoption("--netbench-peer", default=None,
                     help="HOST[:PORT] running `netbench serve` for peer benchmarks")
     group.addoption("--netbench-label", default="pytest", help="label of the stored runs")
+    group.addoption("--netbench-baseline", default=None,
+                    help="label, run id or results directory that netbench.verdicts() and "
+                         "netbench.assert_no_regression() judge results against")
 
 
 class NetbenchResult:
     """The rows of one netbench run, by metric."""
 
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
-        self.rows = rows
+    def __init__(self, rows: list[dict[str, Any]], run_id: str = "") -> None:
+        self.rows, self.run_id = rows, run_id
 
     def row(self, metric: str) -> dict[str, Any]:
         cases = {r.get("case_index") for r in self.rows if r["metric"] == metric}
@@ -63,8 +72,39 @@ class NetbenchResult:
 
 
 class NetbenchRunner:
-    def __init__(self, results: Path, peer: str | None, label: str) -> None:
-        self.results, self.peer, self.label = results, peer, label
+    def __init__(self, results: Path, peer: str | None, label: str,
+                 baseline: str | None = None) -> None:
+        self.results, self.peer, self.label, self.baseline = results, peer, label, baseline
+
+    def verdicts(self, result: NetbenchResult, baseline: str | None = None,
+                 thresholds: dict[str, float] | None = None, alpha: float = 0.05) -> list[Any]:
+        """``result`` judged against ``baseline`` (a label, run id or results directory) by
+        ``netbench.analysis.compare.judge_selections``: what `netbench compare` says."""
+        from netbench.analysis.compare import judge_selections
+        from netbench.analysis.selection import resolve
+        from netbench.errors import NetbenchError
+        from netbench.store import ResultStore
+
+        ref = baseline or self.baseline
+        if not ref:
+            pytest.fail("netbench.verdicts: name a baseline (or --netbench-baseline)",
+                        pytrace=False)
+        store = ResultStore(self.results)
+        try:
+            return judge_selections(store, resolve(store, ref), resolve(store, result.run_id),
+                                    thresholds or {}, alpha)
+        except NetbenchError as exc:
+            pytest.fail(f"netbench: {exc}", pytrace=False)
+
+    def assert_no_regression(self, result: NetbenchResult, baseline: str | None = None,
+                             **options: Any) -> list[Any]:
+        verdicts = self.verdicts(result, baseline, **options)
+        regressed = [v for v in verdicts if v.verdict == "regressed"]
+        if regressed:
+            pytest.fail("regressed: " + "; ".join(
+                f"{v.benchmark} {v.metric} {v.change:+.1%} (p {v.p_adjusted:.3g})"
+                for v in regressed), pytrace=False)
+        return verdicts
 
     def run(self, benchmark: str, **params: Any) -> NetbenchResult:
         from netbench.errors import NetbenchError
@@ -86,7 +126,7 @@ class NetbenchRunner:
                 pytest.fail(f"{benchmark}: {row['reason']}", pytrace=False)
         if result.rows and all(r["status"] == "skipped" for r in result.rows):
             pytest.skip(f"{benchmark}: {result.rows[0]['reason']}")
-        return NetbenchResult([r for r in result.rows if r["status"] == "ok"])
+        return NetbenchResult([r for r in result.rows if r["status"] == "ok"], result.run_id)
 
 
 @pytest.fixture
@@ -94,7 +134,8 @@ def netbench(request: Any, tmp_path_factory: Any) -> NetbenchRunner:
     config = request.config
     results = config.getoption("--netbench-results") or tmp_path_factory.mktemp("netbench")
     return NetbenchRunner(Path(results), config.getoption("--netbench-peer"),
-                          config.getoption("--netbench-label"))
+                          config.getoption("--netbench-label"),
+                          config.getoption("--netbench-baseline"))
 
 
 def as_seconds(samples: list[float], unit: str, better: str) -> list[float]:

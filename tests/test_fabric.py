@@ -353,8 +353,10 @@ def test_the_one_shaped_host_is_flagged_and_nothing_else(bridged_hosts, tmp_path
 
 # --- a fabric run in the store: compare, accept and the heatmap, pair by pair ---------------
 
-def _fabric_run(store, run_id, started, slow=None, hosts=4, value=10.0):
-    """One stored tcp.stream sweep of ``hosts`` endpoints; ``slow``: {(client, server): x}."""
+def _fabric_run(store, run_id, started, slow=None, hosts=4, value=10.0, jitter=0.0,
+                label=None):
+    """One stored tcp.stream sweep of ``hosts`` endpoints; ``slow``: {(client, server): x};
+    ``jitter``: each pair's value moves by that relative sd from run to run."""
     import random
     from datetime import UTC, datetime
 
@@ -366,8 +368,8 @@ def _fabric_run(store, run_id, started, slow=None, hosts=4, value=10.0):
         for s in names:
             if c == s:
                 continue
-            v = value * (slow or {}).get((c, s), 1.0)
-            rows.append({"schema_version": 1, "run_id": run_id, "label": run_id,
+            v = value * (slow or {}).get((c, s), 1.0) * (1 + rng.gauss(0, jitter))
+            rows.append({"schema_version": 1, "run_id": run_id, "label": label or run_id,
                          "started_at": datetime.fromisoformat(started).replace(tzinfo=UTC),
                          "host": c, "peer": s, "suite": "fabric", "case_index": index,
                          "benchmark": "tcp.stream", "family": "tcp", "op": "stream",
@@ -385,10 +387,12 @@ def test_compare_matches_a_fabric_run_pair_by_pair(tmp_path):
 
     store = ResultStore(tmp_path)
     store.check_writable()
-    _fabric_run(store, "before000001", "2026-12-01T00:00:00")
-    _fabric_run(store, "after0000001", "2026-12-01T01:00:00", slow={("h1", "h3"): 0.5})
-    proc = netbench("compare", "before000001", "after0000001", "--results", str(tmp_path),
-                    "--json")
+    for i in range(3):      # three sweeps a side: each pair's invocations are the evidence
+        _fabric_run(store, f"before00000{i}", f"2026-12-01T00:0{i}:00", jitter=0.01,
+                    label="before")
+        _fabric_run(store, f"after000000{i}", f"2026-12-01T01:0{i}:00", jitter=0.01,
+                    slow={("h1", "h3"): 0.5}, label="after")
+    proc = netbench("compare", "before", "after", "--results", str(tmp_path), "--json")
     assert proc.returncode == 1, proc.stderr                  # one pair regressed
     verdicts = json.loads(proc.stdout)["verdicts"]
     assert len(verdicts) == 12                                 # 12 pairs, not one pooled case

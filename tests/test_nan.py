@@ -55,8 +55,9 @@ def test_accept_with_a_nan_bound_is_refused(tmp_path):
 
 def test_compare_threshold_nan_is_a_usage_error_and_json_is_strict(tmp_path):
     store = ResultStore(tmp_path)
-    _run(store, "r1", "before", {"bw_avg": (100.0, "higher")})
-    _run(store, "r2", "after", {"bw_avg": (76.0, "higher")}, seed=2)
+    for i in range(3):              # three invocations a side: a verdict can be reached
+        _run(store, f"r1{i}", "before", {"bw_avg": (100.0 + i / 10, "higher")})
+        _run(store, f"r2{i}", "after", {"bw_avg": (76.0 + i / 10, "higher")}, seed=2)
     for bad in ("bw_avg=nan", "bw_avg=inf", "bw_avg=-5%"):
         proc = netbench("compare", "before", "after", "--results", str(tmp_path),
                         "--threshold", bad)

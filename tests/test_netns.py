@@ -83,45 +83,81 @@ def _reshape(ns: str, dev: str, mbit: int) -> None:
         "burst", "256kb", "latency", "100ms")
 
 
-def _stream_run(ns_a: str, server: ServerProcess, results, label: str) -> None:
+def _regression_suite(tmp_path):
+    """suites/driver-regression.toml's own settings for tcp.stream: its [suite] (repeat),
+    its tcp.stream cases and its [thresholds], nothing else (the rest needs RDMA or torch)."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "suites" / "driver-regression.toml").read_text())
+    lines = ["[suite]"] + [f"{k} = {json.dumps(v)}" for k, v in data["suite"].items()]
+    for case in data["case"]:
+        if case["benchmark"] == "tcp.stream":
+            lines += ["[[case]]"] + [f"{k} = {json.dumps(v)}" for k, v in case.items()]
+    lines += ["[thresholds]"] + [f"{json.dumps(k)} = {json.dumps(v)}"
+                                 for k, v in data["thresholds"].items()]
+    path = tmp_path / "regression-tcp.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _suite_run(ns_a: str, server: ServerProcess, suite, results, label: str) -> None:
     proc = subprocess.run(
-        ["ip", "netns", "exec", ns_a, sys.executable, "-m", "netbench", "run", "tcp.stream",
-         "--peer", server.address, "-p", "duration=3", "-p", "warmup=1", "-p",
-         "interval=0.1", "--label", label, "--results", str(results)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT)
+        ["ip", "netns", "exec", ns_a, sys.executable, "-m", "netbench", "run", str(suite),
+         "--peer", server.address, "--label", label, "--results", str(results)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.root
-def test_compare_calls_a_shaped_20_percent_drop_a_goodput_regression(shaped_pair, tmp_path):
-    """Known answers for the gate: the same path re-shaped 20% lower between two runs is a
-    goodput regression (exit 1), the reverse an improvement (exit 0), and nothing else is
-    called regressed (CPU figures carry no samples: inconclusive, not regressed)."""
+def test_the_regression_suite_catches_a_5_percent_slower_link_and_nothing_else(
+        shaped_pair, tmp_path):
+    """Known answer 2: tcp.stream through a veth shaped with tbf at 1000, then 950, then
+    900 Mbit/s, one run each of the regression suite's own settings (its interleaved
+    repeats are the invocations): -5% and -10% are goodput regressions (exit 1), nothing
+    else regressed; the other way round, improvements (exit 0)."""
     ns_a, ns_b, _ = shaped_pair
-    results = tmp_path / "r"
+    results, suite = tmp_path / "r", _regression_suite(tmp_path)
+    devices = [(ns, next(line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
+        ["ip", "-n", ns, "-o", "link"], capture_output=True, text=True).stdout.splitlines()
+        if "nbv" in line)) for ns in (ns_a, ns_b)]
     server = ServerProcess(bind="10.203.0.2", prefix=("ip", "netns", "exec", ns_b))
     try:
-        _stream_run(ns_a, server, results, "fast")
-        for ns in (ns_a, ns_b):
-            dev = next(line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
-                ["ip", "-n", ns, "-o", "link"], capture_output=True, text=True).stdout
-                .splitlines() if "nbv" in line)
-            _reshape(ns, dev, int(RATE_MBIT * 0.8))
-        _stream_run(ns_a, server, results, "slow")
+        for mbit in (1000, 950, 900):
+            for ns, dev in devices:
+                _reshape(ns, dev, mbit)
+            _suite_run(ns_a, server, suite, results, f"tbf{mbit}")
     finally:
         server.stop()
-    down = subprocess.run([sys.executable, "-m", "netbench", "compare", "fast", "slow",
-                           "--results", str(results), "--json"],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert down.returncode == 1, down.stdout + down.stderr
-    verdicts = {v["metric"]: v for v in json.loads(down.stdout)["verdicts"]}
-    assert verdicts["goodput"]["verdict"] == "regressed"
-    assert verdicts["goodput"]["change"] == pytest.approx(-0.2, abs=0.05)
-    regressed = {m for m, v in verdicts.items() if v["verdict"] == "regressed"}
-    assert regressed <= {"goodput", "goodput_fwd"}, regressed
-    up = subprocess.run([sys.executable, "-m", "netbench", "compare", "slow", "fast",
-                         "--results", str(results), "--json"],
-                        capture_output=True, text=True, cwd=ROOT)
-    assert up.returncode == 0, up.stdout
-    verdicts = {v["metric"]: v for v in json.loads(up.stdout)["verdicts"]}
-    assert verdicts["goodput"]["verdict"] == "improved"
+
+    def compare(a: str, b: str) -> tuple[int, dict]:
+        proc = subprocess.run([sys.executable, "-m", "netbench", "compare", a, b, "--results",
+                               str(results), "--thresholds", str(suite), "--json"],
+                              capture_output=True, text=True, cwd=ROOT)
+        verdicts = {}
+        for v in json.loads(proc.stdout)["verdicts"]:
+            verdicts.setdefault(v["metric"], []).append(v)
+        print(a, "->", b, [(v["params"], round(v["change"], 4), v["verdict"], v["p_adjusted"])
+                           for v in verdicts["goodput"]])
+        return proc.returncode, verdicts
+
+    for slower, drop in (("tbf950", 0.05), ("tbf900", 0.10)):
+        rc, verdicts = compare("tbf1000", slower)
+        assert rc == 1
+        goodput = verdicts["goodput"]
+        caught = [v for v in goodput if v["verdict"] == "regressed"]
+        # On a quiet machine every case reads the shaped rate and is caught; on a saturated
+        # one a single stream can fall short of the shaper in some invocations (0.68-0.94 of
+        # it, measured with both cores busy): such a case is noisy, never improved, and the
+        # multi-stream cases, which keep the link full, are caught regardless.
+        assert all(v["evidence"] == "repeats" and v["change"] == pytest.approx(-drop, abs=0.015)
+                   for v in caught), caught
+        assert all(v["verdict"] in ("regressed", "noisy") for v in goodput), goodput
+        assert all(v["verdict"] == "regressed" for v in goodput
+                   if json.loads(v["params"])["streams"] > 1), goodput
+        regressed = {m for m, vs in verdicts.items() for v in vs if v["verdict"] == "regressed"}
+        assert regressed <= {"goodput", "goodput_fwd", "goodput_rev"}, regressed
+        rc, verdicts = compare(slower, "tbf1000")
+        assert rc == 0
+        assert all(v["verdict"] in ("improved", "noisy") for v in verdicts["goodput"])
+        assert all(v["verdict"] == "improved" for v in verdicts["goodput"]
+                   if json.loads(v["params"])["streams"] > 1)

@@ -342,11 +342,12 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
             "x": shown, "marker": {"color": colour}, "text": texts, "textposition": "auto",
             "customdata": [[verdicts[i].unit, _fmt(verdicts[i].baseline),
                             _fmt(verdicts[i].candidate), verdicts[i].evidence,
-                            "-" if verdicts[i].p_value is None else f"{verdicts[i].p_value:.3g}"]
+                            "-" if verdicts[i].p_adjusted is None
+                            else f"{verdicts[i].p_adjusted:.3g}", _load_text(verdicts[i])]
                            for i in picked],
             "hovertemplate": "%{y}<br>%{text}<br>%{customdata[1]} -> %{customdata[2]} "
                              "%{customdata[0]}<br>evidence %{customdata[3]}, p "
-                             "%{customdata[4]}<extra></extra>"})
+                             "%{customdata[4]}<br>%{customdata[5]}<extra></extra>"})
     return {"data": traces, "layout": {
         "title": {"text": "Baseline vs candidate: relative change per case and metric"},
         "height": 120 + 22 * len(verdicts), "barmode": "overlay",
@@ -356,6 +357,18 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
         "yaxis": {"type": "category", "automargin": True, "categoryorder": "array",
                   "categoryarray": labels[::-1]}, "legend": {"orientation": "h", "y": 1.0,
                                                             "yanchor": "bottom"}}}
+
+
+def _load_text(v: Any) -> str:
+    """What the hover says of the host's load on each side (netbench.hostload), and why a
+    disturbed verdict is not a regression."""
+    base, cand = v.busy
+    text = (f"cores busy outside netbench: baseline {base:.2g}, candidate {cand:.2g}")
+    if v.disturbed:
+        text += f" (disturbed: {v.disturbed})"
+    elif v.needs:
+        text += f" ({v.needs})"
+    return text
 
 
 def _fmt(value: float) -> str:
@@ -423,6 +436,21 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _busiest(group: Any) -> str:
+    """The case of a run that ran beside the most other work (netbench.hostload), or '-'."""
+    if "load_other_cores" not in group or group["load_other_cores"].isna().all():
+        return "-"
+    from netbench.hostload import BUSY_CORES
+
+    load = group["load_other_cores"].fillna(0)
+    if "load_steal_cores" in group:
+        load = load + group["load_steal_cores"].fillna(0)
+    worst = group.loc[load.idxmax()]
+    flag = (" (busy: slowdowns there are not blamed on the code)"
+            if load.max() >= BUSY_CORES else "")
+    return f"{load.max():.2g} cores busy outside netbench during {worst['benchmark']}{flag}"
+
+
 def environment_panel(rows: Any, latest: Any) -> str:
     """The runs drawn, the devices they ran on, and what the latest run skipped and why."""
     import pandas as pd
@@ -435,7 +463,8 @@ def environment_panel(rows: Any, latest: Any) -> str:
         runs.append((run_id, first["label"] or "-", first["host"],
                      str(first["started_at"])[:19], env.get("kernel"), env.get("cpu_model"),
                      ", ".join(sorted(set(group["benchmark"])))[:120],
-                     ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v)))
+                     ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v),
+                     _busiest(group)))
     facts: list[tuple[str, Any]] = []
     for value in sorted({v for v in rows["env_nic"].dropna()}):
         facts.append(("NIC", value))
@@ -452,7 +481,7 @@ def environment_panel(rows: Any, latest: Any) -> str:
                  for _, r in skipped.drop_duplicates(["benchmark", "reason"]).iterrows()]
     return ("<h2>Environment: what was measured where</h2>" +
             _table(["run", "label", "host", "started (UTC)", "kernel", "cpu", "benchmarks",
-                    "versions"], runs) + _table(["", ""], facts) +
+                    "versions", "host load (busiest case)"], runs) + _table(["", ""], facts) +
             "<h2>Skipped and failed, and why</h2>" +
             (_table(["benchmark", "status", "reason"], skip_rows) if skip_rows
              else "<p>Nothing was skipped or failed in this run.</p>"))
