@@ -278,11 +278,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"netbench: error: {exc}", file=sys.stderr)
         return 2
     changes = cmp.env_changes(base, cand)
+    failed = cmp.failed_cases(base, cand)
     if args.json:
-        print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel}))
+        print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel},
+                          failed))
     else:
         print(f"baseline:  {base_sel.describe()}\ncandidate: {cand_sel.describe()}")
         print(compare_summary(verdicts, _headlines(), everything=args.all))
+        for side_name, bench, params, reason in failed:
+            print(f"not judged: {side_name}: every invocation of {bench} {params} failed: "
+                  f"{reason[:200]}")
         print("environment changes:" if changes else "environment: no differences recorded")
         for what, a, b in changes:
             print(f"  {what}: {a if a is not None else '-'} -> {b if b is not None else '-'}")

@@ -117,3 +117,31 @@ def test_run_to_run_spread_of_repeats_is_noise_not_a_regression(tmp_path):
     assert not [v for v in verdicts if v["verdict"] in ("regressed", "improved")], verdicts
     assert {v["verdict"] for v in verdicts if v["metric"] in ("lat_p50", "lat_p99")} == {
         "noisy"}, verdicts
+
+
+def test_a_side_whose_every_invocation_failed_is_named_not_dropped(tmp_path):
+    """A run whose tcp.rr repeats all failed (its other case measured, so the run is chosen):
+    the lost case is named with its reason, on the console and in the JSON."""
+    store = ResultStore(tmp_path)
+    rng = random.Random(5)
+    for i in range(3):
+        _rr_run(store, f"ok{i}", "good", T0 + timedelta(hours=i), _latencies(rng))
+    mem = dict(benchmark="mem.copy", family="mem", op="copy", metric="bw", value=10.0,
+               unit="GB/s", better="higher", params=params_json({"msg_size": 0}))
+    when = T0 + timedelta(hours=5)
+    rows = [_row("bad", "broken", when, benchmark="tcp.rr", family="tcp", op="rr",
+                 msg_size=64, params=params_json({"msg_size": 64}), case_index=i,
+                 status="failed", reason="peer 10.0.0.2 closed the connection")
+            for i in range(3)] + [_row("bad", "broken", when, case_index=3, **mem)]
+    store.write_run(store.path_for("bad", when.isoformat()), rows)
+    assert_clean_error(netbench("compare", "good", "broken", "--results", str(tmp_path)),
+                       "no case in common", "candidate: every invocation of tcp.rr")
+    store.write_run(store.path_for("ok3", when.isoformat()), [_row("ok3", "good", T0, **mem)])
+    proc = netbench("compare", "good", "broken", "--results", str(tmp_path))
+    assert ("not judged: candidate: every invocation of tcp.rr {\"msg_size\":64} failed: "
+            "peer 10.0.0.2 closed the connection") in proc.stdout, proc.stdout + proc.stderr
+    data = json.loads(netbench("compare", "good", "broken", "--results", str(tmp_path),
+                               "--json").stdout)
+    assert data["failed_cases"] == [{"side": "candidate", "benchmark": "tcp.rr",
+                                     "params": "{\"msg_size\":64}",
+                                     "reason": "peer 10.0.0.2 closed the connection"}]

@@ -229,8 +229,10 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
     a, b = pool(base), pool(cand)
     common = [k for k in a if k in b]
     if not common:
+        lost = "; ".join(f"{side_}: every invocation of {bench} {params} failed: {why[:120]}"
+                         for side_, bench, params, why in failed_cases(base, cand)[:3])
         raise NetbenchError("the two sides have no case in common (same benchmark, params and "
-                            "metric); nothing to compare", ) from None
+                            "metric); nothing to compare" + (f" ({lost})" if lost else ""))
     for key in common:
         check_units(key, a[key], b[key])
     past = noise_history(history)
@@ -309,6 +311,24 @@ def judge_selections(store: Any, base: Any, cand: Any, thresholds: Mapping[str, 
     return compare(base.rows, cand.rows, thresholds, alpha, history)
 
 
+def failed_cases(base: Any, cand: Any) -> list[tuple[str, str, str, str]]:
+    """Cases one side measured and the other could not: every invocation there failed.
+    (side, benchmark, params, the first reason), so a lost case is named, never just absent."""
+    out = []
+    for name, mine, other in (("baseline", base, cand), ("candidate", cand, base)):
+        if mine.empty or other.empty:
+            continue
+        measured = set(zip(other.loc[other["status"] == "ok", "benchmark"],
+                           other.loc[other["status"] == "ok", "params"]))
+        ok = set(zip(mine.loc[mine["status"] == "ok", "benchmark"],
+                     mine.loc[mine["status"] == "ok", "params"]))
+        failed = mine[mine["status"] == "failed"]
+        for (bench, params), group in failed.groupby(["benchmark", "params"], sort=False):
+            if (bench, params) in measured and (bench, params) not in ok:
+                out.append((name, str(bench), str(params), str(group["reason"].iloc[0])))
+    return out
+
+
 def undecided(verdicts: Sequence[Verdict]) -> list[Verdict]:
     return [v for v in verdicts if v.verdict in UNDECIDED]
 
@@ -350,13 +370,16 @@ def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]
 
 
 def to_json(verdicts: Sequence[Verdict], changes: Sequence[tuple[str, Any, Any]],
-            sides: Mapping[str, Any] | None = None) -> str:
+            sides: Mapping[str, Any] | None = None,
+            failed: Sequence[tuple[str, str, str, str]] = ()) -> str:
     """Verdicts, environment changes, and (``sides``: name -> Selection) the runs chosen."""
     chosen = {name: {"what": sel.what, "run_ids": sel.run_ids,
                      "left_out": [{"run_id": r, "why": w} for r, w in sel.left_out]}
               for name, sel in (sides or {}).items()}
     return json.dumps(json_safe({"selection": chosen,
                                  "verdicts": [asdict(v) for v in verdicts],
+                                 "failed_cases": [{"side": s, "benchmark": b, "params": p,
+                                                   "reason": r} for s, b, p, r in failed],
                                  "environment_changes": [{"what": k, "baseline": a,
                                                           "candidate": b}
                                                          for k, a, b in changes]}),
