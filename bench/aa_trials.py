@@ -6,9 +6,10 @@ alarm; the script prints each trial and the false-alarm rate.
 
 The runs are the CI suite's TCP and collective cases with its own settings (its interleaved
 repeats), one `netbench run` each, chained: trial i compares run i with run i + 1. The hog (a
-busy loop pinned to CPU 0, as `stress-ng --cpu 1` would be) runs through runs 2, 3, 6, 7, ...,
-so the trials go quiet/quiet, quiet/hog, hog/hog, hog/quiet, ...: half have a hog beside one
-side only. Exit 1 when any trial called anything regressed or exited non-zero.
+busy loop pinned to CPU 0, as `stress-ng --cpu 1` would be) runs through runs 2, 5, 8, ...,
+so the trials go quiet/quiet, quiet/hog, hog/quiet, quiet/quiet, ...: six of ten have a hog
+beside one side only, the rest none. Exit 1 when any trial called anything regressed or
+exited non-zero.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def main() -> int:
     results = args.results or work / "results"
     suite = tcp_and_collectives(args.suite, work / "aa.toml")
     netbench = [sys.executable, "-m", "netbench"]
-    hogged = [(i // 2) % 2 == 1 for i in range(args.trials + 1)]
+    hogged = [i % 3 == 2 for i in range(args.trials + 1)]
     began = time.monotonic()
     for i, with_hog in enumerate(hogged):
         busy = hog() if with_hog else None

@@ -161,3 +161,52 @@ def test_the_regression_suite_catches_a_5_percent_slower_link_and_nothing_else(
         assert all(v["verdict"] in ("improved", "noisy") for v in verdicts["goodput"])
         assert all(v["verdict"] == "improved" for v in verdicts["goodput"]
                    if json.loads(v["params"])["streams"] > 1)
+
+
+@pytest.mark.root
+def test_the_stores_history_of_a_real_link_is_the_noise_model(shaped_pair, tmp_path):
+    """Known answer 3 with real runs: eight nightly-like runs of one tcp.stream case through a
+    veth shaped at 1000 Mbit/s, then one candidate run with nothing changed (no regression),
+    then one on the link shaped to 950 Mbit/s: regressed, the history named as the evidence.
+    One run a side, no repeats: the history is all the evidence there is."""
+    ns_a, ns_b, _ = shaped_pair
+    results = tmp_path / "r"
+    devices = [(ns, next(line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
+        ["ip", "-n", ns, "-o", "link"], capture_output=True, text=True).stdout.splitlines()
+        if "nbv" in line)) for ns in (ns_a, ns_b)]
+    server = ServerProcess(bind="10.203.0.2", prefix=("ip", "netns", "exec", ns_b))
+
+    def run(label: str) -> str:
+        proc = subprocess.run(
+            ["ip", "netns", "exec", ns_a, sys.executable, "-m", "netbench", "run",
+             "tcp.stream", "--peer", server.address, "-p", "msg_size=1M", "-p", "streams=4",
+             "-p", "duration=1.5", "-p", "warmup=0.5", "--label", label, "--results",
+             str(results), "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)[0]["run_id"]
+
+    try:
+        for ns, dev in devices:
+            _reshape(ns, dev, 1000)
+        nightly = [run("nightly") for _ in range(8)]
+        same = run("candidate-same")
+        for ns, dev in devices:
+            _reshape(ns, dev, 950)
+        slower = run("candidate-slower")
+    finally:
+        server.stop()
+
+    def goodput(candidate: str) -> tuple[int, dict]:
+        proc = subprocess.run([sys.executable, "-m", "netbench", "compare", nightly[-1],
+                               candidate, "--results", str(results), "--json"],
+                              capture_output=True, text=True, cwd=ROOT)
+        (v,) = [v for v in json.loads(proc.stdout)["verdicts"] if v["metric"] == "goodput"]
+        print(candidate, v["change"], v["verdict"], v["evidence"], v["p_adjusted"])
+        return proc.returncode, v
+
+    rc, v = goodput(same)
+    assert rc == 0 and v["verdict"] in ("unchanged", "noisy") and v["evidence"] == "history"
+    rc, v = goodput(slower)
+    assert rc == 1 and v["verdict"] == "regressed", v
+    assert v["evidence"] == "history" and v["history_runs"] == 7      # the others of the eight
+    assert v["change"] == pytest.approx(-0.05, abs=0.015)

@@ -1,5 +1,5 @@
 """Known answer 1, A/A under load: the CI suite's TCP and collective cases, unchanged code,
-eleven runs chained into ten trials, a CPU hog pinned to one core beside one side in half of
+eleven runs chained into ten trials, a CPU hog pinned to one core beside one side in six of
 them (bench/aa_trials.py). No trial may call anything regressed or exit non-zero."""
 
 import json
@@ -19,7 +19,7 @@ def test_unchanged_code_on_a_loaded_host_is_never_called_regressed():
     for trial in data["trials"]:
         print(trial)
     assert data["summary"]["trials"] == 10
-    assert sum(t["hog"] in ("baseline", "candidate") for t in data["trials"]) >= 4
+    assert sum(t["hog"] in ("baseline", "candidate") for t in data["trials"]) >= 5
     assert all(t["regressed"] == 0 and t["exit"] == 0 for t in data["trials"]), data["trials"]
     assert all(t["metrics"] > 40 for t in data["trials"])      # TCP and collectives judged
     assert proc.returncode == 0

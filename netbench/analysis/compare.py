@@ -53,7 +53,7 @@ class Verdict:
     p_adjusted: float | None = None     # Benjamini-Hochberg over the comparison: decides
     invocations: tuple[int, int] = (0, 0)   # baseline, candidate
     history_runs: int = 0      # earlier runs of the case on its host used as noise model
-    busy: tuple[float, float] = (0.0, 0.0)  # cores busy outside netbench, each side's worst
+    busy: tuple[float, float] = (0.0, 0.0)  # cores busy outside netbench, each side's mean
     disturbed: str = ""        # which side ran on a busy host, when that decided it
 
 
@@ -143,7 +143,7 @@ def with_pairs(rows: Any) -> Any:
 def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Per (benchmark, params, metric): the median value over invocations, each invocation's
     value (a row is one: a repeat of the case in a run, or a run), the hosts, and how busy the
-    host was outside netbench in the busiest of them. One pass over plain columns: a store of
+    host was outside netbench, on average over them. One pass over plain columns: a store of
     thousands of rows a run pools in milliseconds, not per-group pandas lookups."""
     ok = with_pairs(rows[rows["status"] == "ok"])
     names = ("benchmark", "params", "metric", "value", "unit", "better", "msg_size", "host",
@@ -156,7 +156,7 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         entry = entries.get((bench, params, metric))
         if entry is None:
             entry = entries[(bench, params, metric)] = {
-                "values": [], "units": set(), "unit": unit, "better": better, "busy": 0.0,
+                "values": [], "units": set(), "unit": unit, "better": better, "busy": [],
                 "hosts": set(), "runs": set(),
                 "msg_size": None if _is_missing(size) else int(size)}
         entry["units"].add(str(unit))
@@ -164,14 +164,14 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         entry["runs"].add(run_id)
         if not _is_missing(value):
             entry["values"].append(float(value))
-        entry["busy"] = max(entry["busy"], sum(0.0 if _is_missing(b) else float(b)
-                                               for b in busy))
+        entry["busy"].append(sum(0.0 if _is_missing(b) else float(b) for b in busy))
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for key, entry in entries.items():
-        values = entry.pop("values")
+        values, busy = entry.pop("values"), entry.pop("busy")
         if not values:
             continue
-        out[key] = {**entry, "value": median_sorted(sorted(values)), "values": values,
+        out[key] = {**entry, "busy": sum(busy) / len(busy),
+                    "value": median_sorted(sorted(values)), "values": values,
                     "units": sorted(entry["units"]), "hosts": sorted(entry["hosts"])}
     return out
 

@@ -190,7 +190,7 @@ def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     values = [v for e in entries for v in e["values"]]
     return {**entries[0], "value": median_sorted(sorted(values)), "values": values,
-            "busy": max(e.get("busy", 0.0) for e in entries),
+            "busy": sum(e.get("busy", 0.0) for e in entries) / len(entries),
             "units": sorted({u for e in entries for u in e["units"]})}
 
 
