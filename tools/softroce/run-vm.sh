@@ -15,7 +15,7 @@
 # CMD; it reads its place from NETBENCH_NODE, NETBENCH_NODES and NETBENCH_NICS.
 #
 # Env: OUT (default /tmp/netbench-softroce/out), VCPUS=2 (with 1, busy-polling peers starve),
-#      MEM=1G, VM_TIMEOUT=900 s, SKIP_INSTALL=1 to skip apt, QEMU_EXTRA="-device ..." to add
+#      MEM=1G, VM_TIMEOUT=1500 s, SKIP_INSTALL=1 to skip apt, QEMU_EXTRA="-device ..." to add
 #      emulated hardware (e.g. PCIe ports and devices).
 # Under TCG emulation (no usable KVM) Python runs ~50x slower than on the host; numbers from
 # this VM are functional checks of the verbs code, never performance figures.
@@ -25,7 +25,7 @@ WORK=${WORK:-/tmp/netbench-softroce}
 OUT=${OUT:-$WORK/out}
 VCPUS=${VCPUS:-2}
 MEM=${MEM:-1G}
-VM_TIMEOUT=${VM_TIMEOUT:-900}
+VM_TIMEOUT=${VM_TIMEOUT:-1500}   # a CPU hog beside the VM made one stage take 898 s
 NODES=${NODES:-1}
 NICS=${NICS:-1}
 case "$NODES" in ''|*[!0-9]*|0) echo "run-vm: NODES must be a whole number >= 1, not '$NODES'"; exit 2 ;; esac
