@@ -1,7 +1,8 @@
 """The smallest change the regression suite's default settings catch: tcp.stream between two
 network namespaces over a veth shaped with `tc tbf`, one run of driver-regression.toml's
 tcp.stream cases (its interleaved repeats, its thresholds) at each rate, each compared with the
-first rate's run. Root only (namespaces); bounded: one suite run per rate.
+first rate's run (--no-history: the other rates' runs are deliberate changes, not this
+link's noise). Root only (namespaces); bounded: one suite run per rate.
 
     sudo python bench/tbf_steps.py [--rates 1000,990,980,970,960,950] [--streams 4]
 
@@ -88,7 +89,7 @@ def main() -> int:
         for rate in rates[1:]:
             proc = subprocess.run([sys.executable, "-m", "netbench", "compare",
                                    f"tbf{rates[0]}", f"tbf{rate}", "--results", str(results),
-                                   "--thresholds", str(suite), "--json"],
+                                   "--thresholds", str(suite), "--no-history", "--json"],
                                   capture_output=True, text=True, cwd=ROOT)
             goodput = [v for v in json.loads(proc.stdout)["verdicts"]
                        if v["metric"] == "goodput"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import re
 import threading
 import time
@@ -33,8 +32,8 @@ __all__ = [
     "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Measurement",
     "Metric", "NetbenchError", "Param", "PeerError", "RunSetup", "ServerSession", "SkipCase",
     "UsageError", "softroce",
-    "fastloop", "format_size", "host_memory_available", "launch_info", "parse_size",
-    "pcie_path", "stats",
+    "BEYOND_CACHE", "fastloop", "format_size", "host_memory_available", "last_level_cache",
+    "launch_info", "parse_size", "pcie_path", "stats",
 ]
 
 Better = Literal["higher", "lower"]
@@ -268,9 +267,13 @@ class Param:
 
 
 def _fmt_bound(param: Param, value: float) -> str:
+    """A bound as people write it: sizes as 1M, numbers plainly (1000000, 0.001), never in
+    exponent notation (1e+06, 1.04858e+06)."""
     if param.kind == "size":
         return format_size(int(value))
-    return f"{value:g}"
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.12f}".rstrip("0")
 
 
 def _split_list(raw: Any) -> list[Any]:
@@ -404,8 +407,14 @@ class Benchmark:
         return self.name.split(".", 1)[1] if "." in self.name else self.name
 
     def available(self, env: Mapping[str, Any]) -> str | None:
-        """None when this benchmark can run here, else the reason it cannot."""
+        """None when this benchmark (with its defaults) can run here, else the reason it
+        cannot: what `netbench list` shows."""
         return None
+
+    def available_for(self, case: Case, env: Mapping[str, Any]) -> str | None:
+        """None when this case can run here, else why not: what `run --dry-run` shows and
+        the skip a run records. Override where a param decides it (a device choice)."""
+        return self.available(env)
 
     def run(self, case: Case, ctx: Context) -> Measurement:
         raise NotImplementedError
@@ -509,6 +518,32 @@ def host_memory_available() -> int | None:
     return None
 
 
+BEYOND_CACHE = 8    # a memory bound's buffers: each at least this many times the last-level cache
+
+
+def last_level_cache(sysfs_root: str | Path = "/sys") -> tuple[int, int] | None:
+    """(bytes, level) of cpu0's last-level data cache from sysfs (cache/index*/level, size,
+    type), None where the kernel does not say. A copy of buffers that fit there measures the
+    cache, not memory."""
+    best: tuple[int, int] | None = None
+    base = Path(sysfs_root) / "devices" / "system" / "cpu" / "cpu0" / "cache"
+    try:
+        indexes = sorted(base.glob("index[0-9]*"))
+    except OSError:
+        return None
+    for index in indexes:
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((index / "level").read_text().strip())
+            size = parse_size((index / "size").read_text().strip())
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if size > 0 and (best is None or (level, size) > (best[1], best[0])):
+            best = (size, level)
+    return best
+
+
 def _host_cpu_times() -> tuple[float, float]:
     """(busy, total) jiffies of the whole host from /proc/stat; (0, 0) where unreadable."""
     try:
@@ -524,7 +559,10 @@ class CpuMeter:
     """CPU time of this process (all threads) and of the whole host over an interval.
 
     ``process_pct`` is in percent of one core (100 = one core fully busy), as iperf3 reports.
-    Standard library only, so it costs nothing where Python is slow (the soft-RoCE VM).
+    The process's time is CLOCK_PROCESS_CPUTIME_ID (nanoseconds), not times()'s 10 ms ticks: a
+    stream using 1.6% of a core for 2 s is three ticks, and tick-quantized values passed for
+    a tight spread that compare called a regression. Standard library only, so it costs
+    nothing where Python is slow (the soft-RoCE VM).
     """
 
     def __init__(self) -> None:
@@ -532,13 +570,13 @@ class CpuMeter:
 
     def start(self) -> None:
         self._t0 = time.monotonic()
-        self._p0 = os.times()
+        self._p0 = time.process_time()
         self._h0 = _host_cpu_times()
 
     def stop(self) -> dict[str, float | None]:
         wall = max(time.monotonic() - self._t0, 1e-9)
-        p1, h1 = os.times(), _host_cpu_times()
-        proc_s = (p1.user - self._p0.user) + (p1.system - self._p0.system)
+        h1 = _host_cpu_times()
+        proc_s = time.process_time() - self._p0
         total = h1[1] - self._h0[1]
         return {
             "wall_s": wall,

@@ -83,6 +83,13 @@ def _reshape(ns: str, dev: str, mbit: int) -> None:
         "burst", "256kb", "latency", "100ms")
 
 
+def _veths(*namespaces: str) -> list[tuple[str, str]]:
+    """(namespace, its veth end) for each namespace the shaped_pair fixture made."""
+    return [(ns, next(line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
+        ["ip", "-n", ns, "-o", "link"], capture_output=True, text=True).stdout.splitlines()
+        if "nbv" in line)) for ns in namespaces]
+
+
 def _regression_suite(tmp_path):
     """suites/driver-regression.toml's own settings for tcp.stream: its [suite] (repeat),
     its tcp.stream cases and its [thresholds], nothing else (the rest needs RDMA or torch)."""
@@ -117,9 +124,7 @@ def test_the_regression_suite_catches_a_5_percent_slower_link_and_nothing_else(
     else regressed; the other way round, improvements (exit 0)."""
     ns_a, ns_b, _ = shaped_pair
     results, suite = tmp_path / "r", _regression_suite(tmp_path)
-    devices = [(ns, next(line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
-        ["ip", "-n", ns, "-o", "link"], capture_output=True, text=True).stdout.splitlines()
-        if "nbv" in line)) for ns in (ns_a, ns_b)]
+    devices = _veths(ns_a, ns_b)
     server = ServerProcess(bind="10.203.0.2", prefix=("ip", "netns", "exec", ns_b))
     try:
         for mbit in (1000, 950, 900):
@@ -171,9 +176,7 @@ def test_the_stores_history_of_a_real_link_is_the_noise_model(shaped_pair, tmp_p
     One run a side, no repeats: the history is all the evidence there is."""
     ns_a, ns_b, _ = shaped_pair
     results = tmp_path / "r"
-    devices = [(ns, next(line.split(":")[1].strip().split("@")[0] for line in subprocess.run(
-        ["ip", "-n", ns, "-o", "link"], capture_output=True, text=True).stdout.splitlines()
-        if "nbv" in line)) for ns in (ns_a, ns_b)]
+    devices = _veths(ns_a, ns_b)
     server = ServerProcess(bind="10.203.0.2", prefix=("ip", "netns", "exec", ns_b))
 
     def run(label: str) -> str:

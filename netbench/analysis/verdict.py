@@ -86,7 +86,7 @@ def invocation_test(base: Side, cand: Side,
     df_rep = nb + nc - 2
     var = (ssb + ssc) / df_rep if df_rep > 0 else 0.0
     evidence, df = "repeats", df_rep
-    if len(history) >= 2:
+    if len(history) > MIN_DF:       # a history too short to judge by never overrides repeats
         _, ssh, nh = _centre_spread(history, log)
         var_h = ssh / (nh - 1)
         if df_rep < MIN_DF or var_h > var:
