@@ -118,7 +118,7 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     # busy neighbour slows a stream; on an idle VM a ping-pong waits for halted vCPUs to wake:
     # tcp.rr here reads 30 us on a quiet host and 7 us beside a CPU hog), so the difference
     # is the host's as much as the code's. Named, not judged.
-    if abs(base.busy - cand.busy) >= BUSY_CORES:
+    if differently_busy(base.busy, cand.busy):
         name, busier, other = (("candidate", cand, base) if cand.busy > base.busy
                                else ("baseline", base, cand))
         return Judgement(DISTURBED, p_adjusted, evidence,
@@ -126,6 +126,14 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
                                    f"(the other side {other.busy:.2g})"
                                    + (f" during {what}" if what else ""))
     return Judgement(REGRESSED if worse else IMPROVED, p_adjusted, evidence)
+
+
+def differently_busy(a: float, b: float) -> bool:
+    """Did two sides run with clearly different amounts of other work: at least BUSY_CORES
+    cores apart and a quarter of the busier side's (1.0 vs 1.2 cores, both beside the same
+    hog, is one state; 0 vs 1 is two)?"""
+    gap = abs(a - b)
+    return gap >= BUSY_CORES and gap >= 0.25 * max(a, b)
 
 
 def needs_text(base: Side, cand: Side, history_runs: int = 0) -> str:
