@@ -52,3 +52,33 @@ def test_export_bad_input_is_one_clear_error(tmp_path):
                        "'nope' is not a results directory, run id or label")
     assert_clean_error(netbench("export", "--results", str(tmp_path / "none")),
                        "no results in the store")
+
+
+def test_no_run_id_on_any_series_so_a_new_run_adds_none(tmp_path):
+    """README: no run id on the series. Two runs of one label export the same series (the
+    run's start and case counts included), and a label's runs together stay unique."""
+    res = tmp_path / "res"
+    for _ in range(2):
+        assert netbench("run", "mem.copy", "-p", "msg_size=1M", "-p", "iterations=2",
+                        "--results", str(res), "--label", "nightly").returncode == 0
+    runs = pd.read_parquet(res).sort_values("started_at")["run_id"].unique()
+
+    def series(*args):
+        proc = netbench("export", "--results", str(res), *args)
+        assert proc.returncode == 0, proc.stderr
+        families = list(om_parse(proc.stdout))
+        keys = [(f.name, tuple(sorted(s.labels.items()))) for f in families for s in f.samples]
+        assert len(keys) == len(set(keys)), proc.stdout
+        return {f.name: f for f in families}, set(keys)
+
+    first, first_keys = series("--run", runs[0])
+    second, second_keys = series("--run", runs[1])
+    assert first_keys == second_keys
+    assert not any("run_id" in dict(labels) for _, labels in first_keys)
+    both, both_keys = series("--label", "nightly")
+    assert both_keys == second_keys
+    # Both runs: the newest one's start, and its cases (not the sum of the two).
+    (started,) = both["netbench_run_started_seconds"].samples
+    assert started.value == second["netbench_run_started_seconds"].samples[0].value
+    counts = {s.labels["status"]: s.value for s in both["netbench_run_cases"].samples}
+    assert counts == {"ok": 1, "skipped": 0, "failed": 0}

@@ -7,7 +7,8 @@ case (the params that name it), host, peer, device, unit, direction and label (n
 a series stays one series from run to run); repeats of a case are their median, so a series
 is never duplicated. No sample timestamps (the textfile collector
 refuses them): the run's start is its own gauge, ``netbench_run_started_seconds``, and the
-case counts by status are ``netbench_run_cases``.
+case counts by status are ``netbench_run_cases``, both per label, host and suite (the newest
+run's), never per run id.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ def _number(value: float) -> str:
                                                              ("+Inf" if value > 0 else "-Inf"))
 
 
+def _stamp(started: Any) -> float:
+    """A run's start as Unix time (NaN where unknown)."""
+    return started.timestamp() if hasattr(started, "timestamp") else float("nan")
+
+
 def openmetrics(rows: Iterable[Mapping[str, Any]]) -> str:
     """The rows of one or more runs as OpenMetrics text, ending with ``# EOF``."""
     rows = [dict(r) for r in rows]
@@ -70,25 +76,33 @@ def openmetrics(rows: Iterable[Mapping[str, Any]]) -> str:
         for key, values in series[family].items():
             labels = "{" + ",".join(f'{k}="{v}"' for k, v in key) + "}"
             out.append(f"{family}{labels} {_number(median_sorted(sorted(values)))}")
-    runs: dict[str, Mapping[str, Any]] = {}
+    # The run-level gauges carry no run id either: per (label, host, suite) the newest run's
+    # start and its case counts, so a run replaces the last one's values, never adds series.
+    newest: dict[tuple[str, ...], Mapping[str, Any]] = {}
     cases: dict[tuple[str, str], set[Any]] = {}
     for r in rows:
-        runs.setdefault(str(r.get("run_id")), r)
+        key = tuple(_label_value(r.get(k)) for k in ("label", "host", "suite"))
+        held = newest.get(key)
+        if held is None or (_stamp(r.get("started_at")), str(r.get("run_id"))) > (
+                _stamp(held.get("started_at")), str(held.get("run_id"))):
+            newest[key] = r
         cases.setdefault((str(r.get("run_id")), str(r.get("status"))), set()).add(
             r.get("case_index"))
     out.append(f"# TYPE {PREFIX}run_started_seconds gauge")
-    out.append(f"# HELP {PREFIX}run_started_seconds when the run started (Unix time)")
-    for run_id, r in runs.items():
-        started = r.get("started_at")
-        stamp = started.timestamp() if hasattr(started, "timestamp") else float("nan")
-        labels = _labels({"run_id": run_id, "label": r.get("label"), "host": r.get("host"),
+    out.append(f"# HELP {PREFIX}run_started_seconds when the newest run of this label, host "
+               "and suite started (Unix time)")
+    for r in newest.values():
+        labels = _labels({"label": r.get("label"), "host": r.get("host"),
                           "suite": r.get("suite")})
-        out.append(f"{PREFIX}run_started_seconds{labels} {_number(stamp)}")
+        out.append(f"{PREFIX}run_started_seconds{labels} {_number(_stamp(r.get('started_at')))}")
     out.append(f"# TYPE {PREFIX}run_cases gauge")
-    out.append(f"# HELP {PREFIX}run_cases cases of the run by status")
-    for run_id in runs:
+    out.append(f"# HELP {PREFIX}run_cases cases of the newest run of this label, host and "
+               "suite, by status")
+    for r in newest.values():
+        run_id = str(r.get("run_id"))
         for status in ("ok", "skipped", "failed"):
-            out.append(f"{PREFIX}run_cases{_labels({'run_id': run_id, 'status': status})} "
-                       f"{len(cases.get((run_id, status), ()))}")
+            labels = _labels({"label": r.get("label"), "host": r.get("host"),
+                              "suite": r.get("suite"), "status": status})
+            out.append(f"{PREFIX}run_cases{labels} {len(cases.get((run_id, status), ()))}")
     out.append("# EOF")
     return "\n".join(out) + "\n"
