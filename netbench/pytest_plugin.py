@@ -121,6 +121,8 @@ class NetbenchRunner:
             result = runner.run(plan)
         except NetbenchError as exc:
             pytest.fail(f"netbench: {exc}", pytrace=False)
+        if result.interrupted:      # the run kept its rows and stopped: so does the session
+            raise KeyboardInterrupt
         for row in result.rows:
             if row["status"] == "failed":
                 pytest.fail(f"{benchmark}: {row['reason']}", pytrace=False)
@@ -150,7 +152,11 @@ def netbench_benchmark(request: Any, netbench: NetbenchRunner) -> Callable[..., 
     bench_fixture = request.getfixturevalue("benchmark")     # needs pytest-benchmark
 
     def run(benchmark: str, metric: str, **params: Any) -> NetbenchResult:
-        result = netbench.run(benchmark, **params)
+        try:
+            result = netbench.run(benchmark, **params)
+        except pytest.skip.Exception:
+            bench_fixture.skipped = True    # else its teardown warns "fixture was not used"
+            raise
         row = result.row(metric)
         seconds = as_seconds(result.samples(metric), row["unit"], row["better"])
         if not seconds:

@@ -77,3 +77,18 @@ def test_fixtures_run_benchmarks_and_feed_pytest_benchmark(pytester, tmp_path, m
                                          "--benchmark-compare-fail=mean:10%")
     assert gate.ret != 0
     assert "Field 'mean' has failed PercentageRegressionCheck" in gate.stderr.str()
+
+
+def test_a_skipped_benchmark_skips_and_says_nothing_else(pytester, tmp_path, monkeypatch):
+    """netbench_benchmark on a case that cannot run here: a skip with the reason, not also
+    pytest-benchmark's "fixture was not used" (an error under -W error)."""
+    _plugin(pytester.path, monkeypatch)
+    pytester.makepyfile(textwrap.dedent('''
+        def test_skipped_benchmark(netbench_benchmark):
+            netbench_benchmark("demo.never", "x")
+    '''))
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", "-W", "error",
+                                        "--netbench-results", str(tmp_path / "rows"))
+    out.assert_outcomes(skipped=1)
+    out.stdout.fnmatch_lines(["*no such hardware here*"])
+    assert "was not used" not in out.stdout.str() + out.stderr.str()
