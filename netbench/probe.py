@@ -89,6 +89,20 @@ def _pci_name(vendor: str | None, device: str | None) -> str | None:
     return None
 
 
+_PCI_ADDRESS = re.compile(r"[0-9a-fA-F]{4,}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+
+
+def _pci_function(device: Path, sysfs: Path) -> Path | None:
+    """The PCI function a netdev's device is or sits under: a virtio NIC's device is
+    ``virtio2``, a child of its PCI function. None on no PCI bus (virtio-mmio, platform)."""
+    here, top = Path(os.path.realpath(device)), Path(os.path.realpath(sysfs))
+    while here != top and here != here.parent:
+        if _PCI_ADDRESS.fullmatch(here.name):
+            return here
+        here = here.parent
+    return None
+
+
 def probe_nics(sysfs: Path, use_ioctl: bool = True) -> list[dict[str, Any]]:
     nics = []
     net = sysfs / "class" / "net"
@@ -109,9 +123,10 @@ def probe_nics(sysfs: Path, use_ioctl: bool = True) -> list[dict[str, Any]]:
         }
         if driver_link.exists():
             nic["driver"] = os.path.basename(os.path.realpath(driver_link))
-        if dev.exists():
-            nic["pci_address"] = os.path.basename(os.path.realpath(dev))
-            model = _pci_name(_read(dev / "vendor"), _read(dev / "device"))
+        function = _pci_function(dev, sysfs) if dev.exists() else None
+        if function is not None:
+            nic["pci_address"] = function.name
+            model = _pci_name(_read(function / "vendor"), _read(function / "device"))
             if model:
                 nic["model"] = model
         if use_ioctl:
@@ -239,6 +254,14 @@ def _cpu_model(proc: Path) -> str | None:
     return platform.processor() or None
 
 
+def _last_level_cache(root: Path) -> dict[str, int] | None:
+    """cpu0's last-level data cache ({"bytes", "level"}): what a memory bound must exceed."""
+    from netbench.api import last_level_cache
+
+    found = last_level_cache(root)
+    return {"bytes": found[0], "level": found[1]} if found else None
+
+
 def _os_name() -> str | None:
     text = _read(Path("/etc/os-release")) or ""
     for line in text.splitlines():
@@ -276,6 +299,7 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         "cpu_cores": os.cpu_count(),
         "cpu_physical_cores": physical,
         "memory_bytes": memory,
+        "cpu_cache": _last_level_cache(root),
         "sysfs_root": str(root),
         "nics": probe_nics(root, use_ioctl=live),
         "rdma_devices": probe_rdma(root),
