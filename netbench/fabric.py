@@ -13,8 +13,10 @@ named when the join times out; every wait has a deadline.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import math
 import socket
 import threading
 import time
@@ -37,6 +39,8 @@ from netbench.wire import parse_hostport
 JOIN_TIMEOUT = 120.0      # seconds for every rank to join the rendezvous
 ROUND_SLACK = 30.0        # beyond a round's case timeouts, before a silent rank is declared gone
 POLL = 0.05
+CHECK_CHUNK = 1024        # keys asked about in one round trip while waiting
+SHOWN = 10                # ranks or hosts an error lists before "and N more"
 
 
 @dataclass(frozen=True)
@@ -166,10 +170,28 @@ class Rendezvous:
         self._call(self.store.set, key, json.dumps(value, default=_jsonable))
 
     def get(self, key: str) -> Any:
-        return json.loads(self._call(self.store.get, key))
+        raw = self._call(self.store.get, key)
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise NetbenchError(f"the rendezvous {self.where} holds something that is not "
+                                f"netbench's JSON under {key!r}: {_clip(raw)}") from None
 
     def has(self, key: str) -> bool:
-        return bool(self._call(self.store.check, [key]))
+        return self.has_all([key])
+
+    def has_all(self, keys: Sequence[str]) -> bool:
+        return bool(self._call(self.store.check, list(keys)))
+
+    def claim(self, key: str, value: Any) -> Any:
+        """Set ``key`` unless it is set already (one atomic compare-and-set); what it holds
+        afterwards: ``value``, or the record of whoever set it first."""
+        text = json.dumps(value, default=_jsonable)
+        got = self._call(self.store.compare_set, key, "", text)
+        try:
+            return json.loads(got)
+        except (ValueError, RecursionError):
+            return got if isinstance(got, str) else bytes(got).decode("utf-8", "replace")
 
     def abort(self, reason: str) -> None:
         """Rank 0 cannot go on: every rank stops with its reason, not a lost connection."""
@@ -180,16 +202,80 @@ class Rendezvous:
             pass
 
     def wait_for(self, keys: Sequence[str], deadline: float) -> list[str]:
-        """The keys still missing at ``deadline`` (monotonic); [] when all arrived."""
+        """The keys still missing at ``deadline`` (monotonic); [] when all arrived. Keys are
+        asked about in chunks, and the deadline is kept between round trips, so a world of
+        a million ranks ends on time too (keys not asked about by then count as missing)."""
         missing = list(keys)
         while missing:
-            missing = [k for k in missing if not self.has(k)]
+            missing = self._absent(missing, deadline)
             if not missing or time.monotonic() >= deadline:
                 break
             if self.has("abort"):
-                raise NetbenchError(self.get("abort"))
+                raise NetbenchError(_clip(self.get("abort"), 2000))
             time.sleep(POLL)
         return missing
+
+    def _absent(self, keys: list[str], deadline: float) -> list[str]:
+        """The keys not in the store: a chunk at a time, a chunk with some missing halved
+        until they are found (a few round trips for one missing rank among thousands)."""
+        absent: list[str] = []
+        todo = [keys[i:i + CHECK_CHUNK] for i in range(0, len(keys), CHECK_CHUNK)][::-1]
+        asked = False
+        while todo:
+            if asked and time.monotonic() >= deadline:
+                absent.extend(k for part in reversed(todo) for k in part)
+                break
+            part = todo.pop()
+            asked = True
+            if self.has_all(part):
+                continue
+            if len(part) == 1:
+                absent.extend(part)
+            else:
+                todo.extend((part[len(part) // 2:], part[:len(part) // 2]))
+        return absent
+
+
+def _clip(value: Any, limit: int = 120) -> str:
+    """A value from the rendezvous as one printable line, cut to ``limit``."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = json.dumps(text)[1:-1] if not text.isprintable() else text
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+_JOIN = {"host": str, "device": str, "addr": str, "port": int, "nonce": str}
+
+
+def _endpoint(rank: int, record: Any) -> Endpoint:
+    """A rank's join record, checked: anything but what a netbench rank writes is refused by
+    name, never a TypeError."""
+    ok = isinstance(record, dict) and all(
+        isinstance(record.get(k), t) and not isinstance(record.get(k), bool)
+        for k, t in _JOIN.items())
+    if ok:
+        texts = (record["host"], record["device"], record["addr"])
+        ok = all(len(t) <= 255 and t.isprintable() for t in texts) and bool(
+            record["host"]) and bool(record["addr"]) and 0 < record["port"] < 65536
+    if not ok:
+        raise NetbenchError(f"rank {rank}'s join record in the rendezvous is malformed: "
+                            f"{_clip(record)} (a rank writes host, device, addr, port and "
+                            "nonce; is every rank the same netbench version?)")
+    return Endpoint(rank, record["host"], record["device"], record["addr"], record["port"])
+
+
+def _who(record: Any) -> str:
+    """A join record in a message: host (device) at addr:port, or the raw record."""
+    if isinstance(record, dict) and isinstance(record.get("host"), str):
+        device = record.get("device")
+        return (_clip(record["host"], 80) + (f" (device {_clip(device, 40)})" if device else "")
+                + f" at {_clip(record.get('addr'), 60)}:{_clip(record.get('port'), 8)}")
+    return _clip(record)
+
+
+def _listed(items: Sequence[str], total: int | None = None) -> str:
+    total = len(items) if total is None else total
+    more = total - min(len(items), SHOWN)
+    return ", ".join(items[:SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
 def _jsonable(value: Any) -> Any:
@@ -204,7 +290,10 @@ _TIMES = ("started_at", "case_started_at")
 def _decoded(row: dict[str, Any]) -> dict[str, Any]:
     for key in _TIMES:
         if isinstance(row.get(key), str):
-            row[key] = datetime.fromisoformat(row[key])
+            try:
+                row[key] = datetime.fromisoformat(row[key])
+            except ValueError:
+                row[key] = None            # a rank's garbage is not rank 0's crash
     return row
 
 
@@ -235,6 +324,12 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Any, options
     rank, world = launched.rank, launched.world_size
     if world < 2:
         raise UsageError(f"a fabric sweep needs at least two ranks; the world has {world}")
+    if not 0 <= rank < world:
+        raise UsageError(f"rank {rank} is outside the world of {world} (ranks 0..{world - 1}):"
+                         f" check the launcher's rank and world size variables")
+    if not 0 < options.join_timeout < math.inf:
+        raise UsageError(f"--join-timeout {options.join_timeout:g}: a positive, finite number "
+                         "of seconds")
     plan = check_plan(plan, options.direction, device)
     if options.rails and not device:
         raise UsageError("--rails pairs NIC i with NIC i: give each rank its NIC with --device")
@@ -279,18 +374,33 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Any, options
         server.stop()
 
 
+def _join(meet: Rendezvous, rank: int, world: int, me: Mapping[str, Any]) -> None:
+    """Publish this rank once: a second process with the same RANK finds the first one's
+    record (never overwrites it), and the sweep stops on every rank naming both."""
+    mine = {**me, "nonce": uuid.uuid4().hex}     # tells this process from a duplicate
+    first = meet.claim(f"join/{rank}", mine)
+    if isinstance(first, dict) and first.get("nonce") == mine["nonce"]:
+        return
+    reason = (f"rank {rank} was started twice: {_who(first)} joined as rank {rank} first, "
+              f"then {_who(mine)}; every process needs its own rank (0..{world - 1})")
+    meet.set("abort", reason)                    # every other rank stops with it too
+    raise UsageError(reason)
+
+
 def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world: int,
          me: Mapping[str, Any], store: Any, options: Options, say: Any) -> SweepResult:
-    meet.set(f"join/{rank}", me)
+    _join(meet, rank, world, me)
     missing = meet.wait_for([f"join/{r}" for r in range(world)],
                             time.monotonic() + options.join_timeout)
     if missing:
-        known = [meet.get(f"join/{r}")["host"] for r in range(world) if f"join/{r}" not in
-                 missing]
-        raise NetbenchError(f"rank(s) {', '.join(m.split('/')[1] for m in missing)} of {world} "
+        gone = {int(m.split("/")[1]) for m in missing}
+        joined = (r for r in range(world) if r not in gone)
+        known = [_who(meet.get(f"join/{r}")) for r in itertools.islice(joined, SHOWN)]
+        raise NetbenchError(f"rank(s) {_listed([str(r) for r in sorted(gone)])} of {world} "
                             f"never joined the rendezvous {meet.where} within "
-                            f"{options.join_timeout:g} s; joined: {', '.join(known)}")
-    endpoints = name_endpoints([Endpoint(r, **meet.get(f"join/{r}")) for r in range(world)])
+                            f"{options.join_timeout:g} s; joined: "
+                            f"{_listed(known, world - len(gone)) or 'none'}")
+    endpoints = name_endpoints([_endpoint(r, meet.get(f"join/{r}")) for r in range(world)])
     names = [e.name for e in endpoints]
     plan_schedule = sched.build(names, options.pattern, options.direction, options.k,
                                 options.center, options.pairs_file,
@@ -299,7 +409,10 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
         meet.set("run", {"run_id": uuid.uuid4().hex[:12],
                          "started_at": datetime.now(UTC).isoformat()})
     run = meet.get("run")
-    run_id, started = run["run_id"], datetime.fromisoformat(run["started_at"])
+    try:
+        run_id, started = str(run["run_id"]), datetime.fromisoformat(run["started_at"])
+    except (TypeError, KeyError, ValueError):
+        raise NetbenchError(f"the rendezvous' run record is malformed: {_clip(run)}") from None
     runner = Runner(NullStore(), env, label=options.label)
     base = runner.base(run_id, started, plan.suite)
     result = SweepResult(run_id, endpoints, plan_schedule)
@@ -339,8 +452,12 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                 if meet.wait_for([f"round/{number}"], time.monotonic() + per_round * 2):
                     raise NetbenchError(f"rank 0 ({endpoints[0].name}) stopped answering in "
                                         f"round {number + 1}: the sweep cannot be stored")
-                result.gone.update({int(r): why for r, why in
-                                    meet.get(f"round/{number}").items()})
+                verdict = meet.get(f"round/{number}")
+                if not isinstance(verdict, dict) or not all(
+                        str(r).isdigit() and isinstance(why, str) for r, why in verdict.items()):
+                    raise NetbenchError(f"the rendezvous' record of round {number + 1} is "
+                                        f"malformed: {_clip(verdict)}")
+                result.gone.update({int(r): why for r, why in verdict.items()})
         # The store lives in rank 0's process: it waits for the others' last read before
         # it ends, so none of them finds the rendezvous gone instead of the sweep done.
         if rank == 0:
@@ -395,12 +512,16 @@ def _collect(meet: Rendezvous, number: int, pairs: Any, offset: int, plan: Plan,
     rows: list[dict[str, Any]] = []
     for position, (client, server) in enumerate(pairs.tolist()):
         left = [r for r in (client, server) if r in result.gone]
+        malformed = ""
         if client not in result.gone and meet.has(f"rows/{number}/{client}"):
-            got = [_decoded(r) for r in meet.get(f"rows/{number}/{client}")]
-            if got or not left:
-                rows.extend(got)
-                continue
-        why = "; ".join(result.gone[r] for r in left) or "no rows came back"
+            got = meet.get(f"rows/{number}/{client}")
+            if isinstance(got, list) and all(isinstance(r, dict) for r in got):
+                if got or not left:
+                    rows.extend(_decoded(r) for r in got)
+                    continue
+            else:
+                malformed = f"its rows in the rendezvous are malformed: {_clip(got)}"
+        why = "; ".join(result.gone[r] for r in left) or malformed or "no rows came back"
         for i, planned in enumerate(plan.cases):
             index = (offset + position) * len(plan.cases) + i
             for row in runner.status_rows(index, planned, base, "failed",

@@ -1,8 +1,9 @@
 """A small key-value rendezvous for fabric sweeps where torch is not installed (a lean RDMA
 host, the soft-RoCE VM): rank 0 serves it, every rank sets and reads keys. It speaks the
 control protocol (length-prefixed JSON, never pickled or evaluated) with bounded messages,
-a bounded total, and a bounded number of connections; it offers the three calls the sweep
-uses of torch.distributed's TCPStore: ``set``, ``get`` and ``check``.
+a bounded total (keys and values, in bytes), and a bounded number of connections, each with
+deadlines; it offers the calls the sweep uses of torch.distributed's TCPStore: ``set``,
+``get``, ``check`` and ``compare_set``.
 """
 
 from __future__ import annotations
@@ -17,19 +18,35 @@ from netbench.errors import NetbenchError, PeerError
 from netbench.wire import Channel
 
 MAX_MESSAGE = 64 << 20        # one rank's rows of one round (samples included)
-MAX_TOTAL = 2 << 30           # everything the store holds
+MAX_TOTAL = 2 << 30           # everything the store holds: keys and values, UTF-8 bytes
+MAX_KEY = 1024                # bytes; the sweep's keys are short ("rows/12/345")
+FIRST_TIMEOUT = 5.0           # a new connection's first request must arrive within this
+IDLE_TIMEOUT = 60.0           # then each request within this (a client reconnects after it)
+EXTRA_CONNECTIONS = 8         # beyond one a rank
 CONNECT_RETRY = 0.2
 
 
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 class KVServer:
-    """Rank 0's store: a thread per connection, at most ``world + 8`` connections."""
+    """Rank 0's store: a thread per connection, at most ``world + 8`` connections. When they
+    are all taken, the oldest one that has not sent a request yet is dropped for the new one:
+    silent connections cannot keep a rank out (and each is dropped after FIRST_TIMEOUT)."""
 
     def __init__(self, port: int, world: int, bind: str) -> None:
         self.data: dict[str, str] = {}
         self.total = 0
         self.lock = threading.Lock()
-        self.slots = threading.BoundedSemaphore(world + 8)
-        self.sock = socket.create_server((bind, port), reuse_port=False)
+        self.max_connections = world + EXTRA_CONNECTIONS
+        self.open: dict[socket.socket, float | None] = {}   # -> accepted at, None once heard
+        try:
+            self.sock = socket.create_server((bind, port), reuse_port=False)
+        except OSError as exc:
+            raise NetbenchError(f"rank 0 cannot serve the rendezvous on {bind}:{port}: "
+                                f"{exc.strerror or exc} (another rank 0, or another job's "
+                                "rendezvous, on that port?)") from None
         self.sock.settimeout(0.5)
         self.stopped = threading.Event()
         threading.Thread(target=self._accept, name="kvstore", daemon=True).start()
@@ -42,27 +59,48 @@ class KVServer:
                 continue
             except OSError:
                 break
-            if not self.slots.acquire(blocking=False):
-                conn.close()
+            if not self._admit(conn):
+                conn.close()            # every slot is an active rank: the client retries
                 continue
             threading.Thread(target=self._serve, args=(conn, f"{addr[0]}:{addr[1]}"),
                              daemon=True).start()
         self.sock.close()
 
+    def _admit(self, conn: socket.socket) -> bool:
+        with self.lock:
+            if len(self.open) >= self.max_connections:
+                silent = [(t, c) for c, t in self.open.items() if t is not None]
+                if not silent:
+                    return False
+                oldest = min(silent, key=lambda item: item[0])[1]
+                del self.open[oldest]
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)   # its thread's recv ends at once
+                except OSError:
+                    pass
+            self.open[conn] = time.monotonic()
+        return True
+
     def _serve(self, conn: socket.socket, name: str) -> None:
         channel = Channel(conn, name, MAX_MESSAGE)
+        timeout = FIRST_TIMEOUT
         try:
             while not self.stopped.is_set():
                 try:
-                    request = channel.recv(None)
+                    request = channel.recv(timeout)
                 except PeerError:
-                    return                  # gone, or garbage: this connection ends
+                    return                  # gone, silent, or garbage: this connection ends
+                with self.lock:
+                    if conn in self.open:
+                        self.open[conn] = None  # heard from: never dropped for a newcomer
+                timeout = IDLE_TIMEOUT
                 channel.send(self._answer(request))
         except PeerError:
             pass
         finally:
             channel.close()
-            self.slots.release()
+            with self.lock:
+                self.open.pop(conn, None)
 
     def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
         op, key = request.get("op"), request.get("key")
@@ -74,21 +112,30 @@ class KVServer:
                 return {"ok": all(k in self.data for k in keys)}
         if not isinstance(key, str):
             return {"error": "a request needs a key (a string)"}
+        if _size(key) > MAX_KEY:
+            return {"error": f"a key is at most {MAX_KEY} bytes"}
         if op == "get":
             with self.lock:
                 value = self.data.get(key)
             return {"value": value} if value is not None else {"error": f"no key {key!r}"}
-        if op == "set":
-            value = request.get("value")
-            if not isinstance(value, str):
-                return {"error": "set needs a string value"}
+        if op in ("set", "compare_set"):
+            value, expected = request.get("value"), request.get("expected", "")
+            if not isinstance(value, str) or not isinstance(expected, str):
+                return {"error": f"{op} needs string values"}
             with self.lock:
-                grown = self.total + len(value) - len(self.data.get(key, ""))
+                current = self.data.get(key)
+                if op == "compare_set" and current != expected and not (
+                        current is None and expected == ""):
+                    # TCPStore's semantics: nothing set; the current value (or, for a key
+                    # that is absent, the expected one) comes back.
+                    return {"value": expected if current is None else current}
+                old = _size(key) + _size(current) if current is not None else 0
+                grown = self.total + _size(key) + _size(value) - old
                 if grown > MAX_TOTAL:
                     return {"error": f"the store is full ({MAX_TOTAL} bytes)"}
                 self.data[key], self.total = value, grown
-            return {"ok": True}
-        return {"error": f"unknown op {op!r}: set, get or check"}
+            return {"ok": True, "value": value} if op == "compare_set" else {"ok": True}
+        return {"error": f"unknown op {op!r}: set, get, check or compare_set"}
 
     def close(self) -> None:
         self.stopped.set()
@@ -100,10 +147,11 @@ class KVClient:
     def __init__(self, host: str, port: int, world: int, serve: bool, timeout: float) -> None:
         # Rank 0 listens on the rendezvous address it was given (its own), nowhere else.
         self.server = KVServer(port, world, host) if serve else None
+        self.host, self.port = host, port
         deadline = time.monotonic() + timeout
         while True:
             try:
-                sock = socket.create_connection((host, port), timeout=5)
+                sock = self._connect()
                 break
             except OSError as exc:
                 if time.monotonic() >= deadline:
@@ -114,9 +162,36 @@ class KVClient:
         self.lock = threading.Lock()
         self.timeout = timeout
 
+    def _connect(self) -> socket.socket:
+        return socket.create_connection((self.host, self.port), timeout=5)
+
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One request; a connection the store dropped (idle, or it was full) is opened again
+        and the request repeated (every request is idempotent), up to the store's timeout.
+        A store that refuses connections is gone: that fails at once."""
+        deadline = time.monotonic() + self.timeout
         with self.lock:
-            return self.channel.request(request, 60.0)
+            while True:
+                try:
+                    self.channel.send(request)
+                    reply = self.channel.recv(60.0)
+                    break
+                except PeerError as exc:
+                    dropped = "closed the connection" in str(exc) or \
+                        "lost connection" in str(exc)
+                    if not dropped or time.monotonic() >= deadline:
+                        raise
+                self.channel.close()
+                time.sleep(CONNECT_RETRY)
+                try:
+                    sock = self._connect()
+                except OSError as exc:
+                    raise PeerError(f"the rendezvous {self.host}:{self.port} is gone: "
+                                    f"{exc.strerror or exc}") from None
+                self.channel = Channel(sock, self.channel.peer_name, MAX_MESSAGE)
+        if reply.get("error"):
+            raise PeerError(f"{self.channel.peer_name}: {reply['error']}")
+        return reply
 
     def set(self, key: str, value: str | bytes) -> None:
         self._ask({"op": "set", "key": key,
@@ -135,6 +210,13 @@ class KVClient:
 
     def check(self, keys: Sequence[str]) -> bool:
         return bool(self._ask({"op": "check", "keys": list(keys)})["ok"])
+
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+        """As TCPStore's: set ``desired`` when the key holds ``expected`` (or is absent and
+        ``expected`` is empty); the value it holds afterwards."""
+        reply = self._ask({"op": "compare_set", "key": key, "expected": expected,
+                           "value": desired})
+        return str(reply["value"]).encode()
 
     def close(self) -> None:
         self.channel.close()

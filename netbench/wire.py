@@ -106,8 +106,11 @@ def parse_hostport(text: str, default_port: int) -> tuple[str, int]:
 
     host, port_text = text, None
     if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        if rest.startswith(":"):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise UsageError(f"peer {text!r}: an IPv6 address goes in brackets, then the "
+                             "port: [ADDR] or [ADDR]:PORT")
+        if rest:
             port_text = rest[1:]
     elif text.count(":") == 1:
         host, port_text = text.split(":")
