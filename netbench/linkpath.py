@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,12 +54,34 @@ def lane_gbytes(speed: float | None, width: int | None) -> float | None:
     return speed * ENCODING[speed] * width / 8
 
 
+MAX_ATTR_BYTES = 4 << 20      # a sysfs attribute is a page; /proc/cpuinfo of 1,000 cores ~2 MB
+
+
 def read_attr(path: Path) -> str | None:
-    """A sysfs attribute, stripped; None where missing or unreadable (the probe's one reader)."""
+    """A sysfs attribute, stripped; None where missing or unreadable (the probe's one reader).
+    Only a regular file of at most MAX_ATTR_BYTES is read: in a captured tree a FIFO would hang
+    the probe and a link to /dev/zero or a huge file would be read into memory whole; those
+    read as unknown, with a warning naming the file."""
+    from netbench.textfile import file_kind
+
+    def unknown(why: str) -> None:
+        warnings.warn(f"{path}: {why}; read as unknown", stacklevel=3)
+
     try:
-        return path.read_text(errors="replace").strip()
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            return unknown(f"{file_kind(mode)}, not a regular file")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                return unknown(f"{file_kind(mode)}, not a regular file")
+            data = f.read(MAX_ATTR_BYTES + 1)
     except OSError:
         return None
+    if len(data) > MAX_ATTR_BYTES:
+        return unknown(f"larger than {MAX_ATTR_BYTES >> 20} MiB, which no attribute is")
+    return data.decode(errors="replace").strip()
 
 
 def read_int(path: Path) -> int | None:

@@ -19,6 +19,7 @@ import re
 import socket
 import struct
 import subprocess
+import warnings
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -335,13 +336,17 @@ def _apply_captured_host(env: dict[str, Any], root: Path) -> None:
     """A captured tree's fingerprint is the captured host's: its own facts replace those of
     the machine reading the capture (which are only what that one happens to run)."""
     path = root / linkpath.CAPTURED_PROC / CAPTURED_HOST
+    text = _read(path)               # bounded: a regular file of a sane size, or None
     try:
-        facts = json.loads(path.read_text())
-    except (OSError, ValueError):
-        env["captured_host_facts"] = False     # an older capture: host facts are the reader's
-        return
+        facts = json.loads(text) if text is not None else None
+    except (ValueError, RecursionError):
+        facts = None
+    if text is not None and not _flat_facts(facts):
+        warnings.warn(f"{path}: not a JSON object of host facts ({', '.join(HOST_FIELDS)}, "
+                      "nics); the reading host's facts are used", stacklevel=2)
+        facts = None
     if not isinstance(facts, dict):
-        env["captured_host_facts"] = False
+        env["captured_host_facts"] = False     # an older capture: host facts are the reader's
         return
     env["read_on"] = env.get("host")
     for key in HOST_FIELDS:
@@ -353,6 +358,18 @@ def _apply_captured_host(env: dict[str, Any], root: Path) -> None:
             if key in NIC_FIELDS and value:
                 nic[key] = value
     env["captured_host_facts"] = True
+
+
+def _flat_facts(facts: Any, depth: int = 3) -> bool:
+    """Host facts as ``probe --capture`` writes them: an object of scalars and tables (the
+    versions, each NIC's facts) a few levels deep, never deeper (they are stored in every
+    run's fingerprint, and a deep one would exhaust whatever reads it next)."""
+    if isinstance(facts, str | int | float | None):
+        return depth < 3                 # the top level is an object
+    if isinstance(facts, dict | list) and depth > 0:
+        return all(_flat_facts(v, depth - 1)
+                   for v in (facts.values() if isinstance(facts, dict) else facts))
+    return False
 
 
 def nic_summary(env: Mapping[str, Any], device: str | None) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 import time
 import tomllib
@@ -14,18 +15,61 @@ from typing import Any
 
 from netbench.errors import NetbenchError, UsageError
 
+MAX_TEXT_BYTES = 64 << 20    # a suite, spec or thresholds file is never near this
+MAX_TOML_DEPTH = 32          # arrays and tables within each other; real files use 3 or 4
 
-def read_text(path: str | Path, what: str = "file") -> str:
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | Path, what: str = "file") -> Any:
+    """``path`` opened for binary reading, if it is a regular file: a FIFO would block the
+    reader and a device (/dev/zero) never ends. Checked before opening (so a device is never
+    opened) and again on the open file (so nothing swapped in between gets through)."""
     path = Path(path)
+
+    def refuse(mode: int) -> UsageError:
+        return UsageError(f"cannot read {what} {path}: it is {file_kind(mode)}; name a "
+                          "regular file")
+
     try:
-        return path.read_text(encoding="utf-8")
-    except IsADirectoryError:
-        raise UsageError(f"cannot read {what} {path}: it is a directory") from None
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise refuse(mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise refuse(mode)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_text(path: str | Path, what: str = "file", limit: int | None = MAX_TEXT_BYTES) -> str:
+    """A regular file's UTF-8 text, at most ``limit`` bytes (None: any size)."""
+    path = Path(path)
+    try:
+        with open_regular(path, what) as f:
+            data = f.read() if limit is None else f.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if limit is not None and len(data) > limit:
+        raise UsageError(f"cannot read {what} {path}: larger than {limit >> 20} MiB, which a "
+                         f"{what} never is; name the right file")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = exc.object[:exc.start].count(b"\n") + 1
-        raise UsageError(f"{path}:{line}: not UTF-8 text (byte {exc.object[exc.start]:#04x} "
+        line = data[:exc.start].count(b"\n") + 1
+        raise UsageError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x} "
                          f"at offset {exc.start})") from None
 
 
@@ -62,7 +106,10 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         write(tmp)
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass            # a read-only filesystem refuses even that (EROFS), or tmp is a dir
         raise NetbenchError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
@@ -70,8 +117,37 @@ def load_toml(path: str | Path, what: str = "file") -> tuple[dict[str, Any], str
     """The parsed table and the text (for line numbers in later errors)."""
     text = read_text(path, what)
     try:
-        return tomllib.loads(text), text
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         where = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         prefix = f"{path}:{where.group(1)}:{where.group(2)}" if where else str(path)
         raise UsageError(f"{prefix}: not valid TOML: {exc}") from None
+    except RecursionError:       # tomllib parses nested arrays and tables recursively
+        data = None
+    if data is None or _depth(data) > MAX_TOML_DEPTH:
+        raise UsageError(f"{path}: arrays or tables nested too deeply; a {what} nests them "
+                         f"at most {MAX_TOML_DEPTH} deep")
+    return data, text
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and tables nest in ``value``, found without recursion (so a deep
+    value cannot exhaust the stack of whatever reads it next)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_TOML_DEPTH:
+                stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                      else item))
+    return deepest
+
+
+def printable(text: Any) -> str:
+    """``text`` safe for a terminal: control and other invisible characters (an ANSI escape,
+    a newline in a stored label) shown escaped (``\\x1b``, ``\\n``), the rest as it is."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
