@@ -32,6 +32,10 @@ from netbench.errors import NetbenchError, UsageError
 from netbench.textfile import load_toml
 
 DEFAULT_TIMEOUT = 300.0
+# Cases one plan may hold: a 2,000-case run is the largest measured (bench/store_append.py);
+# a suite that expands to millions (a few long sweeps multiplied) is a mistake that would
+# cost seconds and gigabytes before the first case, so it is refused before it is built.
+MAX_CASES = 50_000
 _CASE_KEYS = ("benchmark", "timeout")
 _SUITE_KEYS = ("name", "description", "softroce", "repeat")
 
@@ -55,8 +59,21 @@ class Plan:
 def plan_single(name: str, raw_params: Mapping[str, Any],
                 timeout: float | None = None) -> Plan:
     bench = registry.get(name)
+    _check_size(case_count(bench, raw_params), f"{name}: its -p sweeps")
     cases = bench.expand(raw_params)
     return Plan(name, [PlannedCase(c, bench, timeout or DEFAULT_TIMEOUT) for c in cases])
+
+
+def case_count(bench: Benchmark, raw: Mapping[str, Any]) -> int:
+    """How many cases ``bench.expand(raw)`` gives, found without building them."""
+    resolved = bench.resolve_params(raw)
+    return math.prod(len(resolved[p.name]) for p in bench.params if p.sweep)
+
+
+def _check_size(count: int, what: str) -> None:
+    if count > MAX_CASES:
+        raise UsageError(f"{what} expand to {count:,} cases; a plan may have at most "
+                         f"{MAX_CASES:,}: sweep fewer values, or split it into runs")
 
 
 def parse_cli_params(items: list[str]) -> dict[str, str]:
@@ -122,6 +139,7 @@ def load_suite(path: str | Path, timeout: float | None = None,
     if not isinstance(entries, list) or not entries:
         fail("no [[case]] entries: nothing to run")
     planned: list[PlannedCase] = []
+    total = 0
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict):
             fail(f"each case must be a [[case]] table, not {entry!r}", None, "case")
@@ -143,6 +161,10 @@ def load_suite(path: str | Path, timeout: float | None = None,
                 bench.param_spec(key).parse(value)
             except UsageError as exc:
                 fail(f"key {key!r}: {exc}", index, key)
+        total += case_count(bench, raw)
+        if total > MAX_CASES:
+            fail(f"the cases up to this one expand to {total:,} cases; a plan may have at most "
+                 f"{MAX_CASES:,}: sweep fewer values, or split the suite", index)
         planned.extend(PlannedCase(c, bench, float(timeout or case_timeout))  # CLI wins
                        for c in bench.expand(raw))
     override, repeat = repeat, meta.get("repeat", 1)
@@ -157,4 +179,6 @@ def repeated(plan: Plan, times: int) -> Plan:
     drift in the machine hits every case alike and compare gets repeats to judge noise by."""
     if times <= 1:
         return plan
+    _check_size(len(plan.cases) * times, f"{plan.suite}: {len(plan.cases):,} cases x {times} "
+                "repeats")
     return Plan(plan.suite, [c for _ in range(times) for c in plan.cases], plan.options)
