@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import sys
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
@@ -237,8 +238,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     for reason, names in skipped.items():
         err.write(f"skipped: {', '.join(dict.fromkeys(names))}"
                   f"{f' ({len(names)} cases)' if len(names) > 1 else ''}: {reason}\n")
-    counts = ", ".join(f"{result.count(s)} {s}" for s in ("ok", "skipped", "failed"))
-    err.write(f"stored {len(result.rows)} rows ({counts} cases) in {result.path}\n")
+    # What the run's file holds (a part that turned unreadable is not in it), not what ran.
+    n_rows, by_status = len(result.rows), {s: result.count(s) for s in
+                                           ("ok", "skipped", "failed")}
+    kept = store.stored(result.path) if hasattr(store, "stored") and result.path else None
+    if kept is not None:
+        n_rows, by_status = kept
+    counts = ", ".join(f"{by_status[s]} {s}" for s in ("ok", "skipped", "failed"))
+    if kept is not None and resume is not None:
+        counts += " in the whole run"
+    err.write(f"stored {n_rows} rows ({counts} cases) in {result.path}\n")
     if result.interrupted:
         err.write("netbench: interrupted; finished rows were kept\n")
         return 130
@@ -409,6 +418,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from netbench.store import ResultStore
+    from netbench.textfile import printable as shown  # a label may hold ANSI escapes
 
     index = ResultStore(args.results).runs()
     if args.label:
@@ -424,15 +434,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
     print(f"{'run id':<12}  {'label':<24} {'started (UTC)':<19}  {'host':<16} "
           f"{'suite':<18} {'ok':>3} {'skip':>4} {'fail':>4}  {'state':<11} benchmarks")
     for row in index.itertuples():
-        benches = ", ".join(row.benchmarks)
-        print(f"{row.run_id:<12}  {(row.label or '-')[:24]:<24} "
-              f"{row.started_at.strftime('%Y-%m-%d %H:%M:%S'):<19}  {(row.host or '-')[:16]:<16} "
-              f"{(row.suite or '-')[:18]:<18} {row.ok:>3} {row.skipped:>4} {row.failed:>4}  "
+        benches = shown(", ".join(row.benchmarks))
+        print(f"{shown(row.run_id):<12}  {shown(row.label or '-')[:24]:<24} "
+              f"{row.started_at.strftime('%Y-%m-%d %H:%M:%S'):<19}  "
+              f"{shown(row.host or '-')[:16]:<16} "
+              f"{shown(row.suite or '-')[:18]:<18} {row.ok:>3} {row.skipped:>4} {row.failed:>4}  "
               f"{row.state:<11} {benches[:60] + ('...' if len(benches) > 60 else '')}")
     stopped = index[index["state"] == "interrupted"]
     if not stopped.empty:
         print(f"interrupted: continue one with `netbench run SUITE --resume "
-              f"{stopped['run_id'].iloc[-1]}` (same suite, same host)")
+              f"{shown(stopped['run_id'].iloc[-1])}` (same suite, same host)")
     return 0
 
 
@@ -753,7 +764,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _warning_line(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """A warning (a skipped store file, a sysfs file read as unknown) as one line, as errors
+    are: no source line, no warning class, nothing a terminal would interpret."""
+    from netbench.textfile import printable
+
+    print(f"netbench: warning: {printable(message)}", file=file or sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.showwarning = _warning_line
     args = build_parser().parse_args(argv)
     if getattr(args, "timeout", None) is not None and not 0 < args.timeout < math.inf:
         print("netbench: error: --timeout must be a positive, finite number of seconds",

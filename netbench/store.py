@@ -15,15 +15,14 @@ import json
 import math
 import os
 import re
-import shutil
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from netbench.api import json_safe
-from netbench.errors import NetbenchError
-from netbench.textfile import check_writable, read_text, write_atomic
+from netbench.errors import NetbenchError, UsageError
+from netbench.textfile import check_writable, open_regular, read_text, write_atomic
 
 SCHEMA_VERSION = 1
 MAX_STORED_SAMPLES = 100_000   # beyond this, samples are thinned evenly; n_samples stays true
@@ -74,31 +73,53 @@ def arrow_schema() -> Any:
                      metadata={"netbench_schema_version": str(SCHEMA_VERSION)})
 
 
+class _RunFacts:
+    """What a run's footer says about its rows, gathered row by row (an import streams)."""
+
+    def __init__(self) -> None:
+        self.first: Mapping[str, Any] | None = None
+        self.hosts: set[str] = set()
+        self.benchmarks: set[str] = set()
+        self.ok_benchmarks: set[str] = set()
+        self.by_case: dict[Any, set[str]] = {}
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        if self.first is None:
+            self.first = {k: row.get(k) for k in ("run_id", "label", "started_at", "suite")}
+        if row.get("host"):
+            self.hosts.add(str(row.get("host")))
+        self.benchmarks.add(str(row.get("benchmark")))
+        if row.get("status") == "ok":
+            self.ok_benchmarks.add(str(row.get("benchmark")))
+        self.by_case.setdefault(row.get("case_index"), set()).add(str(row.get("status")))
+
+    def metadata(self) -> dict[str, str]:
+        """Run-level facts kept in the file footer, so a store's index needs no column reads."""
+        first = self.first
+        if first is None:
+            return {"netbench_schema_version": str(SCHEMA_VERSION)}
+        started = first.get("started_at")
+        hosts = sorted(self.hosts)       # a run of several hosts (a fabric sweep): how many
+        return {
+            "netbench_schema_version": str(SCHEMA_VERSION),
+            "netbench_run_id": str(first.get("run_id") or ""),
+            "netbench_label": str(first.get("label") or ""),
+            "netbench_started_at": started.isoformat() if hasattr(started, "isoformat")
+            else str(started),
+            "netbench_suite": str(first.get("suite") or ""),
+            "netbench_host": hosts[0] if len(hosts) == 1 else
+            f"{len(hosts)} hosts" if hosts else "",
+            "netbench_benchmarks": json.dumps(sorted(self.benchmarks)),
+            "netbench_ok_benchmarks": json.dumps(sorted(self.ok_benchmarks)),
+            "netbench_cases": json.dumps(_by_status(self.by_case)),
+        }
+
+
 def _run_metadata(rows: list[Mapping[str, Any]]) -> dict[str, str]:
-    """Run-level facts kept in the file footer, so a store's index needs no column reads."""
-    if not rows:
-        return {"netbench_schema_version": str(SCHEMA_VERSION)}
-    first = rows[0]
-    started = first.get("started_at")
-    return {
-        "netbench_schema_version": str(SCHEMA_VERSION),
-        "netbench_run_id": str(first.get("run_id") or ""),
-        "netbench_label": str(first.get("label") or ""),
-        "netbench_started_at": started.isoformat() if hasattr(started, "isoformat")
-        else str(started),
-        "netbench_suite": str(first.get("suite") or ""),
-        "netbench_host": _hosts_text(rows),
-        "netbench_benchmarks": json.dumps(sorted({str(r["benchmark"]) for r in rows})),
-        "netbench_ok_benchmarks": json.dumps(sorted({str(r["benchmark"]) for r in rows
-                                                     if r.get("status") == "ok"})),
-        "netbench_cases": json.dumps(case_counts(rows)),
-    }
-
-
-def _hosts_text(rows: list[Mapping[str, Any]]) -> str:
-    """The run's host; a run of several (a fabric sweep) says how many."""
-    hosts = sorted({str(r.get("host")) for r in rows if r.get("host")})
-    return hosts[0] if len(hosts) == 1 else f"{len(hosts)} hosts" if hosts else ""
+    facts = _RunFacts()
+    for row in rows:
+        facts.add(row)
+    return facts.metadata()
 
 
 def case_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -107,6 +128,10 @@ def case_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     by_case: dict[Any, set[str]] = {}
     for row in rows:
         by_case.setdefault(row.get("case_index"), set()).add(str(row.get("status")))
+    return _by_status(by_case)
+
+
+def _by_status(by_case: Mapping[Any, set[str]]) -> dict[str, int]:
     counts = {"ok": 0, "skipped": 0, "failed": 0}
     for statuses in by_case.values():
         status = "failed" if "failed" in statuses else "ok" if "ok" in statuses else "skipped"
@@ -133,6 +158,12 @@ def clean_value(value: float | None) -> float | None:
 
 PARTS = ".parts"           # suffix of a run's folder of part files while it is written
 LOCK = ".lock"             # inside it: held (flock) by the process writing the run
+# Inside it too: its writer had every case in and began compacting. Left behind by a writer
+# killed mid-compaction, it tells the next reader or writer to finish the job (nothing is
+# left to measure, so `--resume` has nothing to run).
+COMPACTING = ".compacting"
+RUN_ID = re.compile(r"[A-Za-z0-9_]{1,64}")
+RUN_ID_RULE = "1 to 64 ASCII letters, digits or underscores (netbench makes 12 hex digits)"
 CATALOG = "_catalog.parquet"   # the finished runs' footers, cached (ResultStore.runs)
 
 
@@ -238,12 +269,12 @@ class RunWriter:
         """Compact the parts into the run's file (atomically), then remove them; release."""
         try:
             if compact:
-                self.store.compact(self.path, self.parts, self.extra)
-                (self.parts / LOCK).unlink(missing_ok=True)
                 try:
-                    self.parts.rmdir()
+                    (self.parts / COMPACTING).touch()
                 except OSError:
-                    pass            # something else in there: left for the sweep
+                    pass            # the compaction below fails alike and says why
+                self.store.compact(self.path, self.parts, self.extra)
+                _remove_parts_dir(self.parts)
         finally:
             self._lock.close()
 
@@ -264,16 +295,58 @@ class ResultStore:
                                 "directory with --results")
         check_writable(self.directory, "results directory")
         for parts in self._parts_dirs():
-            if parts.with_name(parts.name[:-len(PARTS)] + ".parquet").exists() and \
-                    not _locked(parts):
-                shutil.rmtree(parts, ignore_errors=True)
+            # Parts beside their run's file: a compaction that died after its rename (they
+            # are in the file already) or a resume of a finished run killed before its own
+            # compaction (they are not): merging them in is right either way.
+            if (parts / COMPACTING).exists() or \
+                    parts.with_name(parts.name[:-len(PARTS)] + ".parquet").exists():
+                self._finish_compaction(parts)
+
+    def _finish_compaction(self, parts: Path) -> bool:
+        """Compact a run whose writer is gone (killed while compacting, see COMPACTING):
+        True if done. Best effort: where the store cannot be written, the parts stay and are
+        read as they are."""
+        import fcntl
+
+        try:
+            with open(parts / LOCK, "a+") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    return False                # a live writer: it compacts itself
+                path = parts.with_name(parts.name[:-len(PARTS)] + ".parquet")
+                self.compact(path, parts, _writer_extra(parts))
+                _remove_parts_dir(parts)
+        except Exception:    # noqa: BLE001 - a repair that cannot be made leaves things as are
+            return False
+        warnings.warn(f"finished compacting run {_run_of(path)} into {path} (its writer "
+                      "ended before it could)", StoreWarning, stacklevel=3)
+        return True
 
     def path_for(self, run_id: str, started_at: str) -> Path:
+        """The run's file. The one place a run id becomes a path, so the one place it is
+        checked: an imported row could name ``x.parts/../../elsewhere``."""
+        check_run_id(run_id)
         stamp = started_at.replace(":", "").replace("-", "")[:15]
+        if not re.fullmatch(r"[0-9T]{1,15}", stamp):
+            raise UsageError(f"started_at {started_at[:60]!r} is not an ISO time "
+                             "(2026-12-01T10:00:00+00:00)")
         return self.directory / f"{stamp}-{run_id}.parquet"
 
     def open_run(self, path: Path, extra: Mapping[str, str] | None = None) -> RunWriter:
         return RunWriter(self, path, extra or {})
+
+    def stored(self, path: Path) -> tuple[int, dict[str, int]] | None:
+        """What a run's file holds: rows, and cases by status (from its footer); None where
+        it has no readable file (its parts were never compacted)."""
+        import pyarrow.parquet as pq
+
+        try:
+            meta = pq.read_metadata(path)
+            cases = json.loads((meta.metadata or {})[b"netbench_cases"])
+            return meta.num_rows, {s: int(cases.get(s, 0)) for s in ("ok", "skipped", "failed")}
+        except Exception:       # noqa: BLE001 - missing, unreadable or foreign: not known
+            return None
 
     def write_run(self, path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
         """Atomically write one whole run's file (imports, tools)."""
@@ -304,8 +377,8 @@ class ResultStore:
         tables = [pq.read_table(path)] if path.exists() else []
         for part, table in zip(files, read_parts):
             if isinstance(table, Exception):
-                warnings.warn(f"skipping {part}: not a readable Parquet file ({table})",
-                              stacklevel=2)
+                warnings.warn(f"skipping {part}: not a readable Parquet file ({table}); "
+                              "its case is not stored", StoreWarning, stacklevel=2)
             else:
                 tables.append(table)
         schema = arrow_schema()
@@ -362,14 +435,27 @@ class ResultStore:
                     for entry in entries:
                         if keep(entry):
                             st = entry.stat()
-                            out.append((entry.name, (st.st_size, st.st_mtime_ns)))
-                    return sorted(out)
+                            out.append((entry.name, (st.st_size, st.st_mtime_ns),
+                                        (st.st_dev, st.st_ino)))
             except OSError:
                 return []
+            # A second name for one file (a hard link, a symlink in the store) is one run,
+            # read once: the name that sorts first stands for it.
+            seen: set[tuple[int, int]] = set()
+            kept = []
+            for name, stat, inode in sorted(out):
+                if inode not in seen:
+                    seen.add(inode)
+                    kept.append((name, stat))
+            return kept
 
         if self.directory.exists() and not self.directory.is_dir():
             raise NetbenchError(f"results directory {self.directory} is a file, not a store "
                                 "(a folder of run files); name a directory with --results")
+        if os.access(self.directory, os.W_OK):
+            for parts in self._parts_dirs():     # a writer killed while compacting
+                if (parts / COMPACTING).exists():
+                    self._finish_compaction(parts)
         done = scan(self.directory, lambda e: e.name.endswith(".parquet")
                     and not e.name.startswith((".", "_")) and e.is_file())
         names = {name[:-len(".parquet")] for name, _ in done}
@@ -409,7 +495,7 @@ class ResultStore:
                 meta = footers[name]
                 if isinstance(meta, Exception):
                     warnings.warn(f"skipping {path}: not a readable Parquet file ({meta})",
-                                  stacklevel=2)
+                                  StoreWarning, stacklevel=2)
                     continue
                 info = {k.decode(): v.decode() for k, v in meta.items()
                         if k.decode().startswith("netbench_") and k.decode() != ENVS}
@@ -426,7 +512,8 @@ class ResultStore:
             if run is None:
                 state = "finished"
                 if part:
-                    state = "running" if _locked(path.parent) else "interrupted"
+                    state = "running" if _locked(path.parent) else "finished" if (
+                        path.parent / COMPACTING).exists() else "interrupted"
                 run = merged[info["netbench_run_id"]] = {
                     "path": str(path.parent if part else path),
                     "run_id": info["netbench_run_id"],
@@ -481,7 +568,8 @@ class ResultStore:
             if path.name not in known:
                 names = pq.read_schema(path).names
                 if "metric" not in names or "schema_version" not in names:
-                    warnings.warn(f"skipping {path}: not a netbench result file", stacklevel=4)
+                    warnings.warn(f"skipping {path}: not a netbench result file",
+                                  StoreWarning, stacklevel=4)
                     continue
             checked.append(path)
         dataset = ds.dataset([str(p) for p in checked], format="parquet",
@@ -509,6 +597,8 @@ class ResultStore:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        if not os.access(self.directory, os.W_OK):
+            return                # a read-only store: the footers are read each time
         names = sorted(entries)
         table = pa.table({"name": names, "size": [entries[n][0] for n in names],
                           "mtime_ns": [entries[n][1] for n in names],
@@ -516,8 +606,8 @@ class ResultStore:
         try:
             write_atomic(self.directory / CATALOG,
                          lambda tmp: pq.write_table(table, tmp, compression="zstd"))
-        except NetbenchError:
-            pass                  # a read-only store: the footers are read each time
+        except (NetbenchError, OSError):
+            pass                  # only a cache: a reader never fails for want of it
 
     def _metadata_from_columns(self, path: Path) -> dict[str, str] | None:
         """Files written before run metadata lived in the footer."""
@@ -527,7 +617,8 @@ class ResultStore:
             table = pq.read_table(path, columns=["run_id", "label", "started_at", "suite",
                                                  "host", "benchmark", "status", "case_index"])
         except Exception:
-            warnings.warn(f"skipping {path}: not a netbench result file", stacklevel=3)
+            warnings.warn(f"skipping {path}: not a netbench result file", StoreWarning,
+                          stacklevel=3)
             return None
         return _run_metadata(table.to_pylist())
 
@@ -604,7 +695,7 @@ class ResultStore:
                 frames.append(self._scan([path], columns, where, known).to_pandas())
             except Exception as exc:
                 warnings.warn(f"skipping {path}: not a readable Parquet file ({exc})",
-                              stacklevel=3)
+                              StoreWarning, stacklevel=3)
         if not frames:
             return pd.DataFrame(columns=columns or [name for name, _ in COLUMNS])
         return pd.concat(frames, ignore_index=True)
@@ -685,6 +776,45 @@ def _locked(parts: Path) -> bool:
         return False
 
 
+class StoreWarning(UserWarning):
+    """Something in the store was skipped or repaired; the CLI prints it as one line."""
+
+
+def check_run_id(run_id: Any) -> str:
+    """A run id that can name a file in the store, or a UsageError saying what is accepted."""
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
+        shown = repr(run_id)[:80] if isinstance(run_id, str) else \
+            f"{type(run_id).__name__} {str(run_id)[:60]!r}"
+        raise UsageError(f"run_id {shown} cannot name a run's file: a run id is {RUN_ID_RULE}")
+    return run_id
+
+
+def _remove_parts_dir(parts: Path) -> None:
+    """A compacted run's parts folder, emptied of what netbench put there, then removed."""
+    for leftover in (*parts.glob("part-*.parquet"), parts / COMPACTING, parts / LOCK):
+        leftover.unlink(missing_ok=True)
+    try:
+        parts.rmdir()
+    except OSError:
+        pass                    # something else in there: left as it is
+
+
+_DERIVED = frozenset(_RunFacts().metadata()) | {
+    "netbench_run_id", "netbench_label", "netbench_started_at", "netbench_suite",
+    "netbench_host", "netbench_benchmarks", "netbench_ok_benchmarks", "netbench_cases", ENVS}
+
+
+def _writer_extra(parts: Path) -> dict[str, str]:
+    """What a dead writer put in every footer beside the rows' facts (the plan's
+    fingerprint, its resumes), read back from its newest readable part."""
+    for part in sorted(parts.glob("part-*.parquet"), reverse=True):
+        meta = _read_footer(str(part))
+        if not isinstance(meta, Exception):
+            return {k.decode(): v.decode() for k, v in meta.items()
+                    if k.decode().startswith("netbench_") and k.decode() not in _DERIVED}
+    return {}
+
+
 def _jsonable(value: Any) -> Any:
     return value.isoformat() if hasattr(value, "isoformat") else value
 
@@ -702,7 +832,7 @@ class JsonlStore:
             raise NetbenchError(f"--jsonl {self.file} is a directory; name a file")
         check_writable(self.file.parent, "the folder of")
         if self.file.exists():
-            self._earlier = read_text(self.file, "rows")
+            self._earlier = read_text(self.file, "rows", limit=None)
             if self._earlier and not self._earlier.endswith("\n"):
                 self._earlier += "\n"
 
@@ -745,44 +875,143 @@ def _mistyped(row: Mapping[str, Any]) -> str | None:
     return None
 
 
-def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Path]:
-    """Store rows written by JsonlStore as Parquet runs (one file per run id)."""
+IMPORT_BATCH_BYTES = 1 << 20    # rows of JSON parsed, then written as one row group
+MAX_ROW_BYTES = 64 << 20        # one row: 100,000 stored samples are ~2 MB of JSON
+
+
+def _import_row(line: bytes, where: str, names: set[str]) -> dict[str, Any]:
+    """One JSON line as a row of the schema, or a NetbenchError naming file and line."""
     from datetime import datetime
 
-    source = Path(source)
-    runs: dict[str, list[dict[str, Any]]] = {}
-    names = {name for name, _ in COLUMNS}
-    lines = read_text(source, "rows").splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    try:
+        row = json.loads(line)
+        row["started_at"] = datetime.fromisoformat(row["started_at"])
+    except (ValueError, KeyError, TypeError, RecursionError, AttributeError):
+        raise NetbenchError(f"{where}: not a netbench result row") from None
+    if row.get("case_started_at") is not None:
         try:
-            row = json.loads(line)
-            row["started_at"] = datetime.fromisoformat(row["started_at"])
-        except (ValueError, KeyError, TypeError, RecursionError, AttributeError):
-            raise NetbenchError(f"{source}:{number}: not a netbench result row") from None
-        if row.get("case_started_at") is not None:
-            try:
-                row["case_started_at"] = datetime.fromisoformat(row["case_started_at"])
-            except (ValueError, TypeError):
-                raise NetbenchError(f"{source}:{number}: case_started_at must be an ISO "
-                                    f"time, not {str(row['case_started_at'])[:60]!r}") from None
-        unknown = set(row) - names
-        if unknown or row.get("schema_version") != SCHEMA_VERSION:
-            raise NetbenchError(f"{source}:{number}: not a schema-{SCHEMA_VERSION} row "
-                                f"(unknown keys: {', '.join(sorted(unknown)) or 'none'})")
-        bad = _mistyped(row)
-        if bad:
-            raise NetbenchError(f"{source}:{number}: {bad}")
-        runs.setdefault(row["run_id"], []).append({**{n: None for n in names}, **row})
-    if not runs:
-        raise NetbenchError(f"{source}: no rows to import")
-    store.check_writable()
+            row["case_started_at"] = datetime.fromisoformat(row["case_started_at"])
+        except (ValueError, TypeError):
+            raise NetbenchError(f"{where}: case_started_at must be an ISO "
+                                f"time, not {str(row['case_started_at'])[:60]!r}") from None
+    unknown = set(row) - names
+    if unknown or row.get("schema_version") != SCHEMA_VERSION:
+        raise NetbenchError(f"{where}: not a schema-{SCHEMA_VERSION} row "
+                            f"(unknown keys: {', '.join(sorted(unknown)) or 'none'})")
+    bad = _mistyped(row)
+    if bad:
+        raise NetbenchError(f"{where}: {bad}")
+    return {**dict.fromkeys(names), **row}
+
+
+class _ImportedRun:
+    """One run of an import, written batch by batch to a temp file beside its final one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.tmp = path, path.with_name(f".{path.name}.tmp")
+        self.rows: list[dict[str, Any]] = []
+        self.facts, self.envs = _RunFacts(), {}
+        self.writer: Any = None
+
+    def flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not self.rows:
+            return
+        for host, env in _envs_of(self.rows).items():
+            self.envs.setdefault(host, env)          # the first row of a host that has one
+        blank = dict.fromkeys(RUN_ENV) if self.envs else {}
+        rows = [{**r, **blank, **split_unit(r.get("unit"))} for r in self.rows]
+        schema = arrow_schema()
+        table = pa.Table.from_pylist(rows, schema=schema)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
+        self.writer.write_table(table)
+        self.rows = []
+
+    def finish(self) -> None:
+        self.flush()
+        footer = self.facts.metadata()
+        if self.envs:
+            footer[ENVS] = json.dumps(self.envs, sort_keys=True)
+        self.writer.add_key_value_metadata(footer)
+        self.writer.close()
+        self.writer = None
+
+    def discard(self) -> None:
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        except Exception:    # noqa: BLE001 - only cleaning up after the error being raised
+            pass
+        self.tmp.unlink(missing_ok=True)
+
+
+def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Path]:
+    """Store rows written by JsonlStore as Parquet runs (one file per run id). The file is
+    streamed (memory bounded by a batch, whatever its size) and must be a regular file (a FIFO
+    would block, /dev/zero never ends). Nothing is stored unless every row is valid: runs are
+    written to temp files and renamed into place only once the last line has been read."""
+    source = Path(source)
+    names = {name for name, _ in COLUMNS}
+    runs: dict[str, _ImportedRun] = {}
+    writable, buffered = False, 0
+    try:
+        with open_regular(source, "rows") as f:
+            number = 0
+            while True:
+                line = f.readline(MAX_ROW_BYTES + 1)
+                if not line:
+                    break
+                number += 1
+                if len(line) > MAX_ROW_BYTES:
+                    raise NetbenchError(f"{source}:{number}: a line longer than "
+                                        f"{MAX_ROW_BYTES >> 20} MiB: not a netbench result row")
+                if not line.strip():
+                    continue
+                row = _import_row(line, f"{source}:{number}", names)
+                run = runs.get(row["run_id"]) if isinstance(row["run_id"], str) else None
+                if run is None:
+                    try:
+                        path = store.path_for(row["run_id"], row["started_at"].isoformat())
+                    except UsageError as exc:
+                        raise UsageError(f"{source}:{number}: {exc}") from None
+                    run = runs[row["run_id"]] = _ImportedRun(path)
+                run.rows.append(row)
+                run.facts.add(row)
+                buffered += len(line)
+                if buffered > IMPORT_BATCH_BYTES:
+                    if not writable:
+                        store.check_writable()
+                        writable = True
+                    for each in runs.values():
+                        each.flush()
+                    buffered = 0
+        if not runs:
+            raise NetbenchError(f"{source}: no rows to import")
+        if not writable:
+            store.check_writable()
+        for run in runs.values():
+            run.finish()
+    except OSError as exc:            # reading the source, or writing the store
+        for run in runs.values():
+            run.discard()
+        raise NetbenchError(f"cannot import {source} into {store.directory}: "
+                            f"{exc.strerror or exc}") from None
+    except BaseException:
+        for run in runs.values():
+            run.discard()
+        raise
     written = []
-    for run_id, rows in runs.items():
-        path = store.path_for(run_id, rows[0]["started_at"].isoformat())
-        store.write_run(path, rows)
-        written.append(path)
+    for run in runs.values():
+        try:
+            os.replace(run.tmp, run.path)
+        except OSError as exc:
+            for rest in runs.values():
+                rest.tmp.unlink(missing_ok=True)
+            raise NetbenchError(f"cannot write {run.path}: {exc.strerror or exc}") from None
+        written.append(run.path)
     return written
 
 

@@ -1,0 +1,372 @@
+"""Hostile inputs to the store and the readers (issue 21): run ids that would name paths, a
+read-only store, inputs that never end or nest without bound, a writer killed while
+compacting, parts that turn unreadable, a second name for a run file, plans of millions of
+cases, labels that would drive the terminal. Each ends as one `netbench: error:` (or warning)
+line or reads as it should; nothing stored is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ROOT, assert_clean_error, install_plugin, netbench
+
+from netbench.errors import UsageError
+from netbench.store import COLUMNS, SCHEMA_VERSION, ResultStore
+
+STARTED = "2026-12-01T00:00:00+00:00"
+
+
+def _row(run_id: object = "imported0001", index: int = 0, **extra) -> dict:
+    row = {name: None for name, _ in COLUMNS}
+    row.update(schema_version=SCHEMA_VERSION, run_id=run_id, label="l", started_at=STARTED,
+               case_index=index, benchmark="mem.copy", metric="bw", value=1.0 + index,
+               unit="GB/s", better="higher", status="ok", params="{}", host="h")
+    row.update(extra)
+    return row
+
+
+def _stored_row(run_id: str, index: int = 0, **extra) -> dict:
+    row = _row(run_id, index, **extra)
+    row["started_at"] = pd.Timestamp(row["started_at"]).to_pydatetime()
+    return row
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+# --- 1: run ids become paths in one place, and are checked there ---------------------------
+
+@pytest.mark.parametrize("bad", ["imported0001.parts/../../ESCAPED", "a\nb", "", "../x", "a-b"])
+def test_import_refuses_a_run_id_that_is_not_a_file_name(tmp_path, bad):
+    results = tmp_path / "store" / "results"
+    rows = _jsonl(tmp_path / "rows.jsonl", [_row("good00000001"), _row(bad)])
+    proc = netbench("import", str(rows), "--results", str(results))
+    assert_clean_error(proc, f"{rows}:2", "run_id", repr(bad), "letters, digits or underscores")
+    assert not list(tmp_path.rglob("*.parquet")), "nothing may be written"
+
+
+def test_path_for_checks_every_run_id(tmp_path):
+    store = ResultStore(tmp_path)
+    assert store.path_for("3f2a9c1d0b7e", STARTED).parent == tmp_path
+    for bad in ("x/../../y", "x\0y", None, 5, "a" * 65, "x.parts"):
+        with pytest.raises(UsageError, match="cannot name a run's file"):
+            store.path_for(bad, STARTED)  # type: ignore[arg-type]
+
+
+# --- 6: readers never write what they cannot, and never read without bound ----------------
+
+def _store_with_a_run(results: Path) -> None:
+    """Two runs of one case (history needs two)."""
+    results.mkdir(parents=True, exist_ok=True)
+    store = ResultStore(results)
+    for number, started in ((1, STARTED), (2, "2026-12-01T01:00:00+00:00")):
+        run_id = f"run00000000{number}"
+        store.write_run(store.path_for(run_id, started),
+                        [_stored_row(run_id, started_at=started)])
+
+
+def test_readers_do_not_need_to_write_the_footer_cache(tmp_path):
+    """The catalog is only a cache: where it cannot be written (here its temp name is taken
+    by a directory, which root cannot write over either) every reader still reads."""
+    results = tmp_path / "r"
+    _store_with_a_run(results)
+    (results / "._catalog.parquet.tmp").mkdir()
+    for args in (["runs"], ["export", "--run", "run000000001"], ["history"]):
+        proc = netbench(*args, "--results", str(results))
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode == 0, proc.stderr
+    assert not (results / "_catalog.parquet").exists()
+
+
+@pytest.mark.root
+def test_every_reader_works_on_a_read_only_store(tmp_path):
+    results = tmp_path / "r"
+    _store_with_a_run(results)
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(results), str(results)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and a bind mount")
+    try:
+        assert subprocess.run(["mount", "-o", "remount,ro,bind", str(results)],
+                              capture_output=True).returncode == 0
+        for args in (["runs"], ["runs", "--json"], ["export", "--run", "run000000001"],
+                     ["history"], ["compare", "run000000001", "run000000002"]):
+            proc = netbench(*args, "--results", str(results))
+            assert "Traceback" not in proc.stderr, (args, proc.stderr)
+            assert "._catalog" not in proc.stderr, (args, proc.stderr)
+            assert proc.returncode in (0, 3), (args, proc.stderr)
+    finally:
+        subprocess.run(["umount", str(results)], capture_output=True)
+
+
+@pytest.mark.parametrize("kind", ["suite", "spec", "thresholds"])
+def test_toml_nested_5000_deep_is_one_clear_error(tmp_path, kind):
+    path = tmp_path / "deep.toml"
+    path.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    args = {"suite": ["run", str(path), "--dry-run"],
+            "spec": ["accept", str(path), "--results", str(tmp_path)],
+            "thresholds": ["compare", "run000000001", "run000000001", "--thresholds",
+                           str(path), "--results", str(tmp_path)]}[kind]
+    if kind != "suite":
+        _store_with_a_run(tmp_path)
+    assert_clean_error(netbench(*args), str(path), "nested too deeply")
+
+
+def _sysfs(tmp_path: Path) -> Path:
+    root = tmp_path / "sys"
+    nic = root / "class" / "net" / "eth9"
+    nic.mkdir(parents=True)
+    return root
+
+
+def test_probe_reads_fifos_devices_and_huge_sysfs_files_as_unknown(tmp_path):
+    root = _sysfs(tmp_path)
+    nic = root / "class" / "net" / "eth9"
+    os.mkfifo(nic / "operstate")                 # would block the reader forever
+    (nic / "mtu").symlink_to("/dev/zero")        # would never end
+    with open(nic / "speed", "wb") as f:         # 64 MiB (sparse): no attribute is that big
+        f.truncate(64 << 20)
+    proc = netbench("probe", "--sysfs-root", str(root), "--json", timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    nic_env = next(n for n in json.loads(proc.stdout)["nics"] if n["name"] == "eth9")
+    assert nic_env["operstate"] is None and nic_env["mtu"] is None
+    assert nic_env["speed_mbps"] is None
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("netbench: warning:")]
+    for name, why in (("operstate", "a FIFO"), ("mtu", "a character device"),
+                      ("speed", "larger than")):
+        assert any(f"eth9/{name}: {why}" in line and "read as unknown" in line
+                   for line in warned), proc.stderr
+
+
+def test_captured_host_facts_nested_100000_deep_read_as_unknown(tmp_path):
+    root = _sysfs(tmp_path)
+    (root / "_proc").mkdir()
+    deep = root / "_proc" / "netbench-host.json"
+    deep.write_text('{"host": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    proc = netbench("probe", "--sysfs-root", str(root), "--json", timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["captured_host_facts"] is False
+    assert f"netbench: warning: {deep}: not a JSON object of host facts" in proc.stderr
+
+
+def _limited() -> None:              # a reader that reads /dev/zero whole fails fast here
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def test_import_of_a_device_or_a_fifo_is_refused_without_reading_it(tmp_path):
+    fifo = tmp_path / "rows.fifo"
+    os.mkfifo(fifo)
+    for source, kind in (("/dev/zero", "a character device"), (str(fifo), "a FIFO")):
+        proc = netbench("import", source, "--results", str(tmp_path / "r"), timeout=60,
+                        preexec_fn=_limited)
+        assert_clean_error(proc, source, kind, "regular file")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_large_import_is_streamed(tmp_path):
+    """A 40 MB JSON-lines file: the import's peak memory grows by less than the file's size
+    (0.6x here, most of it a fixed cost; it was 7.8x: the text, its lines, every row at once)."""
+    samples = [1.0 + i / 1000 for i in range(1000)]
+    big = tmp_path / "big.jsonl"
+    with open(big, "w") as f:
+        for i in range(4000):
+            f.write(json.dumps(_row("big000000001", i, samples=samples, n_samples=1000)) + "\n")
+    small = _jsonl(tmp_path / "small.jsonl", [_row("small0000001")])
+    peak = {}
+    for name, path in (("small", small), ("big", big)):
+        code = ("import resource, sys; from netbench.cli import main; rc = main(sys.argv[1:]); "
+                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
+                "sys.exit(rc)")
+        proc = subprocess.run([sys.executable, "-c", code, "import", str(path), "--results",
+                               str(tmp_path / "r")], capture_output=True, text=True,
+                              timeout=300, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        peak[name] = int(proc.stderr.strip().splitlines()[-1]) * 1024
+    size = big.stat().st_size
+    assert size > 35e6
+    assert peak["big"] - peak["small"] < size, (peak, size)
+    stored = pd.read_parquet(tmp_path / "r")
+    assert len(stored) == 4001 and stored["n_samples"].max() == 1000
+    assert sorted(ResultStore(tmp_path / "r").runs()["ok"]) == [1, 4000]
+
+
+def test_an_import_with_a_bad_last_line_writes_nothing(tmp_path):
+    rows = [_row("many00000001", i, samples=[1.0] * 2000) for i in range(400)]
+    path = _jsonl(tmp_path / "rows.jsonl", rows)
+    with open(path, "a") as f:
+        f.write('{"not": "a row"}\n')
+    results = tmp_path / "r"
+    assert_clean_error(netbench("import", str(path), "--results", str(results)),
+                       f"{path}:401")
+    assert not list(results.glob("*.parquet")) and not list(results.glob(".*.tmp"))
+
+
+# --- 7: store state ------------------------------------------------------------------------
+
+KILLED_COMPACTING = textwrap.dedent('''
+    import os, signal, sys
+    import pandas as pd
+    import pyarrow.parquet as pq
+    from netbench.store import COLUMNS, ResultStore
+
+    store = ResultStore(sys.argv[1])
+    store.check_writable()
+    path = store.path_for("killed000001", "2026-12-01T00:00:00+00:00")
+    writer = store.open_run(path, {"netbench_plan": "0123456789abcdef"})
+    for i in range(3):
+        row = {name: None for name, _ in COLUMNS}
+        row.update(schema_version=1, run_id="killed000001", label="k", case_index=i,
+                   started_at=pd.Timestamp("2026-12-01", tz="UTC").to_pydatetime(),
+                   benchmark="mem.copy", metric="bw", value=1.0, status="ok", params="{}")
+        writer.append([row])
+    real = pq.write_table
+
+    def dying(table, where, **kw):     # half of the run's file, then kill -9
+        if os.path.basename(str(where)) == "." + path.name + ".tmp":
+            with open(where, "wb") as f:
+                f.write(b"PAR1 half a file")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(table, where, **kw)
+
+    pq.write_table = dying
+    writer.close()
+''')
+
+
+def _killed_while_compacting(results: Path) -> Path:
+    proc = subprocess.run([sys.executable, "-c", KILLED_COMPACTING, str(results)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    parts = next(results.glob("*.parts"))
+    assert len(list(parts.glob("part-*.parquet"))) == 3
+    return parts
+
+
+def test_a_run_killed_while_compacting_is_finished_by_the_next_reader(tmp_path):
+    results = tmp_path / "r"
+    parts = _killed_while_compacting(results)
+    proc = netbench("runs", "--results", str(results))
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("killed000001"))
+    assert " finished " in line and "interrupted" not in proc.stdout, proc.stdout
+    assert not parts.exists()
+    stored = pd.read_parquet(results / (parts.name[:-len(".parts")] + ".parquet"))
+    assert sorted(stored["case_index"]) == [0, 1, 2]
+    meta = ResultStore(results).runs()
+    assert meta["plan"].tolist() == ["0123456789abcdef"] and meta["ok"].tolist() == [3]
+
+
+def test_a_run_killed_while_compacting_is_finished_by_the_next_writer(tmp_path):
+    results = tmp_path / "r"
+    parts = _killed_while_compacting(results)
+    ResultStore(results).check_writable()     # what `run`, `run --resume` and `import` do first
+    assert not parts.exists()
+    assert len(pd.read_parquet(results)) == 3
+    assert ResultStore(results).runs()["state"].tolist() == ["finished"]
+
+
+def test_a_read_only_reader_reports_a_killed_compaction_as_finished(tmp_path):
+    results = tmp_path / "r"
+    parts = _killed_while_compacting(results)
+    (parts / ".lock").unlink()
+    (parts / ".lock").mkdir()           # the lock cannot be taken: the parts stay as they are
+    index = ResultStore(results).runs()
+    assert index["state"].tolist() == ["finished"] and index["ok"].tolist() == [3]
+    assert parts.exists()
+
+
+CORRUPTING_HOOK = '''
+import os
+from pathlib import Path
+
+seen = []
+
+
+def case_finished(rows):
+    seen.append(rows)
+    if len(seen) == 4:          # every case is in: two parts turn unreadable before compaction
+        parts = sorted(Path(os.environ["CORRUPT_RESULTS"]).glob("*.parts/part-*.parquet"))
+        for part in parts[:2]:
+            part.write_bytes(b"not parquet")
+'''
+
+
+def test_the_stored_counts_are_what_the_file_holds_when_parts_turn_unreadable(tmp_path):
+    folder = install_plugin(tmp_path, CORRUPTING_HOOK, {"corrupt": "demo_plugin"},
+                            group="netbench.hooks")
+    results = tmp_path / "r"
+    env = dict(os.environ, PYTHONPATH=folder, CORRUPT_RESULTS=str(results))
+    proc = netbench("run", "mem.copy", "-p", "msg_size=64K,128K,256K,512K", "-p",
+                    "iterations=2", "--results", str(results), env=env)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    stored = pd.read_parquet(results)
+    assert sorted(stored["case_index"].unique()) == [2, 3]
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("stored "))
+    assert line.startswith(f"stored {len(stored)} rows (2 ok, 0 skipped, 0 failed cases)"), line
+    index = json.loads(netbench("runs", "--json", "--results", str(results)).stdout)
+    assert [r["ok"] for r in index] == [2]
+    # The two parts are named, each on one line, as warnings (no Python warning syntax).
+    warned = [x for x in proc.stderr.splitlines() if x.startswith("netbench: warning:")]
+    assert sum("part-00000" in x and "not a readable Parquet file" in x for x in warned) == 2
+    assert "UserWarning" not in proc.stderr and "warnings.warn" not in proc.stderr
+
+
+@pytest.mark.parametrize("link", [os.link, os.symlink])
+def test_a_second_name_for_a_run_file_is_the_same_run(tmp_path, link):
+    store = ResultStore(tmp_path)
+    path = store.path_for("linked000001", STARTED)
+    store.write_run(path, [_stored_row("linked000001", 0), _stored_row("linked000001", 1)])
+    link(path, tmp_path / "20261201T000000-zzcopy.parquet")
+    index = store.runs()
+    assert index["run_id"].tolist() == ["linked000001"] and index["ok"].tolist() == [2]
+    assert len(store.read()) == 2
+
+
+# --- 8: plans have a size limit, checked before the cases are built ------------------------
+
+def test_a_plan_of_too_many_cases_is_refused_before_it_is_built(tmp_path):
+    suite = tmp_path / "huge.toml"
+    suite.write_text('[[case]]\nbenchmark = "tcp.stream"\nmsg_size = "1K..1M:+1K"\n'
+                     f"streams = {list(range(1, 65))}\n")
+    proc = netbench("run", str(suite), "--dry-run", timeout=60)
+    assert_clean_error(proc, str(suite), "65,536 cases", "at most 50,000")
+    proc = netbench("run", "tcp.stream", "-p", "msg_size=1K..1M:+1K", "-p",
+                    "streams=" + ",".join(map(str, range(1, 65))), "--dry-run", timeout=60)
+    assert_clean_error(proc, "65,536 cases", "at most 50,000")
+    proc = netbench("run", "mem.copy", "-p", "msg_size=1K..1M:+1K", "--repeat", "100",
+                    "--dry-run", timeout=60)
+    assert_clean_error(proc, "1,024 cases x 100 repeats", "102,400", "at most 50,000")
+
+
+# --- 9: what reaches the terminal ----------------------------------------------------------
+
+def test_runs_shows_control_characters_in_labels_escaped(tmp_path):
+    store = ResultStore(tmp_path)
+    label = "\x1b[31mred\x1b[0m\nsecond line\r"
+    store.write_run(store.path_for("ansi00000001", STARTED),
+                    [_stored_row("ansi00000001", label=label, host="h\x07ost")])
+    proc = netbench("runs", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\r" not in proc.stdout and "\x07" not in proc.stdout
+    assert len(proc.stdout.splitlines()) == 2              # the header and the one run
+    assert "\\x1b[31mred" in proc.stdout and "h\\x07ost" in proc.stdout
+
+
+def test_store_warnings_are_one_line_each(tmp_path):
+    _store_with_a_run(tmp_path)
+    (tmp_path / "20261201T000000-broken000001.parquet").write_bytes(b"not parquet")
+    proc = netbench("runs", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        line for line in proc.stderr.splitlines() if line.startswith("netbench: warning:")]
+    assert "broken000001.parquet" in proc.stderr and "UserWarning" not in proc.stderr
