@@ -27,9 +27,14 @@ from netbench.errors import NetbenchError, PeerError, UsageError
 from netbench.wire import PROTOCOL, Channel, parse_hostport
 
 DEFAULT_PORT = 5301
-HELLO_TIMEOUT = 10.0     # a new connection must say who it is within this (the whole frame)
-IDLE_TIMEOUT = 600.0     # a control connection may sit idle this long between requests
-MAX_CLIENTS = 32
+HELLO_TIMEOUT = 5.0      # a new connection must say who it is within this (the whole frame)
+IDLE_TIMEOUT = 30.0      # a session may sit idle this long between requests (a real client
+                         # sends its run right after hello and bye right after the far end)
+MAX_CLIENTS = 32         # control sessions at once; data connections are bounded apart
+# Connections that have not yet said who they are: bounded apart from the sessions, and when
+# full the oldest is dropped, so silent sockets cannot keep a real client (whose first frame
+# comes at once) from being heard.
+MAX_PENDING = 64
 # Data connections announced but not yet taken by a far end: bounded per session and in all,
 # so one client cannot queue sockets until the server runs out of file descriptors.
 MAX_QUEUED_DATA = 256    # a session's (tcp.stream takes at most 2 x 128 streams)
@@ -130,7 +135,9 @@ class Server:
         self._lookup = lookup
         self.device = device                  # the far ends' NIC ("": the host's default)
         self.bind, self.port = bind, port
+        self.max_clients = max_clients
         self._slots = threading.BoundedSemaphore(max_clients)
+        self._pending: dict[socket.socket, float] = {}   # not yet identified -> since when
         self._sessions: dict[str, _ServerSession] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -206,11 +213,25 @@ class Server:
                     time.sleep(FD_BACKOFF)
                     continue
                 raise
-            if not self._slots.acquire(blocking=False):
-                _refuse(conn, "server busy: too many clients")
-                continue
+            self._admit(conn)
             threading.Thread(target=self._handle, args=(conn, addr), daemon=True).start()
         self._listener.close()
+
+    def _admit(self, conn: socket.socket) -> None:
+        """Count a new connection as pending; at the bound, drop the one silent longest."""
+        with self._lock:
+            if len(self._pending) >= MAX_PENDING:
+                oldest = min(self._pending, key=self._pending.__getitem__)
+                del self._pending[oldest]
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)   # its thread's recv ends at once
+                except OSError:
+                    pass
+            self._pending[conn] = time.monotonic()
+
+    def _identified(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._pending.pop(conn, None)
 
     def stop(self) -> None:
         self._stop.set()
@@ -221,12 +242,24 @@ class Server:
         channel = Channel(conn, name)
         owned = True
         try:
-            first = channel.recv(HELLO_TIMEOUT)
+            try:
+                first = channel.recv(HELLO_TIMEOUT)
+            finally:
+                self._identified(conn)
             op = first.get("op")
             if op == "data":
                 owned = not self._route_data(first, conn)
             elif op == "hello":
-                self._control(channel, first, name)
+                if not self._slots.acquire(blocking=False):
+                    # The hello was read: the reply arrives whole, never cut by a reset.
+                    channel.send({"error": f"server busy: {self.max_clients} clients have "
+                                           "sessions open; retry later"})
+                    log.info("client %s turned away: server busy", name)
+                    return
+                try:
+                    self._control(channel, first, name)
+                finally:
+                    self._slots.release()
             else:
                 channel.send({"error": f"expected hello or data, got op {op!r}"})
         except PeerError as exc:
@@ -241,7 +274,6 @@ class Server:
         finally:
             if owned:
                 channel.close()
-            self._slots.release()
 
     def _route_data(self, first: Mapping[str, Any], conn: socket.socket) -> bool:
         with self._lock:
@@ -268,8 +300,10 @@ class Server:
             channel.send({"ok": True, "server": "netbench", "version": __version__,
                           "protocol": PROTOCOL, "host": socket.gethostname(),
                           "session": token})
+            idle_until = time.monotonic() + IDLE_TIMEOUT
             while True:
-                request = channel.recv(IDLE_TIMEOUT)
+                # Only a far end run restarts the idle clock: chatter cannot hold a session.
+                request = channel.recv(max(idle_until - time.monotonic(), 0.001))
                 op = request.get("op")
                 if op == "bye":
                     return
@@ -278,6 +312,7 @@ class Server:
                     continue
                 if not self._run_far_end(session, request):
                     return
+                idle_until = time.monotonic() + IDLE_TIMEOUT
         finally:
             with self._lock:
                 self._sessions.pop(token, None)
@@ -302,19 +337,16 @@ class Server:
             return False
         except NetbenchError as exc:
             session.channel.send({"error": str(exc)})
+        except ImportError as exc:     # e.g. rdma.* where pyverbs is missing: a reason, no trace
+            why = f"{name} cannot run its far end on this server: {exc}" + (
+                f" (install {exc.name} there)" if exc.name else "")
+            log.info("%s: %s", session.client_name, why)
+            session.channel.send({"error": why})
         finally:
             if reserved:
                 self._release(reserved)
         session.drain()
         return True
-
-
-def _refuse(conn: socket.socket, reason: str) -> None:
-    try:
-        Channel(conn, "client").send({"error": reason})
-    except PeerError:
-        pass
-    conn.close()
 
 
 class ClientSession:

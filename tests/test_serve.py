@@ -7,7 +7,7 @@ import struct
 import pytest
 from conftest import netbench
 
-from netbench.peer import ClientSession
+from netbench.peer import MAX_CLIENTS, ClientSession
 from netbench.wire import MAX_MESSAGE, Channel
 
 
@@ -108,9 +108,12 @@ def test_clients_that_vanish_mid_benchmark(server, tmp_path):
 def test_many_simultaneous_clients_are_bounded(server):
     socks = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
     try:
-        # Beyond the slot limit the server says it is busy instead of piling up threads.
-        last = Channel(socks[-1], "srv")
-        assert "busy" in last.recv(10)["error"]
+        # Beyond the session limit the server says it is busy instead of piling up threads.
+        for sock in socks:
+            sock.sendall(_frame({"op": "hello", "protocol": 1}))
+        replies = [Channel(sock, "srv").recv(10) for sock in socks]
+        assert sum("session" in r for r in replies) == MAX_CLIENTS
+        assert all("server busy" in r["error"] for r in replies if "session" not in r)
     finally:
         for s in socks:
             s.close()

@@ -4,6 +4,8 @@ the same server, with its file descriptors and memory bounded."""
 from __future__ import annotations
 
 import json
+import os
+import select
 import socket
 import struct
 import subprocess
@@ -13,10 +15,14 @@ import time
 
 import psutil
 import pytest
-from conftest import netbench
+from conftest import ROOT, netbench, wait_for
 
+from netbench.errors import PeerError
 from netbench.peer import (
     HELLO_TIMEOUT,
+    IDLE_TIMEOUT,
+    MAX_CLIENTS,
+    MAX_PENDING,
     MAX_QUEUED_DATA,
     TOTAL_MEMORY,
     ClientSession,
@@ -225,3 +231,148 @@ def test_the_server_says_which_channel_it_listens_on():
             assert ch.recv(5)["server"] == "netbench"
     finally:
         srv.stop()
+
+
+# --- lockout: sessions, data connections and silent sockets are bounded apart -------------
+
+def _serve_proc(tmp_path, code: str = "", env: dict | None = None):
+    """`netbench serve --port 0` in a process of its own, ``code`` run first (to shorten a
+    deadline); returns (process, port, log)."""
+    log = open(tmp_path / "serve.log", "w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"{code}\nfrom netbench.cli import main; "
+         "main(['serve', '--port', '0'])"],
+        stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline() if ready else ""
+    assert "listening on " in line, _log_text(log)
+    return proc, int(line.split("listening on ")[1].split()[0].rsplit(":", 1)[1]), log
+
+
+def _closed_within(sock: socket.socket, timeout: float) -> bool:
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_idle_sessions_leave_room_for_a_real_clients_data_connections(logged, tmp_path):
+    server, log = logged
+    idle = [ClientSession("127.0.0.1", server.port) for _ in range(MAX_CLIENTS - 1)]
+    try:
+        # The 32nd session and its 4 data connections: data no longer takes session slots.
+        proc = netbench("run", "tcp.stream", "-p", "streams=4", "-p", "duration=0.5", "-p",
+                        "warmup=0.1", "--peer", server.address, "--results",
+                        str(tmp_path / "r"), timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        for session in idle:
+            session.channel.close()
+    assert "Traceback" not in _log_text(log)
+
+
+def test_silent_sockets_cannot_lock_the_server(logged, tmp_path):
+    server, log = logged
+    silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10)
+              for _ in range(MAX_PENDING + 16)]
+    try:
+        start = time.monotonic()
+        session = ClientSession("127.0.0.1", server.port, timeout=10)   # heard at once
+        session.close()
+        assert time.monotonic() - start < HELLO_TIMEOUT / 2
+        # The oldest silent ones made room (closed at once), the rest end at the deadline.
+        assert sum(_closed_within(s, 2.0) for s in silent[:17]) == 17
+        assert all(_closed_within(s, HELLO_TIMEOUT + 3) for s in silent)
+    finally:
+        for sock in silent:
+            sock.close()
+    _stream_works(server, tmp_path)
+    assert "Traceback" not in _log_text(log)
+
+
+def test_a_full_server_says_busy_and_the_client_says_so(logged, tmp_path):
+    server, _ = logged
+    held, outcomes, lock = [], [], threading.Lock()
+
+    def one() -> None:
+        try:
+            session = ClientSession("127.0.0.1", server.port, timeout=20)
+        except Exception as exc:              # noqa: BLE001 - every outcome is recorded
+            with lock:
+                outcomes.append(str(exc))
+            return
+        with lock:
+            held.append(session)
+            outcomes.append("ok")
+
+    threads = [threading.Thread(target=one) for _ in range(MAX_CLIENTS + 16)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert outcomes.count("ok") == MAX_CLIENTS, outcomes
+        refused = [o for o in outcomes if o != "ok"]
+        assert len(refused) == 16 and all("server busy" in o for o in refused), refused
+        proc = netbench("run", "tcp.rr", "-p", "iterations=100", "--peer", server.address,
+                        "--results", str(tmp_path / "r"), timeout=60)
+        assert proc.returncode != 0 and "server busy" in proc.stdout + proc.stderr, proc
+    finally:
+        for session in held:
+            session.channel.close()
+    assert wait_for(lambda: _stream_ok(server, tmp_path), 15)
+
+
+def _stream_ok(server: ServerProcess, tmp_path) -> bool:
+    proc = netbench("run", "tcp.rr", "-p", "iterations=100", "--peer", server.address,
+                    "--results", str(tmp_path / "ok"))
+    return proc.returncode == 0
+
+
+def test_an_idle_session_is_dropped_after_the_idle_timeout(tmp_path):
+    assert IDLE_TIMEOUT <= 60                 # it was 600 s: 32 idle sessions, 10 minutes
+    proc, port, log = _serve_proc(tmp_path, "import netbench.peer as p; p.IDLE_TIMEOUT = 1.0")
+    try:
+        idle = ClientSession("127.0.0.1", port)
+        start = time.monotonic()
+        assert _closed_within(idle.channel.sock, 10)
+        assert time.monotonic() - start < 5
+        # Chatter is not a request: unknown ops do not keep a session alive either.
+        chatty = ClientSession("127.0.0.1", port)
+        start = time.monotonic()
+        with pytest.raises(PeerError):
+            while time.monotonic() - start < 10:
+                chatty.channel.send({"op": "ping"})
+                chatty.channel.recv(5)
+                time.sleep(0.2)
+        assert time.monotonic() - start < 5
+        assert "Traceback" not in _log_text(log)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def test_an_rdma_request_to_a_server_without_pyverbs_is_one_line(tmp_path):
+    hidden = tmp_path / "hide"
+    (hidden / "pyverbs").mkdir(parents=True)
+    (hidden / "pyverbs" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'pyverbs'\", name='pyverbs')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), str(ROOT)])}
+    proc, port, log = _serve_proc(tmp_path, env=env)
+    try:
+        for bench in ("rdma.write_bw", "rdma.send_lat"):
+            session = ClientSession("127.0.0.1", port)
+            with pytest.raises(PeerError, match="cannot run its far end.*pyverbs"):
+                session.run_remote(bench, {}, 10)
+            session.close()
+        assert wait_for(lambda: _log_text(log).count("cannot run its far end") == 2)
+        text = _log_text(log)
+        assert "Traceback" not in text and len(text) < 600, text
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
