@@ -644,7 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "netbench's own (builtin: no torch needed)")
     p.add_argument("--bind", metavar="ADDR", help="this rank's fabric address to serve on "
                    "(default: the one that routes to the rendezvous)")
-    p.add_argument("--port", type=int, default=0, help="this rank's serve port (default: any)")
+    p.add_argument("--port", type=_port, default=0, help="this rank's serve port (default: any)")
     p.add_argument("--device", help="this rank's NIC, when a host runs one rank per NIC")
     p.add_argument("--rails", action="store_true", help="pair NIC i only with NIC i (rail to "
                    "rail; every rank gives --device)")
