@@ -7,14 +7,17 @@ bugs show a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import os
+import shlex
+import signal
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -155,10 +158,42 @@ def _print_plan(plan: Any, env: Any) -> int:
     skipped here and why; nothing is measured or stored."""
     print(f"{plan.suite}: {len(plan.cases)} case(s)")
     for index, planned in enumerate(plan.cases, 1):
-        reason = planned.bench.available(env)
+        reason = planned.bench.available_for(planned.case, env)
         print(f"  [{index}] {planned.bench.describe(planned.case)} (timeout "
               f"{planned.timeout:g} s)" + (f"\n      would be skipped: {reason}" if reason else ""))
     return 0
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """While a run measures, SIGTERM (a job scheduler, `kill`) and SIGHUP (a closed
+    terminal) stop it as Ctrl-C does: the case in flight is cancelled, the finished rows
+    kept and the run left resumable, instead of the process dying mid-write."""
+    from netbench.runner import Stopped
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _resume_command(args: argparse.Namespace, run_id: str) -> str:
+    """The command that continues this run: the same target, params and options that shape
+    the plan or reach the same store and peer, then --resume."""
+    words = ["netbench", "run", args.target]
+    for param in args.param or []:
+        words += ["-p", param]
+    for flag, value in (("--results", None if args.results == "results" else args.results),
+                        ("--repeat", args.repeat), ("--timeout", args.timeout),
+                        ("--peer", args.peer), ("--sysfs-root", args.sysfs_root)):
+        if value is not None:
+            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join([*words, "--resume", run_id])
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -352,7 +352,7 @@ class Runner:
     def _run_case(self, index: int, planned: PlannedCase,
                   base: Mapping[str, Any]) -> list[dict[str, Any]]:
         bench, case = planned.bench, planned.case
-        reason = bench.available(self.env)
+        reason = bench.available_for(case, self.env)
         if reason:
             return self.status_rows(index, planned, base, "skipped", reason)
         ctx = _CaseContext(self.env, self.peer, self._connect,

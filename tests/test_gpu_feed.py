@@ -147,3 +147,21 @@ def test_the_link_is_read_again_while_the_copies_run(tmp_path):
     watch = LinkUnderLoad(env, "0000:01:00.0")
     watch(_Event(True), _Event(True))
     assert watch.note == ""
+
+
+def test_loader_feed_on_a_cpu_only_torch_says_so_up_front(tmp_path):
+    """gpu.loader_feed's default (device=cuda) is not "ready" in list or --dry-run on a
+    CPU-only torch: each says why, and that device=cpu runs; a run skips before importing."""
+    if torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None:
+        pytest.skip("a GPU build of torch")
+    listed = json.loads(netbench("list", "--json").stdout)
+    feed = next(b for b in listed["benchmarks"] if b["name"] == "gpu.loader_feed")
+    assert feed["available"] is False and "CPU-only build" in feed["reason"]
+    assert "device=cpu runs" in feed["reason"]
+    assert "CPU-only build" in next(b["reason"] for b in listed["benchmarks"]
+                                    if b["name"] == "gpu.h2d")
+    plan = netbench("run", "gpu.loader_feed", "-p", "device=cuda,cpu", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    cuda, cpu = plan.stdout.split("[2]")
+    assert "would be skipped: torch" in cuda and "CPU-only build" in cuda
+    assert "would be skipped" not in cpu

@@ -13,6 +13,7 @@ import glob
 import importlib.util
 import math
 import os
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -50,10 +51,32 @@ _EFFICIENCY = Metric("link_efficiency", "fraction", "higher",
 
 # --- shared helpers ----------------------------------------------------------------------------
 
+def torch_build() -> tuple[str, bool] | None:
+    """(torch's version, whether it is built for a GPU: CUDA or ROCm), read from the
+    installed torch/version.py without importing torch (seconds, for `netbench list`);
+    None where that file cannot be read (run() then asks torch itself)."""
+    spec = importlib.util.find_spec("torch")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            with open(os.path.join(folder, "version.py"), encoding="utf-8") as f:
+                text = f.read(1 << 16)
+        except (OSError, UnicodeDecodeError):
+            continue
+        version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
+        gpu = re.search(r"^(cuda|hip)\b[^=\n]*=\s*['\"]", text, re.M)
+        return (version.group(1) if version else "?"), gpu is not None
+    return None
+
+
 def gpu_available(env: Mapping[str, Any]) -> str | None:
-    """Cheap check for ``netbench list``; run() asks CUDA itself and skips with its answer."""
+    """Cheap check for ``netbench list``, `run --dry-run` and before each case, without
+    importing torch; run() asks CUDA itself and skips with its answer."""
     if not importlib.util.find_spec("torch"):
         return TORCH_HINT
+    build = torch_build()
+    if build is not None and not build[1]:
+        return (f"torch {build[0]} is a CPU-only build: install a CUDA build of torch "
+                "(gpu.* needs a CUDA device; mem.copy measures host memory)")
     if not env.get("gpus") and not glob.glob("/dev/nvidia[0-9]*"):
         return ("no GPU: the PCI bus shows no display or 3D controller and there is no "
                 "/dev/nvidia*; gpu.* needs a CUDA device (mem.copy measures host memory)")
@@ -431,7 +454,16 @@ class GpuLoaderFeed(Benchmark):
     )
 
     def available(self, env: Mapping[str, Any]) -> str | None:
-        return None if importlib.util.find_spec("torch") else TORCH_HINT   # device=cpu runs
+        """Its default (device=cuda) needs a GPU; device=cpu, the loader alone, runs here."""
+        reason = gpu_available(env)
+        if reason is None or reason == TORCH_HINT:
+            return reason
+        return f"{reason}; device=cpu runs the loader alone"
+
+    def available_for(self, case: Case, env: Mapping[str, Any]) -> str | None:
+        if case.params.get("device") == "cpu":
+            return None if importlib.util.find_spec("torch") else TORCH_HINT
+        return gpu_available(env)
 
     def run(self, case: Case, ctx: Context) -> Measurement:
         p = case.params
