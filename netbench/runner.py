@@ -430,6 +430,8 @@ class Runner:
             common["peer"] = m.peer
         if m.resolved:
             common["params"] = params_json({**planned.case.params, **m.resolved})
+            if isinstance(m.resolved.get("msg_size"), int):   # msg_size=0 (auto) became this
+                common["msg_size"] = m.resolved["msg_size"]
         if m.fallback:
             self._case_fallbacks.append(m.fallback)
         default_n = max((len(s) for s in m.samples.values()), default=None)

@@ -133,6 +133,41 @@ def _flat(x: Sequence[Any], y: Sequence[float], name: str, dash: str) -> dict[st
             "line": {"dash": dash}, "hovertemplate": "%{fullData.name}<extra></extra>"}
 
 
+def memory_bound(rows: Any) -> tuple[float, str] | None:
+    """The host memcpy bound in Gbit/s and where it was read: the best mem.copy whose buffers
+    are beyond the last-level cache (BEYOND_CACHE x, the cache from the run's fingerprint),
+    never a sweep's best point, which is a cache's rate. Where no run says its cache size,
+    the largest buffers measured; where every size fit in the cache, no bound."""
+    from netbench.api import BEYOND_CACHE, format_size
+
+    mem = _series(rows, ["mem.copy"], "bw").get("mem.copy")
+    if mem is None or mem.empty:
+        return None
+    envs = {text: (env_of(text).get("cpu_cache") or {}) for text in
+            set(mem["env_json"].dropna())} if "env_json" in mem else {}
+    beyond, unknown = [], []
+    for size, params, value, env in zip(mem["msg_size"].tolist(), mem["params"].tolist(),
+                                        mem["value"].tolist(),
+                                        mem["env_json"].tolist() if "env_json" in mem
+                                        else [None] * len(mem)):
+        size = int(size or json.loads(params or "{}").get("bound_size") or 0)
+        cache = envs.get(env) if isinstance(env, str) else None
+        if cache and cache.get("bytes"):
+            if size >= BEYOND_CACHE * cache["bytes"]:
+                beyond.append((float(value), size, cache))
+        elif size:
+            unknown.append((float(value), size, None))
+    if beyond:
+        value, size, cache = max(beyond)
+        return value * 8, (f"at {format_size(size)}, beyond the {format_size(cache['bytes'])} "
+                           f"L{cache.get('level', '?')}")
+    if unknown:
+        largest = max(size for _, size, _ in unknown)
+        value = max(v for v, size, _ in unknown if size == largest)
+        return value * 8, f"at {format_size(largest)} (cache size not recorded)"
+    return None
+
+
 def bandwidth_chart(rows: Any) -> dict[str, Any] | None:
     traces = []
     for name, g in _series(rows, None, "bw_avg").items():
@@ -145,13 +180,13 @@ def bandwidth_chart(rows: Any) -> dict[str, Any] | None:
                                 dash="dash"))
     if not traces:
         return None
-    # Loopback TCP cannot beat host memcpy: draw that bound (the best copy, in Gbit/s).
-    mem = _series(rows, ["mem.copy"], "bw").get("mem.copy")
-    if mem is not None and not mem.empty:
-        bound = float(mem["value"].max()) * 8
+    # Loopback TCP cannot beat host memcpy: draw that bound (the memory's copy, in Gbit/s).
+    found = memory_bound(rows)
+    if found is not None:
+        bound, where = found
         sizes = sorted({x for t in traces for x in t["x"] if x == x and x is not None})
         traces.append(_flat([sizes[0], sizes[-1]] if sizes else [1, 1 << 20], [bound, bound],
-                            f"host memcpy bound {bound:.0f} Gbit/s (mem.copy)", "dot"))
+                            f"host memcpy bound {bound:.0f} Gbit/s (mem.copy) {where}", "dot"))
     return _figure(traces, "Bandwidth vs message size (TCP baseline dashed, memcpy bound "
                    "dotted)", "message size", "Gbit/s", log_y=True)
 
