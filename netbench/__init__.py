@@ -1,5 +1,6 @@
 """netbench: one tool and one data model for interconnect benchmarks."""
 
+import json
 from typing import Any
 
 __version__ = "0.1.0"
@@ -9,4 +10,23 @@ def load(path: str = "results", run_ids: Any = None, params: bool = True) -> Any
     """The result store as a tidy pandas DataFrame (see ``netbench.store.load``)."""
     from netbench.store import load as _load
 
-    return _load(path, run_ids, params)
+    rows = _load(path, run_ids, params)
+    if params:
+        _whole_params_as_int64(rows)
+    return rows
+
+
+def _whole_params_as_int64(rows: Any) -> None:
+    """Whole-number params (msg_size, iterations) as Int64, like the ``msg_size`` column:
+    rows of a benchmark without the param hold it missing, which alone would make pandas
+    store it as float64. Decided from the stored JSON, so a float param stays float."""
+    import pandas as pd
+
+    parsed = {text: json.loads(text or "{}") for text in set(rows["params"].dropna())}
+    for column in [c for c in rows.columns if c.startswith("param_")]:
+        key = column[len("param_"):]
+        kinds = {type(p[key]) for p in parsed.values() if p.get(key) is not None}
+        if kinds == {int}:
+            rows[column] = pd.array(
+                [parsed[t].get(key) if isinstance(t, str) else None for t in rows["params"]],
+                dtype="Int64")

@@ -227,3 +227,19 @@ def test_many_runs_scan_as_one_dataset_with_filters_and_skip_foreign_files(tmp_p
     assert store.runs().set_index("run_id").loc["run000000000", "label"] == "relabelled"
     with pytest.warns(UserWarning, match="foreign.parquet"):
         assert len(store.read()) == 39
+
+
+def test_load_gives_whole_number_params_as_int64_beside_benchmarks_without_them(tmp_path):
+    """param_msg_size is Int64 like msg_size, even where a benchmark without the param
+    (gpu.loader_feed, skipped here or not) leaves it missing."""
+    import netbench
+
+    res = tmp_path / "res"
+    assert netbench_run(res, "mem.copy", "msg_size=1M", "iterations=2").returncode == 0
+    assert netbench_run(res, "gpu.loader_feed", "batches=2", "warmup=0",
+                        "device=cuda").returncode == 0
+    rows = netbench.load(res)
+    assert rows["param_msg_size"].isna().any()
+    for column in ("msg_size", "param_msg_size", "param_iterations", "param_batches"):
+        assert str(rows[column].dtype) == "Int64", (column, rows[column].dtype)
+    assert rows.loc[rows.benchmark == "mem.copy", "param_msg_size"].eq(1 << 20).all()
