@@ -247,13 +247,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"resuming run {args.resume}: {len(resume.done)} finished case(s) kept, "
               f"{len(resume.record['redone'])} to run", file=sys.stderr)
     runner = Runner(store, env, label=args.label or "", peer=args.peer, reporter=reporter)
-    result = runner.run(plan, resume)
+    with _stop_on_signals():
+        result = runner.run(plan, resume)
+    stopped = 128 + int(getattr(signal, result.stopped_by or "SIGINT"))   # 130, 143, 129
     if quiet:
         failed = [r for r in result.rows if r["status"] == "failed"]
         for row in failed[:1]:
             print(f"netbench: error: rank {launched.rank}: {row['benchmark']}: {row['reason']}",
                   file=sys.stderr)
-        return 130 if result.interrupted else (1 if failed else 0)
+        return stopped if result.interrupted else (1 if failed else 0)
     out = sys.stdout
     if args.json:
         json.dump(json_safe([_row_to_json(r) for r in result.rows]), out, default=str,
@@ -282,10 +284,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{by_status[s]} {s}" for s in ("ok", "skipped", "failed"))
     if kept is not None and resume is not None:
         counts += " in the whole run"
-    err.write(f"stored {n_rows} rows ({counts} cases) in {result.path}\n")
+    if result.path is not None:
+        err.write(f"stored {n_rows} rows ({counts} cases) in {result.path}\n")
     if result.interrupted:
-        err.write("netbench: interrupted; finished rows were kept\n")
-        return 130
+        how = "interrupted" if result.stopped_by in ("", "SIGINT") else \
+            f"stopped by {result.stopped_by}"
+        if result.cut_off is not None:
+            index, description = result.cut_off
+            err.write(f"case {index + 1}/{len(plan.cases)} ({description}) was cut off: not "
+                      "stored; a resume runs it again\n")
+        if result.path is None and resume is None:
+            err.write(f"netbench: {how} before any case finished; nothing was stored\n")
+        elif args.jsonl:
+            err.write(f"netbench: {how}; finished rows were kept in {args.jsonl}\n")
+        else:
+            err.write(f"netbench: {how}; finished rows were kept; continue with: "
+                      f"{_resume_command(args, result.run_id)}\n")
+        return stopped
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more failed)" if len(failed) > 1 else ""
@@ -820,9 +835,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NetbenchError as exc:
         print(f"netbench: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("netbench: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:      # Ctrl-C, or SIGTERM/SIGHUP outside a case loop
+        name = getattr(exc, "name", "SIGINT")
+        print("netbench: interrupted" if name == "SIGINT" else f"netbench: stopped by {name}",
+              file=sys.stderr)
+        return 128 + int(getattr(signal, name))
     except BrokenPipeError:
         return 1
 

@@ -9,6 +9,7 @@ is rewritten after every case, so whatever happens next, finished rows are kept.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 import traceback
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 
 from netbench import hooks, hostload
 from netbench import peer as peer_mod
-from netbench.api import Benchmark, Case, ClientSession, Measurement, RunSetup
+from netbench.api import Benchmark, Case, ClientSession, Measurement, RunSetup, format_size
 from netbench.errors import NetbenchError, SkipCase, UsageError
 from netbench.probe import gpu_summary, nic_summary, probe, rdma_summary
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
@@ -108,12 +109,23 @@ class SilentEvents:
         pass
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread by the CLI's handler so that a run ended by
+    a job scheduler or a closed terminal stops as Ctrl-C does: rows kept, resumable."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
 @dataclass
 class RunResult:
     run_id: str
     path: Path | None
     rows: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
+    stopped_by: str = ""                     # SIGINT, SIGTERM or SIGHUP when interrupted
+    cut_off: tuple[int, str] | None = None   # the case in flight then (index, description)
     fallbacks: list[str] = field(default_factory=list)
 
     def count(self, status: str) -> int:
@@ -128,6 +140,40 @@ def plan_fingerprint(plan: Plan) -> str:
 
     cases = [[p.case.benchmark, params_json(p.case.params)] for p in plan.cases]
     return hashlib.sha256(json.dumps([plan.suite, cases]).encode()).hexdigest()[:16]
+
+
+def _shown(key: str, value: Any, sizes: set[str]) -> str:
+    return format_size(value) if key in sizes and isinstance(value, int) else json.dumps(value)
+
+
+def plan_difference(rows: Any, suite: str, plan: Plan) -> str:
+    """What differs between a stored run's cases and ``plan``, named: the suite, the first
+    stored case whose benchmark or params are not the plan's, or the cases beyond those the
+    run stored. Stored params may hold more than the plan (what ``auto`` resolved to): only
+    the planned keys are compared."""
+    if suite != plan.suite:
+        return f"the run's suite is {suite!r}, this is {plan.suite!r}"
+    stored = {int(i): (b, p) for i, b, p in zip(rows["case_index"], rows["benchmark"],
+                                                 rows["params"]) if i == i}
+    for index in sorted(stored):
+        bench, text = stored[index]
+        if index >= len(plan.cases):
+            return (f"the run has case {index + 1} ({bench}), this plan has "
+                    f"{len(plan.cases)} case(s)")
+        planned = plan.cases[index]
+        if planned.case.benchmark != bench:
+            return f"case {index + 1} was {bench}, now {planned.case.benchmark}"
+        was = json.loads(text or "{}")
+        now = json.loads(params_json(planned.case.params))
+        sizes = {p.name for p in planned.bench.params if p.kind == "size"}
+        # A size planned as 0 (auto: mem.copy's bound) is stored as what it resolved to.
+        now = {k: v for k, v in now.items() if not (k in sizes and v == 0)}
+        changed = [f"{k} was {_shown(k, was.get(k), sizes)}, now {_shown(k, v, sizes)}"
+                   for k, v in sorted(now.items()) if was.get(k) != v]
+        if changed:
+            return f"case {index + 1} ({bench}): " + "; ".join(changed[:3])
+    return (f"the {len(stored)} case(s) it stored are the same; cases after them differ "
+            f"(this plan has {len(plan.cases)})")
 
 
 @dataclass
@@ -160,21 +206,21 @@ def prepare_resume(store: Any, run_id: str, plan: Plan, host: str | None,
     if run["state"] == "running":
         raise NetbenchError(f"--resume {run_id}: a live process is still writing it "
                             f"({run['path']}); wait for it to end")
+    try:
+        rows = store.read([run_id], ["case_index", "status", "reason", "started_at",
+                                     "benchmark", "params"])
+    except Exception as exc:     # noqa: BLE001 - a corrupt run is a user-facing error
+        raise NetbenchError(f"--resume {run_id}: its rows cannot be read ({exc})") from None
     if run["plan"] and run["plan"] != plan_fingerprint(plan):
-        raise NetbenchError(f"--resume {run_id}: the suite changed since that run started "
-                            f"(run {run['suite']!r}, now {plan.suite!r}; cases or params "
-                            "differ): resume with the same suite and params, or start a new "
-                            "run")
+        raise UsageError(f"--resume {run_id}: the suite changed since that run started ("
+                         f"{plan_difference(rows, run['suite'], plan)}): resume with the same "
+                         "suite and params, or start a new run")
     if run["host"] and host and run["host"] != host:
         raise NetbenchError(f"--resume {run_id}: it ran on {run['host']}, this is {host}; "
                             "a run's rows must come from one host")
     if label and label != (run["label"] or ""):
         raise UsageError(f"--resume {run_id}: its label is {run['label']!r}; leave --label "
                          "out (the resumed run keeps its own)")
-    try:
-        rows = store.read([run_id], ["case_index", "status", "reason", "started_at"])
-    except Exception as exc:     # noqa: BLE001 - a corrupt run is a user-facing error
-        raise NetbenchError(f"--resume {run_id}: its rows cannot be read ({exc})") from None
     if rows.empty:
         raise NetbenchError(f"--resume {run_id}: {run['path']} holds no readable rows "
                             "(corrupt?); start a new run")
@@ -249,31 +295,32 @@ class Runner:
         if self.env.get("resumes"):
             extra["netbench_resumes"] = json.dumps(self.env["resumes"], default=str)
         writer = self.store.open_run(path, extra)
+        in_flight: tuple[int, str] | None = None
         try:
             for index, planned in enumerate(plan.cases):
                 if resume is not None and index in resume.done:
                     continue                # finished before the interruption: kept
-                self.reporter.start_case(index, planned.case,
-                                         planned.bench.describe(planned.case))
+                description = planned.bench.describe(planned.case)
+                in_flight = (index, description)
+                self.reporter.start_case(index, planned.case, description)
                 case_base = {**base, "case_started_at": datetime.now(UTC)}
                 began, load = time.monotonic(), hostload.start()
-                try:
-                    rows = self._run_case(index, planned, case_base)
-                except KeyboardInterrupt:
-                    result.interrupted = True
-                    stopped = self.status_rows(index, planned, case_base, "failed",
-                                                "interrupted by the user")
-                    _timed(stopped, began, load)
-                    result.rows.extend(stopped)
-                    writer.append(stopped)
-                    break
+                rows = self._run_case(index, planned, case_base)
                 _timed(rows, began, load)       # when the case ran, how long, how busy
                 result.rows.extend(rows)
                 result.fallbacks.extend(self._case_fallbacks)
                 self._case_fallbacks.clear()
                 writer.append(rows)
+                in_flight = None
                 self.reporter.end_case(index, planned, rows)
                 result.fallbacks.extend(hooks.call("case_finished", rows))
+        except KeyboardInterrupt as exc:
+            # Ctrl-C, SIGTERM or SIGHUP (Stopped): the case in flight was cancelled and is not
+            # stored (half a measurement is no result, and no failure either), and the run
+            # stays in parts, so `netbench runs` lists it as interrupted, as after kill -9.
+            result.interrupted = True
+            result.stopped_by = getattr(exc, "name", "SIGINT")
+            result.cut_off = in_flight
         finally:
             result.fallbacks.extend(self.close_shared())
             if self._loopback is not None:
@@ -284,10 +331,19 @@ class Runner:
                         setup.close()
                 except Exception as exc:   # an undo that fails must not lose the rows
                     result.fallbacks.append(f"undoing the {family} set-up failed: {exc}")
+            # A resumed run whose file was already compacted is compacted again: parts beside
+            # a finished file would be swept as a dead compaction's.
+            compact = not result.interrupted or path.exists()
             try:
-                writer.close()
+                writer.close(compact)
             except NetbenchError as exc:    # the parts stay: `netbench run --resume` compacts
                 result.fallbacks.append(f"compacting the run's parts failed: {exc}")
+            parts = getattr(writer, "parts", None)
+            if not compact and parts is not None:
+                result.path = parts
+                if not any(parts.glob("part-*.parquet")):   # nothing stored: no run to resume
+                    shutil.rmtree(parts, ignore_errors=True)
+                    result.path = None
         result.fallbacks.extend(hooks.call("run_finished", result.rows))
         return result
 

@@ -1,5 +1,6 @@
 """Runs that go wrong: a peer that dies, a case that overruns, Ctrl-C. Finished rows are kept."""
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import time
 
 import pandas as pd
 import psutil
+import pytest
 from conftest import ROOT, assert_clean_error, netbench, wait_for
 
 from netbench.peer import ServerProcess
@@ -73,21 +75,48 @@ def test_case_timeout_is_enforced(tmp_path):
     assert pd.read_parquet(tmp_path)["status"].tolist() == ["failed"]
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_rows(tmp_path):
+def _stop_mid_stream(tmp_path, sig):
+    """Start the two-case suite, and send ``sig`` while its tcp.stream runs."""
     run = _start_run([str(_suite(tmp_path))], tmp_path)
     assert wait_for(lambda: (tmp_path / "res").exists() and any(
         True for p in (tmp_path / "res").rglob("*.parquet")), 30)
     time.sleep(1.0)
     children = psutil.Process(run.pid).children(recursive=True)
     assert children, "the loopback server should be running"
-    run.send_signal(signal.SIGINT)
+    run.send_signal(sig)
     out, err = run.communicate(timeout=30)
-    assert run.returncode == 130, err
     assert "Traceback" not in err
-    assert "interrupted; finished rows were kept" in err
-    df = _stored(tmp_path)
-    assert df.loc[df.benchmark == "mem.copy", "status"].eq("ok").all()
-    assert df.loc[df.benchmark == "tcp.stream", "reason"].tolist() == ["interrupted by the user"]
     # the loopback server the run started is gone with it
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
+    return run.returncode, err
+
+
+def test_ctrl_c_stops_cleanly_keeps_rows_and_leaves_the_run_resumable(tmp_path):
+    code, err = _stop_mid_stream(tmp_path, signal.SIGINT)
+    assert code == 130, err
+    assert "interrupted; finished rows were kept; continue with: netbench run " in err
+    assert "case 2/2 (tcp.stream" in err and "was cut off: not stored" in err
+    df = _stored(tmp_path)
+    assert df.loc[df.benchmark == "mem.copy", "status"].eq("ok").all()
+    # The cut-off case is no failure (nothing of it is stored), and the run is interrupted,
+    # not finished, as after kill -9: `runs` says so and names the resume.
+    assert "tcp.stream" not in set(df.benchmark) and "failed" not in set(df.status)
+    listed = netbench("runs", "--results", str(tmp_path / "res"))
+    assert " interrupted " in listed.stdout and "--resume" in listed.stdout, listed.stdout
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_as_ctrl_c_does_and_the_hint_resumes(tmp_path, sig, code):
+    got, err = _stop_mid_stream(tmp_path, sig)
+    assert got == code, err
+    assert f"stopped by {sig.name}; finished rows were kept; continue with: " in err
+    hint = err.split("continue with: ", 1)[1].splitlines()[0]
+    words = shlex.split(hint)
+    assert words[:2] == ["netbench", "run"] and "--resume" in words
+    resumed = subprocess.run([sys.executable, "-m", *words], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 finished case(s) kept, 1 to run" in resumed.stderr
+    df = _stored(tmp_path)
+    assert sorted(df.case_index.unique()) == [0, 1] and set(df.status) == {"ok"}
