@@ -386,8 +386,10 @@ def cmd_history(args: argparse.Namespace) -> int:
                                                       if changed else "")).rstrip())
     for run_id, why in h.left_out[:10]:
         print(f"  left out {run_id}: {why}")
-    header = ("benchmark", "case", "metric", "unit", "trend", "first", "newest", "change",
-              "newest verdict", "earlier steps")
+    # Two changes, each named: the newest against the window it was judged by (the verdict's
+    # own figure), and against the first value shown (what the trend line spans).
+    header = ("benchmark", "case", "metric", "unit", "trend", "first", "newest",
+              "vs window", "vs first", "newest verdict", "earlier steps")
     body = []
     for name, s in zip(names, h.series):
         new = s.newest
@@ -398,6 +400,7 @@ def cmd_history(args: argparse.Namespace) -> int:
                      hist.sparkline([st.value for st in s.steps]),
                      format_value(s.steps[0].value), format_value(new.value),
                      "-" if new.change is None else f"{new.change:+.1%}",
+                     _relative(s.steps[0].value, new.value),
                      f"{verdict} (#{number[new.run_id]} vs {new.against})",
                      ", ".join(marks) or "-"))
     widths = [max(len(h_), *(len(r[i]) for r in body)) for i, h_ in enumerate(header)]
@@ -405,14 +408,23 @@ def cmd_history(args: argparse.Namespace) -> int:
     for row in (header, *body):
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     if h.single:
+        once = Counter((b, m) for b, m, _ in h.single)      # a metric of several cases: once
         print(f"{len(h.single)} case metric(s) measured in one run only, no trend: "
-              + ", ".join(f"{b} {m}" for b, m, _ in h.single[:6])
-              + (" ..." if len(h.single) > 6 else ""))
+              + ", ".join(f"{b} {m}" + (f" ({n} cases)" if n > 1 else "")
+                          for (b, m), n in list(once.items())[:6])
+              + (" ..." if len(once) > 6 else ""))
     if regressed:
         print(f"netbench: the newest run regressed in {len(regressed)} case metric(s)",
               file=sys.stderr)
         return 1
     return 0
+
+
+def _relative(first: float | None, newest: float | None) -> str:
+    """newest against first, as history prints a change; '-' where either is missing or 0."""
+    if first is None or newest is None or first == 0 or first != first or newest != newest:
+        return "-"
+    return f"{(newest - first) / abs(first):+.1%}"
 
 
 def cmd_fabric(args: argparse.Namespace) -> int:
@@ -509,14 +521,73 @@ def cmd_accept(args: argparse.Namespace) -> int:
           f"{', '.join(dict.fromkeys(str(h) for h in rows['host']))}, label "
           f"{rows['label'].iloc[0]!r})")
     for o in outcomes:
-        measured = ", ".join(f"{c}: {v:.4g}" for c, v in o.measured) or "nothing measured"
+        names, unit = _accept_names(o, rows)
+        measured = ", ".join(f"{n}: {v:.4g}{unit}" for n, (_, v) in zip(names, o.measured)) \
+            or "nothing measured"
         print(f"  {'PASS' if o.passed else 'FAIL'}  {o.check.name}: expected "
-              f"{o.expected}; {measured}" + ("" if o.passed else f"\n        {o.message}"))
+              f"{o.expected}; {measured}"
+              + ("" if o.passed else f"\n        {_accept_message(o, names)}"))
     failed = sum(not o.passed for o in outcomes)
     print(f"{len(outcomes) - failed} passed, {failed} failed")
     if args.junit:
         accept.junit(spec, outcomes, args.junit)
     return 1 if failed else 0
+
+
+def _accept_names(outcome: Any, rows: Any) -> tuple[list[str], str]:
+    """Each measured value's case as the console names cases (sizes as 64K, and the params
+    that tell two cases apart, such as streams), and the metric's unit (" Gbit/s"). The rows
+    are picked as accept.evaluate picks them, in the same order, so the names line up; where
+    they do not (an older store, a changed rule) the check's own names stay."""
+    from netbench.report.console import case_names, param_text
+
+    check = outcome.check
+    picked = []
+    mine = rows[(rows["benchmark"] == check.benchmark) & (rows["status"] == "ok")
+                & (rows["metric"] == check.metric)]
+    for size, params, unit in zip(mine["msg_size"], mine["params"], mine["unit"]):
+        size = None if size is None or size != size else int(size)
+        if (check.msg_size_min is not None and (size is None or size < check.msg_size_min)) or \
+                (check.msg_size_max is not None and (size is None or size > check.msg_size_max)):
+            continue
+        parsed = json.loads(params or "{}")
+        if any(parsed.get(k) != v for k, v in check.params.items()):
+            continue
+        picked.append((size, params, unit))
+    units = {u for _, _, u in picked if isinstance(u, str) and u}
+    unit = f" {units.pop()}" if len(units) == 1 else ""
+    originals = [case for case, _ in outcome.measured]
+    if len(picked) != len(originals):
+        return originals, unit
+    short = case_names([(check.benchmark, p) for _, p, _ in picked])
+    names = []
+    for (size, _, _), name, original in zip(picked, short, originals):
+        head = f"msg_size={size}" if size is not None else "case"
+        tail = original[len(head):] if original.startswith(head) else ""   # pair, run
+        names.append((name[len(check.benchmark) + 1:] or param_text("msg_size", size))
+                     + tail)
+    return names, unit
+
+
+def _accept_message(outcome: Any, names: list[str]) -> str:
+    """The check's failures with the console's case names, and one line rate that is not
+    known said once, not once per case."""
+    unknown = ": line rate unknown (set [accept] line_rate)"
+    pieces = outcome.message.split("; ")
+    lost = [p for p in pieces if p.endswith(unknown)]
+    named = []
+    for piece in pieces:
+        if piece in lost:
+            continue
+        case = piece.split(": ", 1)[0]
+        matches = [i for i, (c, _) in enumerate(outcome.measured) if c == case]
+        if len(matches) > 1:      # two cases the check names alike: its value tells which
+            matches = [i for i in matches if f"{outcome.measured[i][1]:.4g}" in piece] or matches
+        named.append(names[matches[0]] + piece[len(case):] if matches else piece)
+    if lost:
+        named.append(f"line rate unknown for {len(lost)} of {len(outcome.measured)} case(s) "
+                     "(set [accept] line_rate)")
+    return "; ".join(named)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -41,6 +41,7 @@ class Reporter:
         self._started = 0.0
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._said: dict[str, int] = {}       # each skip or failure reason: the case it was at
 
     def _write(self, text: str) -> None:
         self.stream.write(text)
@@ -88,8 +89,12 @@ class Reporter:
             first = next((r for r in rows if r["metric"] == wanted), rows[0])
             outcome = f"ok  {first['metric']} {format_value(first['value'])} {first['unit']}"
         else:
+            # A reason whole the first time (never cut mid-word), then by reference: a suite
+            # of twenty skipped GPU cases says its 400-character reason once, not twenty times.
             reason = str(rows[0]["reason"])
-            outcome = f"{status}: {reason if len(reason) <= 110 else reason[:107] + '...'}"
+            first_said = self._said.setdefault(reason, index + 1)
+            outcome = (f"{status}: {reason}" if first_said == index + 1 else
+                       f"{status}: the reason given at [{first_said}]")
         prefix = self._label if self.interactive else "   "
         self._write(f"{prefix} -> {outcome} ({elapsed:.1f} s)\n")
 
@@ -216,11 +221,14 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         keys = [k for k in varying[bench] if not (placements and k == "in_place")]
         lines: dict[tuple[Any, ...], dict[str, Any]] = {}
         notes: list[str] = []
+        ran = any(c[0]["status"] == "ok" for c in bench_cases)
         for case_rows in bench_cases:
             first = case_rows[0]
             params = json.loads(first["params"] or "{}")
             size = format_size(int(first["msg_size"])) if first["msg_size"] is not None else "-"
-            lead = _lead_columns(bench, params, first)
+            # The reference tools' columns describe what ran: none where no case of this
+            # benchmark ran (a table of skips), "-" for a skipped case beside ones that did.
+            lead = _lead_columns(bench, params, first) if ran else []
             if first["status"] != "ok":             # nothing ran: no iterations to count
                 lead = [(n, "-" if n == "#iterations" else v) for n, v in lead]
             ident = (size, *(str(params.get(k, "")) for k in keys), *(v for _, v in lead))
