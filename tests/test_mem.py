@@ -25,7 +25,8 @@ def test_default_is_beyond_the_last_level_cache_and_the_row_names_its_size(tmp_p
         assert f"x the {format_size(llc)} L{level}: memory, not cache" in bw["reason"]
     assert "huge pages" in bw["reason"] or "4 KiB pages" in bw["reason"]
     assert rows["bw_peak"]["value"] >= bw["value"]
-    # The console's table and case name say the size, never 0.
+    # The progress line, the console's table and case name say the size, never 0 alone.
+    assert f"mem.copy msg_size=0 (the bound: {format_size(size)} buffers)" in proc.stderr
     table = proc.stderr.split("mem.copy", 1)[1]
     assert format_size(size) in table and "\n0 " not in table
 

@@ -115,6 +115,14 @@ class MemCopy(Benchmark):
         Param("hugepages", "bool", True, "ask for transparent huge pages (madvise)"),
     )
 
+    def describe(self, case: Case) -> str:
+        """msg_size=0 named by the size it will copy, in progress lines and --dry-run."""
+        text = super().describe(case)
+        if case.params["msg_size"]:
+            return text
+        size = format_size(bound_size(last_level_cache()))
+        return text.replace("msg_size=0", f"msg_size=0 (the bound: {size} buffers)", 1)
+
     def run(self, case: Case, ctx: Context) -> Measurement:
         cache = last_level_cache()
         size = case.params["msg_size"] or bound_size(cache)
