@@ -73,17 +73,18 @@ def rendezvous_address(launched: LaunchInfo | None) -> tuple[str, int, str] | No
     default), and the port is 15000 + the job id's last four digits unless MASTER_PORT says
     otherwise, as PyTorch Lightning's SLURMEnvironment does, so two jobs sharing a node differ.
     Open MPI says nothing of where rank 0 is (its HNP URI is mpirun's host): None there."""
-    port_env = os.environ.get("MASTER_PORT", "")
+    port_env = os.environ.get("MASTER_PORT", "").strip()
+    if port_env and not (port_env.isdigit() and 0 < int(port_env) < 65536):
+        raise ValueError(f"MASTER_PORT={port_env!r} is not a port (1-65535)")
     if os.environ.get("MASTER_ADDR"):
-        return os.environ["MASTER_ADDR"], int(port_env) if port_env.isdigit() else 29500, \
-            "MASTER_ADDR"
+        return os.environ["MASTER_ADDR"], int(port_env) if port_env else 29500, "MASTER_ADDR"
     if launched is None or launched.launcher != "slurm":
         return None
     for var in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"):
         if os.environ.get(var):
             host = first_host(os.environ[var])
             job = os.environ.get("SLURM_JOB_ID", "")
-            port = int(port_env) if port_env.isdigit() else \
+            port = int(port_env) if port_env else \
                 15000 + int(job[-4:]) if job.isdigit() else 29500
             return host, port, var
     return None

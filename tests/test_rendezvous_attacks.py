@@ -85,6 +85,14 @@ def test_a_ranks_serve_port_out_of_range_is_a_usage_error(tmp_path, port):
     assert_clean_error(proc, "not a port")
 
 
+@pytest.mark.parametrize("port", ["99999", "0", "abc"])
+def test_a_master_port_out_of_range_is_a_usage_error(tmp_path, port):
+    proc = netbench("fabric", *STREAM, "--results", str(tmp_path), "--join-timeout", "5",
+                    env=_env(RANK="0", WORLD_SIZE="2", MASTER_PORT=port), timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert_clean_error(proc, f"MASTER_PORT={port!r} is not a port")
+
+
 @pytest.mark.parametrize("peer", ["[::1", "[::1]x", "[::1]5301"])
 def test_a_peer_with_an_unclosed_bracket_is_a_usage_error(tmp_path, peer):
     proc = netbench("run", "tcp.rr", "--peer", peer, "--results", str(tmp_path), timeout=60)
