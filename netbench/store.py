@@ -876,7 +876,7 @@ def _mistyped(row: Mapping[str, Any]) -> str | None:
 
 
 IMPORT_BATCH_BYTES = 1 << 20    # rows of JSON parsed, then written as one row group
-MAX_ROW_BYTES = 64 << 20        # one row: 100,000 stored samples are ~2 MB of JSON
+MAX_ROW_BYTES = 16 << 20        # one row: 100,000 stored samples are ~2 MB of JSON
 
 
 def _import_row(line: bytes, where: str, names: set[str]) -> dict[str, Any]:
@@ -904,40 +904,79 @@ def _import_row(line: bytes, where: str, names: set[str]) -> dict[str, Any]:
     return {**dict.fromkeys(names), **row}
 
 
+MAX_OPEN_IMPORTS = 32     # runs of one import written through an open file; the rest in batches
+
+
 class _ImportedRun:
-    """One run of an import, written batch by batch to a temp file beside its final one."""
+    """One run of an import, written batch by batch. The first MAX_OPEN_IMPORTS runs stream
+    into their temp file through an open writer; later ones (a JSON-lines file may hold
+    thousands of runs, and descriptors are few) put each batch in a file of a temp folder,
+    copied into their temp file batch by batch at the end. ``import_jsonl`` renames the temp
+    files into place."""
 
     def __init__(self, path: Path) -> None:
         self.path, self.tmp = path, path.with_name(f".{path.name}.tmp")
+        self.batches = path.with_name(f".{path.stem}.import.tmp")
         self.rows: list[dict[str, Any]] = []
         self.facts, self.envs = _RunFacts(), {}
         self.writer: Any = None
+        self.written = 0                      # batch files
 
-    def flush(self) -> None:
+    def _table(self) -> Any:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        if not self.rows:
-            return
         for host, env in _envs_of(self.rows).items():
             self.envs.setdefault(host, env)          # the first row of a host that has one
         blank = dict.fromkeys(RUN_ENV) if self.envs else {}
         rows = [{**r, **blank, **split_unit(r.get("unit"))} for r in self.rows]
-        schema = arrow_schema()
-        table = pa.Table.from_pylist(rows, schema=schema)
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
-        self.writer.write_table(table)
         self.rows = []
+        return pa.Table.from_pylist(rows, schema=arrow_schema())
+
+    def flush(self, may_open: bool) -> None:
+        import pyarrow.parquet as pq
+
+        if not self.rows:
+            return
+        table = self._table()
+        if self.writer is None and not self.written and may_open:
+            # No Arrow schema in the file: it would be the one known now, without the footer
+            # added at the end (readers take it from there); the types round-trip without it.
+            self.writer = pq.ParquetWriter(self.tmp, table.schema, compression="zstd",
+                                           store_schema=False)
+        if self.writer is not None:
+            self.writer.write_table(table)
+        else:
+            self.batches.mkdir(exist_ok=True)
+            self.written += 1
+            pq.write_table(table, self.batches / f"{self.written:06d}.parquet")
 
     def finish(self) -> None:
-        self.flush()
+        import pyarrow.parquet as pq
+
         footer = self.facts.metadata()
+        last = self._table() if self.rows else None
         if self.envs:
             footer[ENVS] = json.dumps(self.envs, sort_keys=True)
-        self.writer.add_key_value_metadata(footer)
-        self.writer.close()
-        self.writer = None
+        if self.writer is not None:
+            if last is not None:
+                self.writer.write_table(last)
+            self.writer.add_key_value_metadata(footer)
+            self.writer.close()
+            self.writer = None
+            return
+        schema = arrow_schema().with_metadata(footer)
+        with pq.ParquetWriter(self.tmp, schema, compression="zstd") as writer:
+            for number in range(1, self.written + 1):
+                writer.write_table(pq.read_table(self.batches / f"{number:06d}.parquet"))
+            if last is not None:
+                writer.write_table(last)
+        self._drop_batches()
+
+    def _drop_batches(self) -> None:
+        if self.written:
+            import shutil
+
+            shutil.rmtree(self.batches, ignore_errors=True)
 
     def discard(self) -> None:
         try:
@@ -945,6 +984,7 @@ class _ImportedRun:
                 self.writer.close()
         except Exception:    # noqa: BLE001 - only cleaning up after the error being raised
             pass
+        self._drop_batches()
         self.tmp.unlink(missing_ok=True)
 
 
@@ -985,8 +1025,11 @@ def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Pat
                     if not writable:
                         store.check_writable()
                         writable = True
+                    opened = sum(each.writer is not None for each in runs.values())
                     for each in runs.values():
-                        each.flush()
+                        had = each.writer is not None
+                        each.flush(opened < MAX_OPEN_IMPORTS)
+                        opened += each.writer is not None and not had
                     buffered = 0
         if not runs:
             raise NetbenchError(f"{source}: no rows to import")

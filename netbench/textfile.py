@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import tempfile
 import time
@@ -94,7 +95,10 @@ def check_writable(directory: Path, what: str) -> None:
     for stale in directory.glob(".*.tmp"):
         try:
             if now - stale.stat().st_mtime > STALE_TMP:
-                stale.unlink()
+                if stale.is_dir() and not stale.is_symlink():   # a killed import's batches
+                    shutil.rmtree(stale)
+                else:
+                    stale.unlink()
         except OSError:
             pass
 

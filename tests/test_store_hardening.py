@@ -200,6 +200,42 @@ def test_a_large_import_is_streamed(tmp_path):
     assert sorted(ResultStore(tmp_path / "r").runs()["ok"]) == [1, 4000]
 
 
+def _few_files() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+def test_an_import_of_many_runs_keeps_no_file_open_per_run(tmp_path):
+    """Streamed batches of 600 runs (a JSON-lines file keeps every earlier run) under a limit
+    of 256 descriptors: no file stays open per run beyond the first few."""
+    rows = [_row(f"many{i:08d}", reason="x" * 3000) for i in range(600)]
+    path = _jsonl(tmp_path / "rows.jsonl", rows)
+    results = tmp_path / "r"
+    proc = netbench("import", str(path), "--results", str(results), preexec_fn=_few_files)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(ResultStore(results).runs()) == 600
+    assert not list(results.glob(".*"))               # no temp files or batch folders left
+
+
+@pytest.mark.parametrize("open_files", [32, 0])
+def test_a_streamed_import_keeps_the_environment_and_units_in_the_footer(tmp_path, monkeypatch,
+                                                                          open_files):
+    import netbench.store as store_mod
+
+    monkeypatch.setattr(store_mod, "IMPORT_BATCH_BYTES", 100)    # a batch every row or so
+    monkeypatch.setattr(store_mod, "MAX_OPEN_IMPORTS", open_files)
+    rows = [_row("envs00000001", i, env_kernel="6.1.0", env_json='{"host": "h"}',
+                 unit="us (half RTT)") for i in range(5)]
+    store_mod.import_jsonl(_jsonl(tmp_path / "rows.jsonl", rows), ResultStore(tmp_path / "r"))
+    stored = store_mod.load(tmp_path / "r")
+    assert stored["env_kernel"].tolist() == ["6.1.0"] * 5
+    assert set(stored["unit_note"]) == {"half RTT"} and set(stored["unit"]) == {"us"}
+    raw = pd.read_parquet(tmp_path / "r")
+    assert raw["env_kernel"].isna().all() and len(raw) == 5    # kept once, in the footer
+    assert ResultStore(tmp_path / "r").runs()["ok"].tolist() == [5]
+
+
 def test_an_import_with_a_bad_last_line_writes_nothing(tmp_path):
     rows = [_row("many00000001", i, samples=[1.0] * 2000) for i in range(400)]
     path = _jsonl(tmp_path / "rows.jsonl", rows)
