@@ -19,6 +19,7 @@ from typing import Any
 from netbench.analysis.verdict import (
     HISTORY_RUNS,
     UNDECIDED,
+    Past,
     Side,
     invocation_test,
     judge,
@@ -118,7 +119,8 @@ def threshold_for(thresholds: Mapping[str, float], benchmark: str, metric: str) 
 # --- pooling each side --------------------------------------------------------------------------
 
 def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    """None, NaN, or infinite: nothing to count on (an inf value would make any spread NaN)."""
+    return value is None or (isinstance(value, float) and not math.isfinite(value))
 
 
 def with_pairs(rows: Any) -> Any:
@@ -164,32 +166,44 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         entry["runs"].add(run_id)
         if not _is_missing(value):
             entry["values"].append(float(value))
-        entry["busy"].append(sum(0.0 if _is_missing(b) else float(b) for b in busy))
+        # Unrecorded load (files from before netbench recorded it) is unknown, not quiet.
+        entry["busy"].append(None if _is_missing(busy[0]) else sum(
+            0.0 if _is_missing(b) else float(b) for b in busy))
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for key, entry in entries.items():
         values, busy = entry.pop("values"), entry.pop("busy")
         if not values:
             continue
-        out[key] = {**entry, "busy": sum(busy) / len(busy),
+        known = [b for b in busy if b is not None]
+        out[key] = {**entry, "busy": sum(known) / len(known) if known else None,
+                    "n_runs": len(entry["runs"]),
                     "value": median_sorted(sorted(values)), "values": values,
                     "units": sorted(entry["units"]), "hosts": sorted(entry["hosts"])}
     return out
 
 
-def noise_history(rows: Any) -> dict[tuple[str, str, str], list[float]]:
+def noise_history(rows: Any) -> dict[tuple[str, str, str], Past]:
     """The case's history as a noise model: per case metric, one value per earlier run (the
-    median of its repeats), oldest first, from rows of runs on the baseline's host."""
+    median of its repeats) and how busy the host was in it, oldest first, the newest
+    HISTORY_RUNS, from rows of runs on the baseline's host. Runs in another unit than the
+    newest are not this series (a changed definition), so they are left out."""
     if rows is None or rows.empty:
         return {}
-    out: dict[tuple[str, str, str], list[float]] = {}
+    per_run: dict[tuple[str, str, str], list[tuple[float, float | None, str]]] = {}
     for run_id in dict.fromkeys(rows["run_id"]):
         for key, entry in pool(rows[rows["run_id"] == run_id]).items():
-            out.setdefault(key, []).append(entry["value"])
-    return {k: v[-HISTORY_RUNS:] for k, v in out.items()}
+            per_run.setdefault(key, []).append((entry["value"], entry["busy"],
+                                                entry["units"][-1]))
+    out = {}
+    for key, runs in per_run.items():
+        unit = runs[-1][2]
+        kept = [(v, b) for v, b, u in runs if u == unit][-HISTORY_RUNS:]
+        out[key] = Past([v for v, _ in kept], [b for _, b in kept])
+    return out
 
 
 def side(entry: Mapping[str, Any]) -> Side:
-    return Side(entry["values"], entry.get("busy", 0.0))
+    return Side(entry["values"], entry.get("busy", 0.0), entry.get("n_runs", 0))
 
 
 def change_of(x: Mapping[str, Any], y: Mapping[str, Any]) -> float:
@@ -236,7 +250,7 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
     for key in common:
         check_units(key, a[key], b[key])
     past = noise_history(history)
-    tested = [invocation_test(side(a[k]), side(b[k]), past.get(k, ())) for k in common]
+    tested = [invocation_test(side(a[k]), side(b[k]), past.get(k, Past())) for k in common]
     adjusted = adjust([p for p, _, _ in tested])
     verdicts = []
     for key, (p, evidence, sd), q in zip(common, tested, adjusted):
@@ -244,9 +258,9 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
         bench, params, metric = key
         threshold = threshold_for(thresholds, bench, metric)
         change = change_of(x, y)
-        runs = len(past.get(key, ()))
+        runs = len(past.get(key, Past()).values)
         j = judge(side(x), side(y), change, x["better"], threshold, q, evidence, alpha,
-                  history_runs=runs, what=bench, sd=sd)
+                  history_runs=runs, what=bench, sd=sd, past=past.get(key))
         verdicts.append(Verdict(bench, params, x["msg_size"], metric, x["unit"], x["better"],
                                 x["value"], y["value"], change, threshold, p, j.verdict,
                                 j.evidence, j.needs, q, (len(x["values"]), len(y["values"])),
@@ -260,7 +274,11 @@ def check_hosts(name: str, rows: Any, pool_hosts: bool) -> None:
     (A fabric run's pairs name many hosts in one run: one run is always one side.)"""
     if pool_hosts or rows.empty or rows["run_id"].nunique() < 2:
         return
-    hosts = rows.groupby("run_id")["host"].first().dropna().astype(str)
+    per_run = rows.dropna(subset=["host"]).groupby("run_id")["host"].agg(
+        lambda h: sorted(set(map(str, h))))
+    if any(len(h) > 1 for h in per_run):        # fabric sweeps: their pairs are matched
+        return
+    hosts = per_run.map(lambda h: h[0])
     if hosts.nunique() > 1:
         listed = ", ".join(f"{h} ({', '.join(sorted(hosts.index[hosts == h]))})"
                            for h in sorted(set(hosts)))
@@ -270,9 +288,9 @@ def check_hosts(name: str, rows: Any, pool_hosts: bool) -> None:
 
 def history_rows(store: Any, base_ids: Sequence[str], cand_ids: Sequence[str],
                  base: Any, cand: Any) -> Any:
-    """Rows of the newest ``HISTORY_RUNS`` earlier runs on the baseline's host (same kernel
-    and CPU), of the benchmarks both sides ran, started before the candidate; neither side's
-    own runs. None when the store has none."""
+    """Rows of earlier runs on the baseline's host (same kernel, CPU and netbench), of the
+    benchmarks both sides ran, started before the candidate, neither side's own, oldest
+    first: ``noise_history`` keeps each case's newest HISTORY_RUNS. None when there are none."""
     index = store.runs()
     if index.empty or base.empty or cand.empty:
         return None
@@ -281,22 +299,22 @@ def history_rows(store: Any, base_ids: Sequence[str], cand_ids: Sequence[str],
         return None
     index = index[(index["host"] == host.iloc[0]) & ~index["run_id"].isin([*base_ids,
                                                                             *cand_ids])]
-    index = index[index["started_at"] < cand["started_at"].min()]
+    index = index[index["started_at"] < cand["started_at"].min()].sort_values("started_at")
     benches = set(base["benchmark"]) & set(cand["benchmark"])
     index = index[[bool(benches & set(b)) for b in index["ok_benchmarks"]]]
     if index.empty:
         return None
-    rows = store.read(list(index["run_id"].tail(4 * HISTORY_RUNS)),
+    # Enough runs that each case can have its newest HISTORY_RUNS, bounded for a large store.
+    rows = store.read(list(index["run_id"].tail(8 * HISTORY_RUNS)),
                       where={"benchmark": sorted(benches)})
     if rows.empty:
         return None
-    for column in ("env_kernel", "env_cpu"):      # the same host as it was: same kernel, CPU
+    for column in ("env_kernel", "env_cpu", "env_netbench"):    # the host as it was
         if column in rows and column in base:
             want = base[column].iloc[0]
             want = "" if _is_missing(want) else str(want)
             rows = rows[rows[column].fillna("").astype(str) == want]
-    keep = list(dict.fromkeys(rows["run_id"]))[-HISTORY_RUNS:]
-    return rows[rows["run_id"].isin(keep)]
+    return rows.sort_values(["started_at", "run_id"], kind="stable")
 
 
 def judge_selections(store: Any, base: Any, cand: Any, thresholds: Mapping[str, float],

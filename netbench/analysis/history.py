@@ -24,7 +24,7 @@ from netbench.analysis.compare import (
     side,
     threshold_for,
 )
-from netbench.analysis.verdict import invocation_test, judge
+from netbench.analysis.verdict import HISTORY_RUNS, Past, invocation_test, judge
 from netbench.errors import NetbenchError, UsageError
 
 DEFAULT_WINDOW = 5
@@ -144,7 +144,7 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
     keys = list(dict.fromkeys(k for r in order for k in pooled[r]))
     series, single = [], []
     pending: list[tuple[Step, dict[str, Any], dict[str, Any], tuple[str, str, str],
-                        float]] = []
+                        float, Past]] = []
     for key in keys:
         present = [r for r in order if key in pooled[r]]
         if len(present) < 2:
@@ -159,22 +159,28 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
             if i:
                 before = present[max(0, i - window):i]
                 base = _merge([pooled[r][key] for r in before])
+                # The runs before the window are this step's history, as compare's are the
+                # runs before its sides: the same runs get the same verdict from both.
+                earlier = present[max(0, i - window - HISTORY_RUNS):max(0, i - window)]
+                past = Past([pooled[r][key]["value"] for r in earlier],
+                            [pooled[r][key]["busy"] for r in earlier])
                 step.change = change_of(base, pooled[run_id][key])
-                step.p_value, step.evidence, sd = invocation_test(side(base),
-                                                                  side(pooled[run_id][key]))
+                step.p_value, step.evidence, sd = invocation_test(
+                    side(base), side(pooled[run_id][key]), past)
                 step.against = len(before)
-                pending.append((step, base, pooled[run_id][key], key, sd))
+                pending.append((step, base, pooled[run_id][key], key, sd, past))
             s.steps.append(step)
         series.append(s)
     # Each run's steps are one family of tests (as a comparison is): adjusted together.
     for run_id in order:
         family = [t for t in pending if t[0].run_id == run_id]
-        for (step, base, cand, key, sd), q in zip(family,
-                                                  adjust([t[0].p_value for t in family])):
+        for (step, base, cand, key, sd, past), q in zip(
+                family, adjust([t[0].p_value for t in family])):
             threshold = threshold_for(thresholds or {}, key[0], key[2])
             step.p_adjusted = q
             j = judge(side(base), side(cand), step.change or 0.0, base["better"], threshold, q,
-                      step.evidence, alpha, history_runs=step.against, what=key[0], sd=sd)
+                      step.evidence, alpha, history_runs=step.against + len(past.values),
+                      what=key[0], sd=sd, past=past)
             step.verdict, step.evidence, step.needs, step.disturbed = (
                 j.verdict, j.evidence, j.needs, j.disturbed)
     if not series:
@@ -190,8 +196,14 @@ def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     values = [v for e in entries for v in e["values"]]
     return {**entries[0], "value": median_sorted(sorted(values)), "values": values,
-            "busy": sum(e.get("busy", 0.0) for e in entries) / len(entries),
+            "busy": _mean_known([e.get("busy") for e in entries]),
+            "n_runs": sum(e.get("n_runs", 1) for e in entries),
             "units": sorted({u for e in entries for u in e["units"]})}
+
+
+def _mean_known(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
 
 
 SPARKS = "▁▂▃▄▅▆▇█"

@@ -20,7 +20,8 @@ The verdicts:
   invocation a side, no history): says what would decide it;
 - ``disturbed``: it would be a regression (or an improvement) but the two sides ran with
   different amounts of other work on the host (``netbench.hostload``), which moves a figure
-  either way: named, and not blamed on the code.
+  either way: named, and not blamed on the code, unless the case's history holds runs at
+  both load levels (then its spread allows for that load, and it decides).
 Only ``regressed`` fails a gate by default.
 """
 
@@ -44,15 +45,33 @@ MIN_DF = 2          # degrees of freedom the invocations' spread needs before it
 HISTORY_RUNS = 8    # earlier runs of a case on its host that make its noise model
 
 
+SD_FLOOR = 0.005     # the least spread an invocation is taken to have (relative, log scale):
+# values that agree exactly (quantized, or one value repeated) never make p = 0
+
+
 @dataclass
 class Side:
-    """One side of a case metric: a value per invocation, and how busy the host was."""
+    """One side of a case metric: a value per invocation, the runs they came from, and how
+    busy the host was (None: not recorded, as in files written before netbench recorded it)."""
     values: Sequence[float]        # one per invocation (repeat or run)
-    busy: float = 0.0              # cores busy outside netbench, the invocations' mean
+    busy: float | None = 0.0       # cores busy outside netbench, the invocations' mean
+    runs: int = 0                  # distinct runs among the invocations (0: one per value)
 
     @property
     def n(self) -> int:
         return len(self.values)
+
+    @property
+    def n_runs(self) -> int:
+        return self.runs or len(self.values)
+
+
+@dataclass
+class Past:
+    """The case's history on the baseline's host: one value per earlier run (the median of
+    its repeats) and how busy the host was in it."""
+    values: Sequence[float] = ()
+    busy: Sequence[float | None] = ()
 
 
 @dataclass
@@ -61,7 +80,7 @@ class Judgement:
     p_value: float | None          # the t test's, before adjustment; None without evidence
     evidence: str                  # repeats, history, none
     needs: str = ""                # unverified, noisy: what would decide it
-    disturbed: str = ""            # which side ran busy, and how busy
+    disturbed: str = ""            # which side ran busy, how busy, what it would have been
 
 
 def _centre_spread(values: Sequence[float], log: bool) -> tuple[float, float, int]:
@@ -73,59 +92,81 @@ def _centre_spread(values: Sequence[float], log: bool) -> tuple[float, float, in
 
 
 def invocation_test(base: Side, cand: Side,
-                    history: Sequence[float] = ()) -> tuple[float | None, str, float]:
+                    history: Past | Sequence[float] = ()) -> tuple[float | None, str, float]:
     """The two-sided p-value that the sides' invocations differ, the evidence it rests on,
     and the spread of one invocation (sd, on the log scale where values are positive; p is
-    None when the spread has fewer than MIN_DF degrees of freedom). ``history``: the
-    case's values in earlier runs on the baseline's host (one per run), whose spread between
-    runs is the noise model where it is wider than the sides' own repeats."""
-    everything = [*base.values, *cand.values, *history]
-    log = bool(everything) and all(v > 0 for v in everything)
+    None when the spread has fewer than MIN_DF degrees of freedom).
+
+    Two levels of noise: repeats inside a run (the sides' own spread, pooled, over n values a
+    side) and whole runs (``history``: how far the case's earlier runs on the baseline's host
+    moved, over the runs a side). The standard error is the larger of the two, with its own
+    degrees of freedom: a run-level drift is never divided by the number of repeats."""
+    past = history if isinstance(history, Past) else Past(list(history))
+    values = [*base.values, *cand.values, *past.values]
+    if not all(math.isfinite(v) for v in values):
+        return None, "none", 0.0
+    log = bool(values) and all(v > 0 for v in values)
     mb, ssb, nb = _centre_spread(base.values, log)
     mc, ssc, nc = _centre_spread(cand.values, log)
+    scale = 1.0 if log else max(abs(mb), abs(mc), 1e-300)
+    floor = (SD_FLOOR * scale) ** 2
     df_rep = nb + nc - 2
-    var = (ssb + ssc) / df_rep if df_rep > 0 else 0.0
+    var = max((ssb + ssc) / df_rep, floor) if df_rep > 0 else 0.0
     evidence, df = "repeats", df_rep
-    if len(history) > MIN_DF:       # a history too short to judge by never overrides repeats
-        _, ssh, nh = _centre_spread(history, log)
-        var_h = ssh / (nh - 1)
-        if df_rep < MIN_DF or var_h > var:
-            evidence, df, var = "history", nh - 1, var_h
+    se2 = var * (1 / nb + 1 / nc)
+    if len(past.values) > MIN_DF:      # a history too short to judge by never overrides
+        _, ssh, nh = _centre_spread(past.values, log)
+        var_h = max(ssh / (nh - 1), floor)
+        se2_h = var_h * (1 / base.n_runs + 1 / cand.n_runs)
+        if df_rep < MIN_DF or se2_h > se2:
+            evidence, df, var, se2 = "history", nh - 1, var_h, se2_h
     sd = math.sqrt(var)
     if df < MIN_DF:
         return None, "none", sd
-    delta = mc - mb
-    se = sd * math.sqrt(1 / nb + 1 / nc)
-    if se <= 0:
-        return (1.0 if delta == 0 else 0.0), evidence, sd
-    return t_sf2(abs(delta) / se, df), evidence, sd
+    return t_sf2(abs(mc - mb) / math.sqrt(se2), df), evidence, sd
 
 
 def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
           p_adjusted: float | None, evidence: str, alpha: float = 0.05,
-          history_runs: int = 0, what: str = "", sd: float = 0.0) -> Judgement:
+          history_runs: int = 0, what: str = "", sd: float = 0.0,
+          past: Past | None = None) -> Judgement:
     """The verdict on a relative ``change`` (candidate against baseline, in the metric's
     own direction ``better``), from the test's (adjusted) p-value, evidence and spread."""
     if abs(change) <= threshold:
         return Judgement(UNCHANGED, p_adjusted, evidence)
     if evidence == "none" or p_adjusted is None:
-        return Judgement(UNVERIFIED, None, "none", needs=needs_text(base, cand, history_runs))
+        return Judgement(UNVERIFIED, None, "none",
+                         needs=needs_text(base, cand, history_runs))
     if p_adjusted >= alpha:
         return Judgement(NOISY, p_adjusted, evidence,
                          needs=f"about {repeats_needed(sd, change, alpha)} repeats a side")
     worse = change < 0 if better == "higher" else change > 0
+    verdict = REGRESSED if worse else IMPROVED
     # The sides ran on a host in different states: other work moves a figure either way (a
     # busy neighbour slows a stream; on an idle VM a ping-pong waits for halted vCPUs to wake:
     # tcp.rr here reads 30 us on a quiet host and 7 us beside a CPU hog), so the difference
-    # is the host's as much as the code's. Named, not judged.
-    if differently_busy(base.busy, cand.busy):
+    # is the host's as much as the code's: named, not judged, unless the history already
+    # holds runs in both states, so that the spread it was judged by allows for that load.
+    if (base.busy is not None and cand.busy is not None
+            and differently_busy(base.busy, cand.busy)
+            and not (evidence == "history" and covers(past, base.busy, cand.busy))):
         name, busier, other = (("candidate", cand, base) if cand.busy > base.busy
                                else ("baseline", base, cand))
         return Judgement(DISTURBED, p_adjusted, evidence,
                          disturbed=f"{name}: {busier.busy:.2g} cores busy outside netbench "
                                    f"(the other side {other.busy:.2g})"
-                                   + (f" during {what}" if what else ""))
-    return Judgement(REGRESSED if worse else IMPROVED, p_adjusted, evidence)
+                                   + (f" during {what}" if what else "")
+                                   + f"; quiet on both it would read {verdict}")
+    return Judgement(verdict, p_adjusted, evidence)
+
+
+def covers(past: Past | None, *levels: float) -> bool:
+    """Does the history hold at least two runs at each of these load levels (none of them
+    differently busy from it)?"""
+    if past is None:
+        return False
+    busy = [b for b in past.busy if b is not None]
+    return all(sum(not differently_busy(b, level) for b in busy) >= 2 for level in levels)
 
 
 def differently_busy(a: float, b: float) -> bool:
@@ -139,9 +180,11 @@ def differently_busy(a: float, b: float) -> bool:
 def needs_text(base: Side, cand: Side, history_runs: int = 0) -> str:
     """What would give a change invocation-level evidence: repeats a side, or earlier runs."""
     have = f"{base.n} vs {cand.n} invocations"
-    want = max(3 - min(base.n, cand.n), 0) + min(base.n, cand.n)
+    if not all(math.isfinite(v) for v in [*base.values, *cand.values]):
+        return f"{have}, not all finite: nothing to judge by"
+    want = 2 if min(base.n, cand.n) >= 2 else 3     # 2 vs 2 has the 2 degrees of freedom
     earlier = max(MIN_DF + 1 - history_runs, 1)
-    return (f"{have}: needs {max(want, 3)} repeats a side (--repeat {max(want, 3)}) or "
+    return (f"{have}: needs {want} repeats a side (--repeat {want}) or "
             f"{earlier} more earlier run(s) of this case on this host in the store")
 
 

@@ -1,0 +1,74 @@
+"""The decision function itself (netbench.analysis.verdict), on numbers whose answer is known."""
+
+import math
+import random
+
+from netbench.analysis.verdict import (
+    DISTURBED,
+    REGRESSED,
+    UNVERIFIED,
+    Past,
+    Side,
+    invocation_test,
+    judge,
+)
+
+
+def _verdict(base, cand, better="higher", threshold=0.05, past=None):
+    p, evidence, sd = invocation_test(base, cand, past or Past())
+    change = (sorted(cand.values)[len(cand.values) // 2] - sorted(base.values)[len(base.values)
+              // 2]) / sorted(base.values)[len(base.values) // 2]
+    return judge(base, cand, change, better, threshold, p, evidence, sd=sd, past=past)
+
+
+def test_a_run_level_drift_is_not_divided_by_the_repeats():
+    """Five tight repeats a side inside one run each, runs that move 5% apart (eight earlier
+    runs say so): +8% is within what whole runs move. Dividing the runs' spread by the
+    repeats' count called such changes regressed ~32% of the time (a review's simulation)."""
+    rng = random.Random(1)
+    past = Past([100 * (1 + rng.gauss(0, 0.05)) for _ in range(8)], [0.0] * 8)
+    base = Side([100 + 0.1 * i for i in range(5)], 0.0, runs=1)
+    cand = Side([108 + 0.1 * i for i in range(5)], 0.0, runs=1)
+    p, evidence, _ = invocation_test(base, cand, past)
+    assert evidence == "history" and p > 0.1
+
+
+def test_a_false_alarm_rate_near_alpha_when_whole_runs_drift():
+    rng = random.Random(2)
+    alarms = 0
+    for _ in range(300):
+        level = [1 + rng.gauss(0, 0.05) for _ in range(10)]
+        past = Past([100 * lv for lv in level[:8]], [0.0] * 8)
+        base = Side([100 * level[8] * (1 + rng.gauss(0, 0.01)) for _ in range(5)], 0.0, 1)
+        cand = Side([100 * level[9] * (1 + rng.gauss(0, 0.01)) for _ in range(5)], 0.0, 1)
+        alarms += _verdict(base, cand, past=past).verdict == REGRESSED
+    assert alarms / 300 < 0.05, alarms
+
+
+def test_identical_values_never_make_p_zero():
+    p, evidence, _ = invocation_test(Side([30.0] * 3), Side([30.3] * 3))
+    assert evidence == "repeats" and p > 0.01            # a 1% step on a 0.5% floor
+    p, _, _ = invocation_test(Side([30.0] * 3), Side([36.0] * 3))
+    assert p < 0.001                                     # 20% is beyond any floor
+
+
+def test_infinite_values_are_no_evidence():
+    j = _verdict(Side([1.0, 1.1, math.inf]), Side([2.0, 2.1, 2.2]))
+    assert j.verdict == UNVERIFIED and "not all finite" in j.needs
+
+
+def test_unrecorded_load_is_unknown_not_quiet():
+    base = Side([100.0, 100.2, 99.9], None)               # a file from before load was kept
+    cand = Side([80.0, 80.1, 79.9], 0.9)
+    assert _verdict(base, cand).verdict == REGRESSED
+
+
+def test_a_history_that_covers_both_load_states_decides_a_disturbed_case():
+    base = Side([100.0, 100.3, 99.8], 0.0, 1)
+    cand = Side([80.0, 80.2, 79.9], 1.0, 1)
+    j = _verdict(base, cand, past=Past([100.0, 99.0], [0.0, 1.0]))     # too short: repeats
+    assert j.verdict == DISTURBED and "quiet on both it would read regressed" in j.disturbed
+    both = Past([100.0, 99.0, 101.0, 98.5, 100.5, 99.5], [0.0, 1.0, 0.0, 1.0, 0.0, 1.1])
+    assert _verdict(base, cand, past=both).verdict == REGRESSED
+    quiet_only = Past([100.0, 99.0, 101.0, 98.5, 100.5, 99.5], [0.0] * 6)
+    assert _verdict(base, cand, past=quiet_only).verdict == DISTURBED
