@@ -231,3 +231,22 @@ def test_an_idle_connection_is_dropped_and_a_rank_reconnects(monkeypatch):
         assert client.get("a") == b"1"                    # reopened, asked again
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("run", ["[1]", '{"run_id": "x"}', '{"run_id": "x", "started_at": 5}',
+                                 '{"run_id": "x", "started_at": "yesterday"}'])
+def test_a_fake_rank_0s_malformed_run_record_is_refused_by_name(tmp_path, run):
+    """The store is rank 0's: a rank joining a store that hands it garbage stops with one
+    line naming the record, never a KeyError."""
+    port = _free_port()
+    fake = kvstore.KVClient("127.0.0.1", port, 2, True, 30)
+    try:
+        fake.set("join/0", '{"host": "fake0", "device": "", "addr": "127.0.0.1", '
+                           '"port": 9, "nonce": "n"}')
+        fake.set("run", run)
+        proc = _finish(_rank(1, 2, port, *STREAM, "--results", str(tmp_path),
+                             "--join-timeout", "20", "--rendezvous-store", "builtin"), 60)
+    finally:
+        fake.close()
+    assert proc.returncode == 1, proc.stderr
+    assert_clean_error(proc, "run record is malformed")
