@@ -6,7 +6,9 @@ neighbour, a hypervisor stealing the vCPU, a CPU held at a low clock. Read aroun
 
 - ``load_other_cores``: CPU time used by everything but netbench's own processes (this process,
   its descendants: the loopback server, spawned ranks) over the case, in cores (1.0 = one core
-  busy the whole time) — what /proc/stat counts busy, less what netbench's process tree used;
+  busy the whole time) — what /proc/stat counts as user and system time on the CPUs netbench
+  may run on, less what netbench's process tree used (interrupt time is left out: it is mostly
+  the traffic the case itself makes); not recorded for cases under MIN_WALL seconds;
 - ``load_own_cores``: netbench's own processes, the same way;
 - ``load_steal_cores``: time the hypervisor ran someone else on this guest's vCPUs;
 - ``load_avg1``: the 1-minute load average when the case ended;
@@ -32,6 +34,7 @@ COLUMNS = ("load_other_cores", "load_own_cores", "load_steal_cores", "load_avg1"
 BUSY_CORES = 0.25
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+MIN_WALL = 0.25      # seconds: a shorter case's load is not recorded (see finish)
 
 
 @dataclass
@@ -44,19 +47,27 @@ class _Snapshot:
 
 
 def _proc_stat() -> tuple[float | None, float | None]:
+    """Busy and stolen seconds over the CPUs this process may run on (a container's or a
+    pinned run's neighbours on other CPUs are not its neighbours)."""
     try:
+        allowed = {f"cpu{c}" for c in os.sched_getaffinity(0)}
         with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
+            lines = [line.split() for line in f if line.startswith("cpu")]
+    except (OSError, AttributeError):
         return None, None
-    if not fields or fields[0] != "cpu" or len(fields) < 8:
-        return None, None
-    values = [int(x) for x in fields[1:]]
-    # user nice system idle iowait irq softirq steal guest guest_nice; guest time is already
-    # inside user (the kernel adds it there), so it is not added again.
-    busy = values[0] + values[1] + values[2] + values[5] + values[6]
-    steal = values[7] if len(values) > 7 else 0
-    return busy / _TICK, steal / _TICK
+    busy = steal = 0
+    seen = False
+    for fields in lines:
+        if fields[0] not in allowed or len(fields) < 9:
+            continue
+        values = [int(x) for x in fields[1:]]
+        # user nice system idle iowait irq softirq steal ...: guest time is inside user
+        # already. irq and softirq are left out: they are mostly the traffic netbench itself
+        # makes (a NIC's receive path, soft-RoCE's work, a shaper's timers), not a neighbour.
+        busy += values[0] + values[1] + values[2]
+        steal += values[7]
+        seen = True
+    return (busy / _TICK, steal / _TICK) if seen else (None, None)
 
 
 def _own_seconds() -> float | None:
@@ -121,11 +132,13 @@ def finish(begin: _Snapshot) -> dict[str, Any]:
         return out
     if end.own is not None and begin.own is not None:
         out["load_own_cores"] = round(max(end.own - begin.own, 0.0) / wall, 4)
-    if end.busy is not None and begin.busy is not None:
+    # The counters tick every 10 ms: below MIN_WALL a case's share is a few ticks either way,
+    # so it is not recorded rather than recorded wrong; and without netbench's own time (no
+    # psutil) the rest cannot be told from netbench's own work.
+    if (end.busy is not None and begin.busy is not None and end.own is not None
+            and begin.own is not None and wall >= MIN_WALL):
         busy = max(end.busy - begin.busy, 0.0)
-        own = max(end.own - begin.own, 0.0) if end.own is not None and begin.own is not None \
-            else 0.0
-        # Tick-granular counters: a short case can read a few ticks either way.
+        own = max(end.own - begin.own, 0.0)
         out["load_other_cores"] = round(max(busy - own, 0.0) / wall, 4)
     if end.steal is not None and begin.steal is not None:
         out["load_steal_cores"] = round(max(end.steal - begin.steal, 0.0) / wall, 4)
