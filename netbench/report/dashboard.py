@@ -481,7 +481,7 @@ def _busiest(group: Any) -> str:
     if "load_steal_cores" in group:
         load = load + group["load_steal_cores"].fillna(0)
     worst = group.loc[load.idxmax()]
-    flag = (" (busy: slowdowns there are not blamed on the code)"
+    flag = (" (busy: a change against a side that ran quieter is reported disturbed)"
             if load.max() >= BUSY_CORES else "")
     return f"{load.max():.2g} cores busy outside netbench during {worst['benchmark']}{flag}"
 
