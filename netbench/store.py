@@ -18,11 +18,19 @@ import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from netbench.api import json_safe
 from netbench.errors import NetbenchError, UsageError
-from netbench.textfile import check_writable, open_regular, read_text, write_atomic
+from netbench.textfile import (
+    MAX_TOML_DEPTH,
+    check_writable,
+    nesting_depth,
+    open_regular,
+    read_text,
+    write_atomic,
+)
 
 SCHEMA_VERSION = 1
 MAX_STORED_SAMPLES = 100_000   # beyond this, samples are thinned evenly; n_samples stays true
@@ -217,7 +225,7 @@ def env_of(text: Any) -> dict[str, Any]:
         return {}
     try:
         env = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return env if isinstance(env, dict) else {}
 
@@ -464,7 +472,8 @@ class ResultStore:
             if folder.name[:-len(PARTS)] in names:
                 continue                 # a finished run's leftover parts: not read
             listing += [(f"{folder.name}/{name}", stat) for name, stat in scan(
-                folder, lambda e: e.name.startswith("part-") and e.name.endswith(".parquet"))]
+                folder, lambda e: e.name.startswith("part-") and e.name.endswith(".parquet")
+                and e.is_file())]            # a FIFO would block the reader
         return listing
 
     def runs(self) -> Any:
@@ -587,6 +596,8 @@ class ResultStore:
         import pyarrow.parquet as pq
 
         try:
+            if not S_ISREG(os.stat(self.directory / CATALOG).st_mode):
+                return {}         # a FIFO or a device there: never read
             table = pq.read_table(self.directory / CATALOG).to_pydict()
             return {n: (int(z), int(m), str(i)) for n, z, m, i in zip(
                 table["name"], table["size"], table["mtime_ns"], table["facts"])}
@@ -765,15 +776,20 @@ def _locked(parts: Path) -> bool:
     """Is a live process writing this run (holding its lock)?"""
     import fcntl
 
-    try:
-        with open(parts / LOCK) as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except OSError:
-                return True
-            return False
+    try:               # non-blocking: a FIFO in the lock's place would wait for a writer
+        fd = os.open(parts / LOCK, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        if not S_ISREG(os.fstat(fd).st_mode):
+            return False               # nobody can hold that
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        return False
+    finally:
+        os.close(fd)
 
 
 class StoreWarning(UserWarning):
@@ -898,10 +914,27 @@ def _import_row(line: bytes, where: str, names: set[str]) -> dict[str, Any]:
     if unknown or row.get("schema_version") != SCHEMA_VERSION:
         raise NetbenchError(f"{where}: not a schema-{SCHEMA_VERSION} row "
                             f"(unknown keys: {', '.join(sorted(unknown)) or 'none'})")
-    bad = _mistyped(row)
+    bad = _mistyped(row) or _unparsable(row)
     if bad:
         raise NetbenchError(f"{where}: {bad}")
     return {**dict.fromkeys(names), **row}
+
+
+def _unparsable(row: Mapping[str, Any]) -> str | None:
+    """What in an imported row's JSON columns every reader could not parse, or None: params
+    and env_json are read back as JSON objects (a deep one would exhaust a reader's stack)."""
+    for column in ("params", "env_json"):
+        text = row.get(column)
+        if text is None or text == "":
+            continue
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            value = None
+        if not isinstance(value, dict) or nesting_depth(value) > MAX_TOML_DEPTH:
+            return (f"{column} must be the text of a JSON object nested at most "
+                    f"{MAX_TOML_DEPTH} deep, not {str(text)[:60]!r}")
+    return None
 
 
 MAX_OPEN_IMPORTS = 32     # runs of one import written through an open file; the rest in batches

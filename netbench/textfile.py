@@ -128,13 +128,13 @@ def load_toml(path: str | Path, what: str = "file") -> tuple[dict[str, Any], str
         raise UsageError(f"{prefix}: not valid TOML: {exc}") from None
     except RecursionError:       # tomllib parses nested arrays and tables recursively
         data = None
-    if data is None or _depth(data) > MAX_TOML_DEPTH:
+    if data is None or nesting_depth(data) > MAX_TOML_DEPTH:
         raise UsageError(f"{path}: arrays or tables nested too deeply; a {what} nests them "
                          f"at most {MAX_TOML_DEPTH} deep")
     return data, text
 
 
-def _depth(value: Any) -> int:
+def nesting_depth(value: Any) -> int:
     """How deeply arrays and tables nest in ``value``, found without recursion (so a deep
     value cannot exhaust the stack of whatever reads it next)."""
     deepest, stack = 0, [(value, 1)]

@@ -406,3 +406,41 @@ def test_store_warnings_are_one_line_each(tmp_path):
     assert proc.stderr.splitlines() == [
         line for line in proc.stderr.splitlines() if line.startswith("netbench: warning:")]
     assert "broken000001.parquet" in proc.stderr and "UserWarning" not in proc.stderr
+
+
+# --- beyond the list: what else a store or an import can hold ------------------------------
+
+@pytest.mark.parametrize("where", ["part", "catalog", "lock"])
+def test_a_fifo_in_the_store_never_blocks_a_reader(tmp_path, where):
+    """A FIFO where a part file, the footer cache or a run's lock would be: opening it to
+    read would wait for a writer that never comes."""
+    results = tmp_path / "r"
+    _store_with_a_run(results)
+    parts = results / "20261201T020000-fifo00000001.parts"
+    parts.mkdir()
+    store = ResultStore(results)
+    store.write_run(parts / "part-000001.parquet",
+                    [_stored_row("fifo00000001", started_at="2026-12-01T02:00:00+00:00")])
+    target = {"part": parts / "part-000002.parquet", "catalog": results / "_catalog.parquet",
+              "lock": parts / ".lock"}[where]
+    os.mkfifo(target)
+    for args in (["runs"], ["export", "--run", "fifo00000001"]):
+        proc = netbench(*args, "--results", str(results), timeout=30)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "fifo00000001" in netbench("runs", "--results", str(results), timeout=30).stdout
+
+
+@pytest.mark.parametrize("params", ["garbage", "[1, 2]", '{"a": ' + "[" * 100_000 + "]" * 100_000
+                                    + "}", '"a string"'])
+def test_import_refuses_params_that_readers_cannot_parse(tmp_path, params):
+    rows = _jsonl(tmp_path / "rows.jsonl", [_row("params000001", params=params)])
+    proc = netbench("import", str(rows), "--results", str(tmp_path / "r"))
+    assert_clean_error(proc, f"{rows}:1", "params must be")
+    assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_import_refuses_an_environment_nested_100000_deep(tmp_path):
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    rows = _jsonl(tmp_path / "rows.jsonl", [_row("envdeep00001", env_json=deep)])
+    proc = netbench("import", str(rows), "--results", str(tmp_path / "r"))
+    assert_clean_error(proc, f"{rows}:1", "env_json must be")
