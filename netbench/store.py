@@ -499,23 +499,29 @@ class ResultStore:
             path = self.directory / name
             hit = cached.get(name)
             if hit is not None and hit[:2] == stat:
-                info = json.loads(hit[2])
+                info = env_of(hit[2])
             else:
                 meta = footers[name]
                 if isinstance(meta, Exception):
                     warnings.warn(f"skipping {path}: not a readable Parquet file ({meta})",
                                   StoreWarning, stacklevel=2)
                     continue
-                info = {k.decode(): v.decode() for k, v in meta.items()
-                        if k.decode().startswith("netbench_") and k.decode() != ENVS}
+                info = {k.decode(errors="replace"): v.decode(errors="replace")
+                        for k, v in meta.items() if k.startswith(b"netbench_") and
+                        k != ENVS.encode()}
                 if "netbench_run_id" not in info or "netbench_cases" not in info:
                     info = self._metadata_from_columns(path) or {}
                     if "netbench_run_id" not in info:
                         continue
+            facts = _footer_facts(info)
+            if facts is None:
+                warnings.warn(f"skipping {path}: its footer is not a netbench run's (run id, "
+                              "start, case counts)", StoreWarning, stacklevel=2)
+                continue
             if not path.parent.name.endswith(PARTS):
                 fresh[name] = (*stat, hit[2] if hit is not None and hit[:2] == stat
                                else json.dumps(info))
-            cases = json.loads(info["netbench_cases"])
+            cases, started, benchmarks, ok_benchmarks = facts
             part = path.parent.name.endswith(PARTS)
             run = merged.get(info["netbench_run_id"])
             if run is None:
@@ -527,13 +533,13 @@ class ResultStore:
                     "path": str(path.parent if part else path),
                     "run_id": info["netbench_run_id"],
                     "label": info.get("netbench_label", ""),
-                    "started_at": pd.Timestamp(info["netbench_started_at"]),
+                    "started_at": started,
                     "suite": info.get("netbench_suite", ""),
                     "host": info.get("netbench_host", ""), "benchmarks": set(),
                     "ok_benchmarks": set(), "ok": 0, "skipped": 0, "failed": 0,
                     "state": state, "plan": info.get("netbench_plan", "")}
-            run["benchmarks"] |= set(json.loads(info.get("netbench_benchmarks", "[]")))
-            run["ok_benchmarks"] |= set(json.loads(info.get("netbench_ok_benchmarks", "[]")))
+            run["benchmarks"] |= benchmarks
+            run["ok_benchmarks"] |= ok_benchmarks
             for key in ("ok", "skipped", "failed"):
                 run[key] += cases[key]
         if set(fresh) != set(cached) or any(cached[k][:2] != v[:2] for k, v in fresh.items()):
@@ -746,6 +752,32 @@ def _missing(value: Any) -> bool:
         return value is None or bool(value != value)
     except (TypeError, ValueError):
         return False
+
+
+def _footer_facts(info: Mapping[str, Any]) -> tuple[dict[str, int], Any, set[str],
+                                                   set[str]] | None:
+    """A footer's case counts, start (in UTC), benchmarks and those that measured something,
+    or None where they are not what netbench writes (a forged or foreign file): a reader
+    skips that file rather than fail on it."""
+    import pandas as pd
+
+    try:
+        cases = json.loads(info["netbench_cases"])
+        counts = {k: cases[k] for k in ("ok", "skipped", "failed")}
+        started = pd.Timestamp(info["netbench_started_at"])
+        lists = [json.loads(info.get(k, "[]"))
+                 for k in ("netbench_benchmarks", "netbench_ok_benchmarks")]
+    except (KeyError, TypeError, ValueError, RecursionError):
+        return None
+    if not isinstance(info.get("netbench_run_id"), str) or started is pd.NaT or \
+            not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                    for v in counts.values()) or \
+            not all(isinstance(b, list) and all(isinstance(x, str) for x in b) for b in lists):
+        return None
+    # One zone for every run, so runs sort: a footer without one is UTC, as netbench writes.
+    started = started.tz_localize("UTC") if started.tzinfo is None else \
+        started.tz_convert("UTC")
+    return counts, started, set(lists[0]), set(lists[1])
 
 
 def _read_footer(path: str) -> Any:

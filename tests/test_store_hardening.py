@@ -444,3 +444,44 @@ def test_import_refuses_an_environment_nested_100000_deep(tmp_path):
     rows = _jsonl(tmp_path / "rows.jsonl", [_row("envdeep00001", env_json=deep)])
     proc = netbench("import", str(rows), "--results", str(tmp_path / "r"))
     assert_clean_error(proc, f"{rows}:1", "env_json must be")
+
+
+@pytest.mark.parametrize("footer", [
+    {"netbench_cases": "garbage"}, {"netbench_cases": "[1]"},
+    {"netbench_cases": '{"ok": "x"}'}, {"netbench_started_at": "not a time"},
+    {"netbench_started_at": ""}, {"netbench_benchmarks": "5"},
+    {"netbench_run_id": "../../x"}, {"netbench_label": b"\xff\xfe"},
+])
+def test_a_run_file_with_a_forged_footer_is_skipped_by_name(tmp_path, footer):
+    """Every reader lists runs from the files' footers: one that says something else than
+    netbench writes is skipped with a warning, and the other runs are listed."""
+    import pyarrow.parquet as pq
+
+    _store_with_a_run(tmp_path)
+    good = next(tmp_path.glob("*run000000001.parquet"))
+    table = pq.read_table(good)
+    meta = {**table.schema.metadata, **{k.encode(): v if isinstance(v, bytes) else v.encode()
+                                        for k, v in footer.items()}}
+    forged = tmp_path / "20261201T030000-forged000001.parquet"
+    pq.write_table(table.replace_schema_metadata(meta), forged)
+    proc = netbench("runs", "--results", str(tmp_path))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "run000000001" in proc.stdout and "run000000002" in proc.stdout
+    warned = [x for x in proc.stderr.splitlines() if x.startswith("netbench: warning:")]
+    assert any(forged.name in x for x in warned) or "forged" not in str(footer), proc.stderr
+
+
+def test_runs_started_with_and_without_a_zone_list_together(tmp_path):
+    _store_with_a_run(tmp_path)
+    store = ResultStore(tmp_path)
+    row = _stored_row("naive0000001")
+    row["started_at"] = row["started_at"].replace(tzinfo=None)
+    import pyarrow.parquet as pq
+
+    store.write_run(store.path_for("naive0000001", "2026-12-01T05:00:00"), [row])
+    path = next(tmp_path.glob("*naive0000001.parquet"))
+    table = pq.read_table(path)
+    meta = {**table.schema.metadata, b"netbench_started_at": b"2026-12-01T05:00:00"}
+    pq.write_table(table.replace_schema_metadata(meta), path)
+    proc = netbench("runs", "--results", str(tmp_path))
+    assert proc.returncode == 0 and "naive0000001" in proc.stdout, proc.stderr
