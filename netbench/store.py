@@ -904,6 +904,20 @@ class JsonlStore:
 _PYTHON_TYPES = {"int32": int, "int64": int, "float64": (int, float), "string": str}
 
 
+_INT_BITS = {"int32": 32, "int64": 64}
+
+
+def _a_double(x: Any) -> bool:
+    """A JSON number a float64 column can hold (an integer of 400 digits is none)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    try:
+        float(x)
+    except OverflowError:
+        return False
+    return True
+
+
 def _mistyped(row: Mapping[str, Any]) -> str | None:
     """What in an imported row does not fit its column's type, or None."""
     for name, kind in COLUMNS:
@@ -911,13 +925,16 @@ def _mistyped(row: Mapping[str, Any]) -> str | None:
         if value is None or kind == "timestamp":
             continue
         if kind == "list<double>":
-            if not isinstance(value, list) or not all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+            if not isinstance(value, list) or not all(_a_double(x) for x in value):
                 return f"{name} must be a list of numbers, not {str(value)[:60]!r}"
             continue
         want = _PYTHON_TYPES[kind]
         if isinstance(value, bool) or not isinstance(value, want):
             return f"{name} must be {kind}, not {type(value).__name__} {str(value)[:60]!r}"
+        bits = _INT_BITS.get(kind)
+        if (bits and not -(1 << bits - 1) <= value < 1 << bits - 1) or (
+                kind == "float64" and not _a_double(value)):
+            return f"{name} must fit {kind}, not {str(value)[:60]}"
     if row.get("status") not in ("ok", "skipped", "failed"):
         return f"status must be ok, skipped or failed, not {row.get('status')!r}"
     return None

@@ -485,3 +485,14 @@ def test_runs_started_with_and_without_a_zone_list_together(tmp_path):
     pq.write_table(table.replace_schema_metadata(meta), path)
     proc = netbench("runs", "--results", str(tmp_path))
     assert proc.returncode == 0 and "naive0000001" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("column, value", [("msg_size", 2 ** 70), ("case_index", 2 ** 40),
+                                           ("n_samples", -(2 ** 64)), ("load_throttle_events",
+                                                                       2 ** 63),
+                                           ("value", 10 ** 400)])
+def test_import_refuses_integers_beyond_their_column(tmp_path, column, value):
+    rows = _jsonl(tmp_path / "rows.jsonl", [_row("bigint000001", **{column: value})])
+    proc = netbench("import", str(rows), "--results", str(tmp_path / "r"))
+    assert_clean_error(proc, f"{rows}:1", column)
+    assert not list(tmp_path.rglob("*.parquet"))
