@@ -496,3 +496,10 @@ def test_import_refuses_integers_beyond_their_column(tmp_path, column, value):
     proc = netbench("import", str(rows), "--results", str(tmp_path / "r"))
     assert_clean_error(proc, f"{rows}:1", column)
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_a_suite_beyond_4_mib_is_refused_before_it_is_parsed(tmp_path):
+    suite = tmp_path / "big.toml"
+    suite.write_text("# padding\n" * (500 << 10))
+    assert_clean_error(netbench("run", str(suite), "--dry-run"), str(suite),
+                       "larger than 4 MiB")
