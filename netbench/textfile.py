@@ -105,7 +105,19 @@ def check_writable(directory: Path, what: str) -> None:
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(tmp)`` then rename over ``path``: a reader, or a crash, never sees half."""
+    """``write(tmp)`` then rename over ``path``: a reader, or a crash, never sees half. Only
+    a regular file is replaced (through a symlink, its target): renamed over a device node
+    (``-o /dev/null``, ``/dev/stdout``) or a FIFO, a file would take its place, and as root
+    that is the host's /dev/null gone."""
+    given, path = path, Path(os.path.realpath(path)) if os.path.islink(path) else path
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None                        # none yet (or unreachable: the write says why)
+    if mode is not None and not stat.S_ISREG(mode):
+        shown = f"{given} (-> {path})" if given != path else str(path)
+        raise NetbenchError(f"cannot write {shown}: it is {file_kind(mode)}; name a regular "
+                            "file (or a new one)")
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         write(tmp)

@@ -503,3 +503,31 @@ def test_a_suite_beyond_4_mib_is_refused_before_it_is_parsed(tmp_path):
     suite.write_text("# padding\n" * (500 << 10))
     assert_clean_error(netbench("run", str(suite), "--dry-run"), str(suite),
                        "larger than 4 MiB")
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "link to a device"])
+def test_an_output_that_is_a_device_or_fifo_is_refused_not_replaced(tmp_path, kind):
+    """`export -o /dev/null` (or /dev/stdout) wrote a temp file and renamed it over the device
+    node: as root, the host's /dev/null became a regular file. A node made here stands in."""
+    import stat
+
+    _store_with_a_run(tmp_path / "r")
+    node = tmp_path / "null"
+    if kind == "fifo":
+        os.mkfifo(node)
+    else:
+        try:
+            os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("needs root to make a device node")
+    out = node
+    if kind == "link to a device":
+        out = tmp_path / "link"
+        out.symlink_to(node)
+    proc = netbench("export", "--results", str(tmp_path / "r"), "--run", "run000000001",
+                    "-o", str(out), timeout=60)
+    assert_clean_error(proc, str(out), "a character device" if kind != "fifo" else "a FIFO",
+                       "regular file")
+    mode = os.stat(node).st_mode
+    assert (stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)), oct(mode)
+    assert out.exists() and (kind != "link to a device" or out.is_symlink())
