@@ -238,10 +238,11 @@ def prepare_resume(store: Any, run_id: str, plan: Plan, host: str | None,
     return Resume(run_id, rows["started_at"].iloc[0].to_pydatetime(), done, path, record)
 
 
-def _timed(rows: list[dict[str, Any]], began: float, load: Any) -> None:
+def _timed(rows: list[dict[str, Any]], began: float, load: Any,
+           meter: hostload.Meter) -> None:
     """Each row of a case: how long the case took, harness included, and how busy the host
     was outside netbench meanwhile (netbench.hostload)."""
-    seconds, busy = time.monotonic() - began, hostload.finish(load)
+    seconds, busy = time.monotonic() - began, meter.finish(load)
     for row in rows:
         row["case_seconds"] = seconds
         row.update(busy)
@@ -256,6 +257,7 @@ class Runner:
         self._shared: dict[str, Any] = {}
         self._loopback_error = "no --peer given and no loopback server running"
         self._case_fallbacks: list[str] = []
+        self._load = hostload.Meter()
 
     # --- peers ---
 
@@ -304,9 +306,9 @@ class Runner:
                 in_flight = (index, description)
                 self.reporter.start_case(index, planned.case, description)
                 case_base = {**base, "case_started_at": datetime.now(UTC)}
-                began, load = time.monotonic(), hostload.start()
+                began, load = time.monotonic(), self._load.start()
                 rows = self._run_case(index, planned, case_base)
-                _timed(rows, began, load)       # when the case ran, how long, how busy
+                _timed(rows, began, load, self._load)   # when it ran, how long, how busy
                 result.rows.extend(rows)
                 result.fallbacks.extend(self._case_fallbacks)
                 self._case_fallbacks.clear()
@@ -364,9 +366,9 @@ class Runner:
         """One case, run as ``run`` runs it (availability, timeout, errors as rows), its rows
         timed and returned, not stored: for a caller that stores elsewhere (a fabric sweep)."""
         case_base = {**base, "case_started_at": datetime.now(UTC)}
-        began, load = time.monotonic(), hostload.start()
+        began, load = time.monotonic(), self._load.start()
         rows = self._run_case(index, planned, case_base)
-        _timed(rows, began, load)
+        _timed(rows, began, load, self._load)
         return rows
 
     def close_shared(self) -> list[str]:

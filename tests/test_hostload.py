@@ -52,3 +52,12 @@ def test_a_spawned_child_is_netbench_s_own_work():
     child.wait()
     out = hostload.finish(begin)
     assert out["load_own_cores"] >= 0.1, out            # reaped: counted as ours
+
+
+def test_a_short_case_in_a_run_takes_the_load_from_just_before_it():
+    meter = hostload.Meter()
+    _spin(0.3)                                  # an earlier case of the run
+    begin = meter.start()
+    out = meter.finish(begin)                   # a case of a few microseconds
+    assert out["load_own_cores"] is not None and out["load_other_cores"] is not None
+    assert out["load_own_cores"] >= 0.1, out    # the spin just before it is in its window
