@@ -60,6 +60,12 @@ def workdir(tmp_path_factory):
                                "--results", str(work / "results")], cwd=work,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
+    for label in ("before-driver-update", "after-driver-update"):   # the history example's
+        proc = subprocess.run([sys.executable, "-m", "netbench", "run", "tcp.stream", "-p",
+                               "duration=0.3", "-p", "warmup=0.1", "--label", label,
+                               "--results", str(work / "results")], cwd=work,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
     (work / "suites").symlink_to(ROOT / "suites")
     (work / "tmp").mkdir()
     # What the import example reads: the RDMA suite's rows (skipped here, with the reason).

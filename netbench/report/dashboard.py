@@ -397,8 +397,8 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
 def _load_text(v: Any) -> str:
     """What the hover says of the host's load on each side (netbench.hostload), and why a
     disturbed verdict is not a regression."""
-    base, cand = v.busy
-    text = (f"cores busy outside netbench: baseline {base:.2g}, candidate {cand:.2g}")
+    base, cand = ("not recorded" if b is None else f"{b:.2g}" for b in v.busy)
+    text = f"cores busy outside netbench: baseline {base}, candidate {cand}"
     if v.disturbed:
         text += f" (disturbed: {v.disturbed})"
     elif v.needs:
