@@ -1070,6 +1070,30 @@ class _ImportedRun:
         self.tmp.unlink(missing_ok=True)
 
 
+def _check_replaceable(run: _ImportedRun) -> None:
+    """An import replaces a stored run only with one holding every case it holds: the same
+    JSON-lines file is imported again and again (it keeps every earlier run), and a file
+    holding less of a run, or another run under its id, must not cost stored rows."""
+    import pyarrow.parquet as pq
+
+    run_id = _run_of(run.path)
+    if run.path.with_name(run.path.stem + PARTS).is_dir():
+        raise NetbenchError(f"run {run_id} is being written in this store, or was "
+                            f"interrupted ({run.path.stem + PARTS}); import it elsewhere")
+    if not run.path.exists():
+        return
+    try:
+        stored = set(pq.read_table(run.path, columns=["case_index"]).column(0).to_pylist())
+    except Exception:        # noqa: BLE001 - an unreadable file holds nothing to keep
+        return
+    missing = stored - set(run.facts.by_case)
+    if missing:
+        raise NetbenchError(f"run {run_id} is already stored in {run.path}, and this import "
+                            f"lacks {len(missing)} of its {len(stored)} cases; importing it "
+                            "would lose them: import into another --results, or remove "
+                            "that file first")
+
+
 def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Path]:
     """Store rows written by JsonlStore as Parquet runs (one file per run id). The file is
     streamed (memory bounded by a batch, whatever its size) and must be a regular file (a FIFO
@@ -1115,6 +1139,8 @@ def import_jsonl(source: str | os.PathLike[str], store: ResultStore) -> list[Pat
                     buffered = 0
         if not runs:
             raise NetbenchError(f"{source}: no rows to import")
+        for run in runs.values():
+            _check_replaceable(run)
         if not writable:
             store.check_writable()
         for run in runs.values():

@@ -531,3 +531,17 @@ def test_an_output_that_is_a_device_or_fifo_is_refused_not_replaced(tmp_path, ki
     mode = os.stat(node).st_mode
     assert (stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)), oct(mode)
     assert out.exists() and (kind != "link to a device" or out.is_symlink())
+
+
+def test_an_import_never_replaces_a_stored_run_with_fewer_cases(tmp_path):
+    """A JSON-lines file keeps every earlier run, so it is imported again and again: a run
+    already stored is replaced only by one holding every case it holds."""
+    results = tmp_path / "r"
+    full = _jsonl(tmp_path / "full.jsonl", [_row("again0000001", i) for i in range(3)])
+    assert netbench("import", str(full), "--results", str(results)).returncode == 0
+    assert netbench("import", str(full), "--results", str(results)).returncode == 0
+    part = _jsonl(tmp_path / "part.jsonl", [_row("again0000001", 0), _row("other0000001")])
+    proc = netbench("import", str(part), "--results", str(results))
+    assert_clean_error(proc, "again0000001", "already stored", "2 of its 3 cases")
+    assert sorted(pd.read_parquet(results)["case_index"]) == [0, 1, 2]   # nothing lost
+    assert ResultStore(results).runs()["run_id"].tolist() == ["again0000001"]
