@@ -72,3 +72,15 @@ def test_a_history_that_covers_both_load_states_decides_a_disturbed_case():
     assert _verdict(base, cand, past=both).verdict == REGRESSED
     quiet_only = Past([100.0, 99.0, 101.0, 98.5, 100.5, 99.5], [0.0] * 6)
     assert _verdict(base, cand, past=quiet_only).verdict == DISTURBED
+
+
+def test_a_throttled_or_slower_clocked_side_is_disturbed():
+    base = Side([100.0, 100.3, 99.8], 0.0, 1, mhz=3000.0)
+    slow = Side([80.0, 80.2, 79.9], 0.0, 1, mhz=2000.0)
+    j = _verdict(base, slow)
+    assert j.verdict == DISTURBED and "3000 MHz (baseline) vs 2000 MHz" in j.disturbed
+    hot = Side([80.0, 80.2, 79.9], 0.0, 1, mhz=2950.0, throttled=3)
+    j = _verdict(base, hot)
+    assert j.verdict == DISTURBED and "candidate: the CPU was thermally throttled 3" in j.disturbed
+    even = Side([80.0, 80.2, 79.9], 0.0, 1, mhz=2950.0)
+    assert _verdict(base, even).verdict == REGRESSED

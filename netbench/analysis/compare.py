@@ -33,6 +33,7 @@ from netbench.textfile import load_toml
 DEFAULT_THRESHOLD = 0.05
 KEY = ["benchmark", "params", "metric"]
 LOAD = ("load_other_cores", "load_steal_cores")
+CLOCK = ("load_cpu_mhz", "load_throttle_events")
 
 
 @dataclass
@@ -151,15 +152,15 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     names = ("benchmark", "params", "metric", "value", "unit", "better", "msg_size", "host",
              "run_id")
     columns = [ok[c].tolist() for c in names]
-    load = [ok[c].tolist() if c in ok else [None] * len(ok) for c in LOAD]
+    load = [ok[c].tolist() if c in ok else [None] * len(ok) for c in (*LOAD, *CLOCK)]
     entries: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for (bench, params, metric, value, unit, better, size, host, run_id), *busy in zip(
-            zip(*columns), *load):
+    for (bench, params, metric, value, unit, better, size, host, run_id), *busy, mhz, \
+            throttled in zip(zip(*columns), *load):
         entry = entries.get((bench, params, metric))
         if entry is None:
             entry = entries[(bench, params, metric)] = {
                 "values": [], "units": set(), "unit": unit, "better": better, "busy": [],
-                "hosts": set(), "runs": set(),
+                "hosts": set(), "runs": set(), "mhz": [], "throttled": 0,
                 "msg_size": None if _is_missing(size) else int(size)}
         entry["units"].add(str(unit))
         entry["hosts"].add(str(host))
@@ -169,13 +170,18 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         # Unrecorded load (files from before netbench recorded it) is unknown, not quiet.
         entry["busy"].append(None if _is_missing(busy[0]) else sum(
             0.0 if _is_missing(b) else float(b) for b in busy))
+        if not _is_missing(mhz):
+            entry["mhz"].append(float(mhz))
+        if not _is_missing(throttled):
+            entry["throttled"] += int(throttled)
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for key, entry in entries.items():
         values, busy = entry.pop("values"), entry.pop("busy")
         if not values:
             continue
-        known = [b for b in busy if b is not None]
+        known, mhz = [b for b in busy if b is not None], entry.pop("mhz")
         out[key] = {**entry, "busy": sum(known) / len(known) if known else None,
+                    "mhz": sum(mhz) / len(mhz) if mhz else None,
                     "n_runs": len(entry["runs"]),
                     "value": median_sorted(sorted(values)), "values": values,
                     "units": sorted(entry["units"]), "hosts": sorted(entry["hosts"])}
@@ -203,7 +209,8 @@ def noise_history(rows: Any) -> dict[tuple[str, str, str], Past]:
 
 
 def side(entry: Mapping[str, Any]) -> Side:
-    return Side(entry["values"], entry.get("busy", 0.0), entry.get("n_runs", 0))
+    return Side(entry["values"], entry.get("busy", 0.0), entry.get("n_runs", 0),
+                entry.get("mhz"), entry.get("throttled", 0))
 
 
 def change_of(x: Mapping[str, Any], y: Mapping[str, Any]) -> float:

@@ -198,6 +198,8 @@ def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {**entries[0], "value": median_sorted(sorted(values)), "values": values,
             "busy": _mean_known([e.get("busy") for e in entries]),
             "n_runs": sum(e.get("n_runs", 1) for e in entries),
+            "mhz": _mean_known([e.get("mhz") for e in entries]),
+            "throttled": sum(e.get("throttled", 0) for e in entries),
             "units": sorted({u for e in entries for u in e["units"]})}
 
 

@@ -56,6 +56,8 @@ class Side:
     values: Sequence[float]        # one per invocation (repeat or run)
     busy: float | None = 0.0       # cores busy outside netbench, the invocations' mean
     runs: int = 0                  # distinct runs among the invocations (0: one per value)
+    mhz: float | None = None       # the CPUs' mean clock where cpufreq says (None: unknown)
+    throttled: int = 0             # thermal throttling events during the invocations
 
     @property
     def n(self) -> int:
@@ -147,6 +149,11 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     # tcp.rr here reads 30 us on a quiet host and 7 us beside a CPU hog), so the difference
     # is the host's as much as the code's: named, not judged, unless the history already
     # holds runs in both states, so that the spread it was judged by allows for that load.
+    clock = clock_differs(base, cand)
+    if clock:
+        return Judgement(DISTURBED, p_adjusted, evidence,
+                         disturbed=clock + (f" during {what}" if what else "")
+                         + f"; on an even clock it would read {verdict}")
     if (base.busy is not None and cand.busy is not None
             and differently_busy(base.busy, cand.busy)
             and not (evidence == "history" and covers(past, base.busy, cand.busy))):
@@ -158,6 +165,21 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
                                    + (f" during {what}" if what else "")
                                    + f"; quiet on both it would read {verdict}")
     return Judgement(verdict, p_adjusted, evidence)
+
+
+CLOCK_GAP = 0.10     # CPU clocks this far apart (relative) are two different machines' worth
+
+
+def clock_differs(base: Side, cand: Side) -> str:
+    """Which side ran throttled or at a clearly different CPU clock, or "" (the kernel's
+    cpufreq and thermal_throttle counters; unknown on either side is no evidence)."""
+    for name, one in (("baseline", base), ("candidate", cand)):
+        if one.throttled:
+            return f"{name}: the CPU was thermally throttled {one.throttled} time(s)"
+    if base.mhz and cand.mhz and abs(cand.mhz - base.mhz) >= CLOCK_GAP * max(base.mhz,
+                                                                              cand.mhz):
+        return f"CPU clock {base.mhz:.0f} MHz (baseline) vs {cand.mhz:.0f} MHz (candidate)"
+    return ""
 
 
 def covers(past: Past | None, *levels: float) -> bool:
