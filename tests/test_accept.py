@@ -66,7 +66,7 @@ def test_line_rate_from_the_fingerprint_and_junit(tmp_path):
     proc = netbench("accept", str(spec), "--results", str(bad), "--junit",
                     str(tmp_path / "b.xml"))
     assert proc.returncode == 1
-    assert "4194304: 80 < 90" in proc.stdout and "2.5 > 2" in proc.stdout
+    assert "msg_size=4M: 80 < 90 (90% of 100 Gbit/s)" in proc.stdout and "2.5 > 2" in proc.stdout
     failures = ElementTree.parse(tmp_path / "b.xml").getroot().findall(".//failure")
     assert len(failures) == 2
 
