@@ -16,10 +16,12 @@ def _spin(seconds: float) -> None:
 
 
 def test_a_neighbour_counts_as_other_work_and_our_own_as_ours():
-    # A neighbour, not a descendant: started through a shell that exits at once, so the busy
+    # A neighbour, not a descendant: started by a process that exits at once, so the busy
     # loop belongs to init (a descendant of netbench is netbench's own work).
-    pid = int(subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' "
-                              ">/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+    spawn = ("import subprocess, sys\n"
+             "p = subprocess.Popen([sys.executable, '-c', 'while True: pass'],"
+             " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint(p.pid)\n")
+    pid = int(subprocess.run([sys.executable, "-c", spawn], capture_output=True, text=True,
                              timeout=10).stdout)
     try:
         time.sleep(0.2)
