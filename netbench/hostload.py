@@ -4,11 +4,12 @@ A verdict on a shared machine has to know whether a side ran beside other work: 
 neighbour, a hypervisor stealing the vCPU, a CPU held at a low clock. Read around every case
 (outside the timed section, a few /proc and /sys reads, well under a millisecond):
 
-- ``load_other_cores``: CPU time used by everything but netbench's own processes (this process,
-  its descendants: the loopback server, spawned ranks) over the case, in cores (1.0 = one core
-  busy the whole time) — what /proc/stat counts as user and system time on the CPUs netbench
-  may run on, less what netbench's process tree used (interrupt time is left out: it is mostly
-  the traffic the case itself makes); not recorded for cases under MIN_WALL seconds;
+- ``load_other_cores``: CPU time everything but netbench's own processes (this process, its
+  descendants: the loopback server, spawned ranks) wanted over the case, in cores (1.0 = one
+  core's worth the whole time): each user-space task's time running plus waiting for a CPU,
+  from /proc/PID/task/TID/schedstat (nanoseconds); where the kernel has no schedstat, what
+  /proc/stat counts as user and system time less netbench's own (the share other work got,
+  which a busy-polling case understates); not recorded for cases under MIN_WALL seconds;
 - ``load_own_cores``: netbench's own processes, the same way;
 - ``load_steal_cores``: time the hypervisor ran someone else on this guest's vCPUs;
 - ``load_avg1``: the 1-minute load average when the case ended;
@@ -45,6 +46,50 @@ class _Snapshot:
     steal: float | None
     own: float | None           # seconds, netbench's process tree
     throttle: int | None
+    others: dict[int, int] | None = None   # task id -> ns run + waiting, other processes
+
+
+def _own_pids() -> set[int] | None:
+    try:
+        import psutil
+
+        me = psutil.Process()
+        return {me.pid, *(p.pid for p in me.children(recursive=True))}
+    except Exception:       # psutil missing or the tree changing under it
+        return None
+
+
+def _others(own: set[int] | None) -> dict[int, int] | None:
+    """Every user-space task outside netbench's process tree: the nanoseconds it ran plus
+    those it waited for a CPU (/proc/PID/task/TID/schedstat). Run plus wait is what other
+    work wanted of the CPUs, not the share it got: a busy-polling case crowds a neighbour
+    out (it then runs little), yet the neighbour's wakeups and cache still move the figure.
+    Kernel threads (no command line) are left out: they are mostly the case's own traffic."""
+    if own is None or not os.path.exists("/proc/self/schedstat"):
+        return None
+    out: dict[int, int] = {}
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        if pid in own:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if not f.read(1):
+                    continue                        # a kernel thread
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue                                # ended meanwhile
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    ran, waited = f.read().split()[:2]
+                out[int(tid)] = int(ran) + int(waited)
+            except (OSError, ValueError):
+                continue
+    return out
 
 
 def _proc_stat() -> tuple[float | None, float | None]:
@@ -121,7 +166,9 @@ def _cpu_mhz() -> float | None:
 
 def start() -> _Snapshot:
     busy, steal = _proc_stat()
-    return _Snapshot(time.monotonic(), busy, steal, _own_seconds(), _throttle_count())
+    own = _own_seconds()
+    return _Snapshot(time.monotonic(), busy, steal, own, _throttle_count(),
+                     _others(_own_pids()))
 
 
 def finish(begin: _Snapshot) -> dict[str, Any]:
@@ -136,9 +183,13 @@ def finish(begin: _Snapshot) -> dict[str, Any]:
     # The counters tick every 10 ms: below MIN_WALL a case's share is a few ticks either way,
     # so it is not recorded rather than recorded wrong; and without netbench's own time (no
     # psutil) the rest cannot be told from netbench's own work.
-    if (end.busy is not None and begin.busy is not None and end.own is not None
+    if end.others is not None and begin.others is not None and wall >= MIN_WALL:
+        # Tasks that began during the case count from zero; those that ended are lost.
+        wanted = sum(max(ns - begin.others.get(tid, 0), 0) for tid, ns in end.others.items())
+        out["load_other_cores"] = round(wanted / 1e9 / wall, 4)
+    elif (end.busy is not None and begin.busy is not None and end.own is not None
             and begin.own is not None and wall >= MIN_WALL):
-        busy = max(end.busy - begin.busy, 0.0)
+        busy = max(end.busy - begin.busy, 0.0)      # no schedstat: the share it got, at least
         own = max(end.own - begin.own, 0.0)
         out["load_other_cores"] = round(max(busy - own, 0.0) / wall, 4)
     if end.steal is not None and begin.steal is not None:
