@@ -157,18 +157,20 @@ def test_the_regression_suite_catches_a_5_percent_slower_link_and_nothing_else(
         caught = [v for v in goodput if v["verdict"] == "regressed"]
         # On a quiet machine every case reads the shaped rate and is caught; on a saturated
         # one a single stream can fall short of the shaper in some invocations (0.68-0.94 of
-        # it, measured with both cores busy): such a case is noisy, never improved, and the
-        # multi-stream cases, which keep the link full, are caught regardless.
+        # it, measured with both cores busy): such a case is noisy (or disturbed, where other
+        # work came and went), never improved, and the multi-stream cases, which keep the
+        # link full, are caught regardless.
         assert all(v["evidence"] == "repeats" and v["change"] == pytest.approx(-drop, abs=0.015)
                    for v in caught), caught
-        assert all(v["verdict"] in ("regressed", "noisy") for v in goodput), goodput
+        assert all(v["verdict"] in ("regressed", "noisy", "disturbed") for v in goodput), goodput
         assert all(v["verdict"] == "regressed" for v in goodput
                    if json.loads(v["params"])["streams"] > 1), goodput
         regressed = {m for m, vs in verdicts.items() for v in vs if v["verdict"] == "regressed"}
         assert regressed <= {"goodput", "goodput_fwd", "goodput_rev"}, regressed
         rc, verdicts = compare(slower, "tbf1000")
         assert rc == 0
-        assert all(v["verdict"] in ("improved", "noisy") for v in verdicts["goodput"])
+        assert all(v["verdict"] in ("improved", "noisy", "disturbed")
+                   for v in verdicts["goodput"])
         assert all(v["verdict"] == "improved" for v in verdicts["goodput"]
                    if json.loads(v["params"])["streams"] > 1)
 
@@ -205,8 +207,10 @@ def test_the_stores_history_of_a_real_link_is_the_noise_model(shaped_pair, tmp_p
         server.stop()
 
     def goodput(candidate: str) -> tuple[int, dict]:
+        # The regression suite's threshold (3%): a tbf step of -5% reads -4.99% here.
         proc = subprocess.run([sys.executable, "-m", "netbench", "compare", nightly[-1],
-                               candidate, "--results", str(results), "--json"],
+                               candidate, "--results", str(results), "--threshold",
+                               "goodput=3%", "--json"],
                               capture_output=True, text=True, cwd=ROOT)
         (v,) = [v for v in json.loads(proc.stdout)["verdicts"] if v["metric"] == "goodput"]
         print(candidate, v["change"], v["verdict"], v["evidence"], v["p_adjusted"])
