@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from netbench.errors import NetbenchError, PeerError
-from netbench.wire import Channel
+from netbench.wire import Channel, hang_up
 
 MAX_MESSAGE = 64 << 20        # one rank's rows of one round (samples included)
 MAX_TOTAL = 2 << 30           # everything the store holds: keys and values, UTF-8 bytes
@@ -74,10 +74,7 @@ class KVServer:
                     return False
                 oldest = min(silent, key=lambda item: item[0])[1]
                 del self.open[oldest]
-                try:
-                    oldest.shutdown(socket.SHUT_RDWR)   # its thread's recv ends at once
-                except OSError:
-                    pass
+                hang_up(oldest)
             self.open[conn] = time.monotonic()
         return True
 

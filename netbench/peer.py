@@ -24,7 +24,7 @@ from typing import Any
 
 from netbench import __version__
 from netbench.errors import NetbenchError, PeerError, UsageError
-from netbench.wire import PROTOCOL, Channel, parse_hostport
+from netbench.wire import PROTOCOL, Channel, hang_up, parse_hostport
 
 DEFAULT_PORT = 5301
 HELLO_TIMEOUT = 5.0      # a new connection must say who it is within this (the whole frame)
@@ -223,10 +223,7 @@ class Server:
             if len(self._pending) >= MAX_PENDING:
                 oldest = min(self._pending, key=self._pending.__getitem__)
                 del self._pending[oldest]
-                try:
-                    oldest.shutdown(socket.SHUT_RDWR)   # its thread's recv ends at once
-                except OSError:
-                    pass
+                hang_up(oldest)
             self._pending[conn] = time.monotonic()
 
     def _identified(self, conn: socket.socket) -> None:

@@ -121,3 +121,11 @@ def parse_hostport(text: str, default_port: int) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise UsageError(f"peer {text!r}: port must be 1-65535")
     return host, int(port_text)
+
+
+def hang_up(conn: socket.socket) -> None:
+    """Shut a connection both ways so the thread blocked in its recv returns at once."""
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
