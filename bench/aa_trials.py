@@ -44,6 +44,10 @@ def hog() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
+def _cores(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=10)
@@ -82,7 +86,11 @@ def main() -> int:
         side = ("none" if hogged[i] == hogged[i + 1] and not hogged[i] else
                 "both" if hogged[i] and hogged[i + 1] else
                 "baseline" if hogged[i] else "candidate")
-        false = [f"{v['benchmark']} {v['metric']} {v['change']:+.1%}" for v in verdicts
+        # With each side's load (other work + stolen, stolen): what the verdict saw.
+        false = [f"{v['benchmark']} {v['metric']} {v['change']:+.1%} "
+                 f"(busy {_cores(v['busy'][0])} vs {_cores(v['busy'][1])}, stolen "
+                 f"{_cores(v.get('steal', [None] * 2)[0])} vs "
+                 f"{_cores(v.get('steal', [None] * 2)[1])})" for v in verdicts
                  if v["verdict"] in ("regressed", "improved")]
         alarms += bool(count["regressed"]) or proc.returncode != 0
         trials.append({"trial": i + 1, "hog": side, "exit": proc.returncode, **count,

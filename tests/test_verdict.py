@@ -74,6 +74,21 @@ def test_a_history_that_covers_both_load_states_decides_a_disturbed_case():
     assert _verdict(base, cand, past=quiet_only).verdict == DISTURBED
 
 
+def test_a_hog_beside_one_side_and_steal_beside_the_other_are_two_states():
+    # About the same cores in all, of two kinds: the hog keeps the vCPUs awake (a ping-pong
+    # gets faster), the hypervisor's steal makes every wakeup wait (it gets slower).
+    stolen = Side([140.0, 141.0, 139.5], 0.9, 1, steal=0.85)
+    hogged = Side([8.0, 8.1, 7.9], 1.05, 1, steal=0.0)
+    j = _verdict(stolen, hogged)
+    assert j.verdict == DISTURBED, j
+    assert "stolen by the hypervisor: baseline 0.85, candidate 0" in j.disturbed
+    assert _verdict(Side([140.0, 141.0, 139.5], 0.9, 1, steal=0.9),
+                    Side([100.0, 100.5, 99.5], 1.0, 1, steal=0.95)).verdict == REGRESSED
+    # A history decides only where it holds runs in both states of each kind.
+    sums_only = Past([140.0, 139.0, 141.0, 138.5, 140.5, 139.5], [0.9, 1.0] * 3)
+    assert _verdict(stolen, hogged, past=sums_only).verdict == DISTURBED
+
+
 def test_a_throttled_or_slower_clocked_side_is_disturbed():
     base = Side([100.0, 100.3, 99.8], 0.0, 1, mhz=3000.0)
     slow = Side([80.0, 80.2, 79.9], 0.0, 1, mhz=2000.0)

@@ -57,6 +57,7 @@ class Verdict:
     history_runs: int = 0      # earlier runs of the case on its host used as noise model
     busy: tuple[float, float] = (0.0, 0.0)  # cores busy outside netbench, each side's mean
     disturbed: str = ""        # which side ran on a busy host, when that decided it
+    steal: tuple[float | None, float | None] = (0.0, 0.0)   # of busy, stolen by the hypervisor
 
 
 # --- thresholds ----------------------------------------------------------------------------------
@@ -160,6 +161,7 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         if entry is None:
             entry = entries[(bench, params, metric)] = {
                 "values": [], "units": set(), "unit": unit, "better": better, "busy": [],
+                "steal": [],
                 "hosts": set(), "runs": set(), "mhz": [], "throttled": 0,
                 "msg_size": None if _is_missing(size) else int(size)}
         entry["units"].add(str(unit))
@@ -170,17 +172,20 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         # Unrecorded load (files from before netbench recorded it) is unknown, not quiet.
         entry["busy"].append(None if _is_missing(busy[0]) else sum(
             0.0 if _is_missing(b) else float(b) for b in busy))
+        entry["steal"].append(None if _is_missing(busy[1]) else float(busy[1]))
         if not _is_missing(mhz):
             entry["mhz"].append(float(mhz))
         if not _is_missing(throttled):
             entry["throttled"] += int(throttled)
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for key, entry in entries.items():
-        values, busy = entry.pop("values"), entry.pop("busy")
+        values, busy, steal = entry.pop("values"), entry.pop("busy"), entry.pop("steal")
         if not values:
             continue
         known, mhz = [b for b in busy if b is not None], entry.pop("mhz")
+        stolen = [b for b in steal if b is not None]
         out[key] = {**entry, "busy": sum(known) / len(known) if known else None,
+                    "steal": sum(stolen) / len(stolen) if stolen else None,
                     "mhz": sum(mhz) / len(mhz) if mhz else None,
                     "n_runs": len(entry["runs"]),
                     "value": median_sorted(sorted(values)), "values": values,
@@ -195,22 +200,24 @@ def noise_history(rows: Any) -> dict[tuple[str, str, str], Past]:
     newest are not this series (a changed definition), so they are left out."""
     if rows is None or rows.empty:
         return {}
-    per_run: dict[tuple[str, str, str], list[tuple[float, float | None, str]]] = {}
+    per_run: dict[tuple[str, str, str],
+                  list[tuple[float, float | None, float | None, str]]] = {}
     for run_id in dict.fromkeys(rows["run_id"]):
         for key, entry in pool(rows[rows["run_id"] == run_id]).items():
             per_run.setdefault(key, []).append((entry["value"], entry["busy"],
-                                                entry["units"][-1]))
+                                                entry.get("steal"), entry["units"][-1]))
     out = {}
     for key, runs in per_run.items():
-        unit = runs[-1][2]
-        kept = [(v, b) for v, b, u in runs if u == unit][-HISTORY_RUNS:]
-        out[key] = Past([v for v, _ in kept], [b for _, b in kept])
+        unit = runs[-1][3]
+        kept = [(v, b, st) for v, b, st, u in runs if u == unit][-HISTORY_RUNS:]
+        out[key] = Past([v for v, _, _ in kept], [b for _, b, _ in kept],
+                        [st for _, _, st in kept])
     return out
 
 
 def side(entry: Mapping[str, Any]) -> Side:
     return Side(entry["values"], entry.get("busy", 0.0), entry.get("n_runs", 0),
-                entry.get("mhz"), entry.get("throttled", 0))
+                entry.get("mhz"), entry.get("throttled", 0), entry.get("steal", 0.0))
 
 
 def change_of(x: Mapping[str, Any], y: Mapping[str, Any]) -> float:
@@ -272,7 +279,8 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
                                 x["value"], y["value"], change, threshold, p, j.verdict,
                                 j.evidence, j.needs, q, (len(x["values"]), len(y["values"])),
                                 runs if j.evidence == "history" else 0,
-                                (x["busy"], y["busy"]), j.disturbed))
+                                (x["busy"], y["busy"]), j.disturbed,
+                                (x.get("steal"), y.get("steal"))))
     return verdicts
 
 

@@ -163,7 +163,8 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
                 # runs before its sides: the same runs get the same verdict from both.
                 earlier = present[max(0, i - window - HISTORY_RUNS):max(0, i - window)]
                 past = Past([pooled[r][key]["value"] for r in earlier],
-                            [pooled[r][key]["busy"] for r in earlier])
+                            [pooled[r][key]["busy"] for r in earlier],
+                            [pooled[r][key].get("steal") for r in earlier])
                 step.change = change_of(base, pooled[run_id][key])
                 step.p_value, step.evidence, sd = invocation_test(
                     side(base), side(pooled[run_id][key]), past)
@@ -197,6 +198,7 @@ def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     values = [v for e in entries for v in e["values"]]
     return {**entries[0], "value": median_sorted(sorted(values)), "values": values,
             "busy": _mean_known([e.get("busy") for e in entries]),
+            "steal": _mean_known([e.get("steal") for e in entries]),
             "n_runs": sum(e.get("n_runs", 1) for e in entries),
             "mhz": _mean_known([e.get("mhz") for e in entries]),
             "throttled": sum(e.get("throttled", 0) for e in entries),

@@ -55,9 +55,11 @@ class Side:
     busy the host was (None: not recorded, as in files written before netbench recorded it)."""
     values: Sequence[float]        # one per invocation (repeat or run)
     busy: float | None = 0.0       # cores busy outside netbench, the invocations' mean
+    # (other work plus what the hypervisor stole)
     runs: int = 0                  # distinct runs among the invocations (0: one per value)
     mhz: float | None = None       # the CPUs' mean clock where cpufreq says (None: unknown)
     throttled: int = 0             # thermal throttling events during the invocations
+    steal: float | None = 0.0      # of ``busy``, the cores the hypervisor stole
 
     @property
     def n(self) -> int:
@@ -74,6 +76,7 @@ class Past:
     its repeats) and how busy the host was in it."""
     values: Sequence[float] = ()
     busy: Sequence[float | None] = ()
+    steal: Sequence[float | None] = ()
 
 
 @dataclass
@@ -154,16 +157,11 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
         return Judgement(DISTURBED, p_adjusted, evidence,
                          disturbed=clock + (f" during {what}" if what else "")
                          + f"; on an even clock it would read {verdict}")
-    if (base.busy is not None and cand.busy is not None
-            and differently_busy(base.busy, cand.busy)
-            and not (evidence == "history" and covers(past, base.busy, cand.busy))):
-        name, busier, other = (("candidate", cand, base) if cand.busy > base.busy
-                               else ("baseline", base, cand))
+    apart = load_differs(base, cand)
+    if apart and not (evidence == "history" and covers(past, base, cand)):
         return Judgement(DISTURBED, p_adjusted, evidence,
-                         disturbed=f"{name}: {busier.busy:.2g} cores busy outside netbench "
-                                   f"(the other side {other.busy:.2g})"
-                                   + (f" during {what}" if what else "")
-                                   + f"; quiet on both it would read {verdict}")
+                         disturbed=apart + (f" during {what}" if what else "")
+                         + f"; quiet on both it would read {verdict}")
     return Judgement(verdict, p_adjusted, evidence)
 
 
@@ -182,13 +180,47 @@ def clock_differs(base: Side, cand: Side) -> str:
     return ""
 
 
-def covers(past: Past | None, *levels: float) -> bool:
-    """Does the history hold at least two runs at each of these load levels (none of them
-    differently busy from it)?"""
+def _levels(busy: float | None, steal: float | None) -> tuple[float, float, float] | None:
+    """A load state: (all of it, other work, stolen), in cores; None where unrecorded."""
+    if busy is None:
+        return None
+    stolen = steal or 0.0
+    return busy, max(busy - stolen, 0.0), stolen
+
+
+def _states_differ(a: tuple[float, float, float], b: tuple[float, float, float]) -> bool:
+    # Each kind on its own as well as the sum: a CPU hog beside one side and a hypervisor
+    # stealing a loaded host's vCPUs from the other add up to about the same cores, yet they
+    # are two states (the hog keeps the vCPUs awake, the steal makes every wakeup wait).
+    return any(differently_busy(x, y) for x, y in zip(a, b))
+
+
+def load_differs(base: Side, cand: Side) -> str:
+    """Which side ran beside clearly more load of some kind, as a sentence, or "" (unrecorded
+    load on either side is no evidence)."""
+    a, b = _levels(base.busy, base.steal), _levels(cand.busy, cand.steal)
+    if a is None or b is None or not _states_differ(a, b):
+        return ""
+    name, busier, other = (("candidate", b, a) if b[0] > a[0] else ("baseline", a, b))
+    text = (f"{name}: {busier[0]:.2g} cores busy outside netbench "
+            f"(the other side {other[0]:.2g})")
+    if a[2] or b[2]:
+        text += f"; stolen by the hypervisor: baseline {a[2]:.2g}, candidate {b[2]:.2g}"
+    return text
+
+
+def covers(past: Past | None, *sides: Side) -> bool:
+    """Does the history hold at least two runs in each of these sides' load states (none of
+    them differently loaded from it)?"""
     if past is None:
         return False
-    busy = [b for b in past.busy if b is not None]
-    return all(sum(not differently_busy(b, level) for b in busy) >= 2 for level in levels)
+    steal = list(past.steal) or [None] * len(past.busy)
+    states = [s for s in (_levels(b, st) for b, st in zip(past.busy, steal)) if s is not None]
+    for one in sides:
+        level = _levels(one.busy, one.steal)
+        if level is None or sum(not _states_differ(s, level) for s in states) < 2:
+            return False
+    return True
 
 
 def differently_busy(a: float, b: float) -> bool:
