@@ -14,7 +14,7 @@ bandwidth at 4 KiB, 64 KiB and 1 MiB, send bandwidth at 64 KiB. Printed: each ro
 the median ratio netbench / perftest and its spread over rounds. Targets: latency <= 1.10,
 message rate and bandwidth >= 0.90 x perftest. With --gate, exit 1 when a point misses its
 target beyond the run's own noise: the whole 90% interval of its median ratio lies beyond the
-target (the spread measured over repeated runs is in README). Rows: netbench's
+target (the spread measured over repeated runs is in docs/rdma.md). Rows: netbench's
 own in OUT/crosscheck-netbench.jsonl, perftest's as `ref.<tool>` rows beside them
 (OUT/crosscheck-perftest.jsonl, same schema, importable), and OUT/crosscheck.json.
 Standard library and netbench only: it runs inside an emulated VM, where Python is ~50x slower.
@@ -56,7 +56,7 @@ POINTS = [
 TARGET = {"lat": 1.10, "bw": 0.90}
 # The noise margin is the run's own: a point misses only when the whole 90% interval of its
 # median ratio (bootstrap over the pairs) lies beyond the target. Under TCG emulation one pair's
-# ratio moves by tens of percent (README: the spread measured over repeated runs), so a fixed
+# ratio moves by tens of percent (docs/rdma.md: the spread measured over repeated runs), so a fixed
 # margin would either fire on unchanged code or never fire; the interval narrows with rounds.
 UNITS = {"lat_p50": "us (half RTT)", "msg_rate": "Mpps", "bw_avg": "Gbit/s"}
 

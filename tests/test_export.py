@@ -55,7 +55,7 @@ def test_export_bad_input_is_one_clear_error(tmp_path):
 
 
 def test_no_run_id_on_any_series_so_a_new_run_adds_none(tmp_path):
-    """README: no run id on the series. Two runs of one label export the same series (the
+    """docs/commands.md: no run id on the series. Two runs of one label export the same series (the
     run's start and case counts included), and a label's runs together stay unique."""
     res = tmp_path / "res"
     for _ in range(2):

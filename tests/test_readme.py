@@ -1,4 +1,5 @@
-"""README is true, example by example: every `netbench` command in its code blocks runs here.
+"""README and docs/ are true, example by example: every `netbench` command in their code
+blocks runs here, and README's plugin is installed and run.
 
 `netbench run` examples run with `--dry-run` (every case planned and validated, nothing
 measured: some sweep to 256 MiB on 4 ranks); the rest run for real against a store made for
@@ -8,17 +9,20 @@ The benchmarks table names every metric each benchmark reports.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, netbench
+from conftest import ROOT, install_plugin, netbench
 
 from netbench import registry
 
 README = (ROOT / "README.md").read_text()
+DOCS = {path.name: path.read_text() for path in sorted((ROOT / "docs").glob("*.md"))}
 
 SKIP = [
     (r"--peer host", "needs a second host running netbench serve"),
@@ -31,9 +35,9 @@ SKIP = [
 
 
 def _examples() -> list[str]:
-    """Commands in the README's indented code blocks (comments dropped)."""
+    """Commands in the indented code blocks of README and docs/ (comments dropped)."""
     lines = []
-    for line in README.splitlines():
+    for line in "\n".join([README, *DOCS.values()]).splitlines():
         if not line.startswith("    ") or line.startswith("     #"):
             continue
         text = line.strip()
@@ -101,8 +105,31 @@ def test_readme_example_runs(example, workdir):
         assert "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_readme_stays_short_and_links_every_doc():
+    assert len(README.encode()) <= 12 * 1024, len(README.encode())
+    assert all(f"docs/{name}" in README for name in DOCS), [n for n in DOCS
+                                                            if f"docs/{n}" not in README]
+
+
+def test_readme_plugin_installs_lists_and_runs(tmp_path):
+    source = README.split("```python\n", 1)[1].split("```", 1)[0]
+    entry = README.split("```toml\n", 1)[1].split("```", 1)[0]
+    name, target = (x.strip().strip('"') for x in entry.splitlines()[1].split("=", 1))
+    module, _, cls = target.partition(":")
+    folder = install_plugin(tmp_path, source, {name: f"demo_plugin:{cls}"})
+    assert module == "demo_sleep" and len(source.splitlines()) <= 30
+    env = {**os.environ, "PYTHONPATH": folder}
+    listed = netbench("list", env=env)
+    assert name in listed.stdout, listed.stdout
+    run = netbench("run", name, "-p", "interval=0.002", "-p", "iterations=20", "--json",
+                   "--results", str(tmp_path / "r"), env=env)
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads(run.stdout)
+    assert row["metric"] == "overshoot" and row["value"] >= 0 and row["n_samples"] == 20
+
+
 def test_the_benchmarks_table_names_every_metric():
-    section = README.split("## Benchmarks", 1)[1].split("\n## ", 1)[0]
+    section = DOCS["benchmarks.md"].split("# Benchmarks", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
