@@ -29,6 +29,7 @@ from netbench.textfile import (
     nesting_depth,
     open_regular,
     read_text,
+    temp_name,
     write_atomic,
 )
 
@@ -997,8 +998,8 @@ class _ImportedRun:
     files into place."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.tmp = path, path.with_name(f".{path.name}.tmp")
-        self.batches = path.with_name(f".{path.stem}.import.tmp")
+        self.path, self.tmp = path, temp_name(path)
+        self.batches = temp_name(path, ".import")
         self.rows: list[dict[str, Any]] = []
         self.facts, self.envs = _RunFacts(), {}
         self.writer: Any = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -76,7 +77,15 @@ def read_text(path: str | Path, what: str = "file", limit: int | None = MAX_TEXT
 
 
 PROBE_BYTES = 1 << 20        # a writability check writes this much: a full disk fails it
-STALE_TMP = 3600.0           # seconds after which a leftover ".name.tmp" is a killed writer's
+STALE_TMP = 3600.0           # seconds after which a leftover ".name.*.tmp" is a killed writer's
+
+
+def temp_name(path: Path, kind: str = "") -> Path:
+    """A temp file beside ``path`` that no other writer shares: two processes writing one file
+    at once (two readers refreshing the footer cache) each write their own and the last
+    rename wins whole. The pid and a random suffix make it unique; the leading dot and the
+    ".tmp" end are what the stale-temp sweep (``check_writable``) matches."""
+    return path.with_name(f".{path.name}{kind}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
 
 
 def check_writable(directory: Path, what: str) -> None:
@@ -118,7 +127,7 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         shown = f"{given} (-> {path})" if given != path else str(path)
         raise NetbenchError(f"cannot write {shown}: it is {file_kind(mode)}; name a regular "
                             "file (or a new one)")
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = temp_name(path)
     try:
         write(tmp)
         os.replace(tmp, path)

@@ -75,16 +75,16 @@ def _store_with_a_run(results: Path) -> None:
 
 
 def test_readers_do_not_need_to_write_the_footer_cache(tmp_path):
-    """The catalog is only a cache: where it cannot be written (here its temp name is taken
-    by a directory, which root cannot write over either) every reader still reads."""
+    """The catalog is only a cache: where it cannot be written (here its name is taken by a
+    directory, which root cannot write over either) every reader still reads."""
     results = tmp_path / "r"
     _store_with_a_run(results)
-    (results / "._catalog.parquet.tmp").mkdir()
+    (results / "_catalog.parquet").mkdir()
     for args in (["runs"], ["export", "--run", "run000000001"], ["history"]):
         proc = netbench(*args, "--results", str(results))
         assert "Traceback" not in proc.stderr, proc.stderr
         assert proc.returncode == 0, proc.stderr
-    assert not (results / "_catalog.parquet").exists()
+    assert (results / "_catalog.parquet").is_dir() and not list(results.glob(".*"))
 
 
 @pytest.mark.root
@@ -268,7 +268,8 @@ KILLED_COMPACTING = textwrap.dedent('''
     real = pq.write_table
 
     def dying(table, where, **kw):     # half of the run's file, then kill -9
-        if os.path.basename(str(where)) == "." + path.name + ".tmp":
+        name = os.path.basename(str(where))
+        if name.startswith("." + path.name + ".") and name.endswith(".tmp"):
             with open(where, "wb") as f:
                 f.write(b"PAR1 half a file")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -382,6 +383,67 @@ def test_a_plan_of_too_many_cases_is_refused_before_it_is_built(tmp_path):
     proc = netbench("run", "mem.copy", "-p", "msg_size=1K..1M:+1K", "--repeat", "100",
                     "--dry-run", timeout=60)
     assert_clean_error(proc, "1,024 cases x 100 repeats", "102,400", "at most 50,000")
+
+
+CATALOG_REFRESHER = textwrap.dedent('''
+    import os, sys
+    import pyarrow.parquet as pq
+    from netbench.store import CATALOG, ResultStore
+
+    results, rounds, me = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    run = sorted(n for n in os.listdir(results) if n.endswith(".parquet")
+                 and not n.startswith("_"))[0]
+    bad = []
+    for i in range(rounds):
+        # A new mtime makes the cached footer stale: every round, every reader rewrites it.
+        os.utime(os.path.join(results, run), ns=(0, (me * rounds + i + 1) * 10**9))
+        assert len(ResultStore(results).runs()) == 2
+        try:
+            pq.read_table(os.path.join(results, CATALOG))
+        except Exception as exc:
+            bad.append(repr(exc))
+    print(len(bad), bad[:1])
+''')
+
+
+def test_readers_refreshing_the_footer_cache_at_once_never_share_a_temp_file(tmp_path):
+    """8 processes, each making the cache stale and refreshing it 40 times: with one temp
+    name for all, one truncated another's half-written file and renamed it into place."""
+    results = tmp_path / "r"
+    _store_with_a_run(results)
+    ResultStore(results).runs()                         # the cache exists from the start
+    procs = [subprocess.Popen([sys.executable, "-c", CATALOG_REFRESHER, str(results), "40",
+                               str(me)], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for me in range(8)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err[-2000:]
+        assert out.startswith("0 "), out                # every read of the cache was whole
+        assert "Traceback" not in err and "warning" not in err, err[-2000:]
+    import pyarrow.parquet as pq
+
+    assert len(pq.read_table(results / "_catalog.parquet")) == 2
+    assert not list(results.glob(".*")), list(results.glob(".*"))   # no temp file left
+
+
+def test_a_killed_writers_unique_temp_files_are_still_swept(tmp_path):
+    from netbench.textfile import STALE_TMP, temp_name
+
+    results = tmp_path / "r"
+    _store_with_a_run(results)
+    run = next(results.glob("*.parquet"))
+    old = temp_name(run)
+    old.write_bytes(b"half a file")
+    batches = temp_name(run, ".import")
+    (batches / "x").mkdir(parents=True)
+    then = os.stat(old).st_mtime - STALE_TMP - 60
+    for stale in (old, batches):
+        os.utime(stale, (then, then))
+    live = temp_name(run)                                # a writer at work right now
+    live.write_bytes(b"x")
+    assert old != live and old.name.startswith(f".{run.name}.") and old.name.endswith(".tmp")
+    ResultStore(results).check_writable()
+    assert not old.exists() and not batches.exists() and live.exists()
 
 
 # --- 9: what reaches the terminal ----------------------------------------------------------
