@@ -32,7 +32,7 @@ HEADERS = Path("/usr/include/infiniband/verbs.h").exists()
 def test_compiled_plane_is_built_where_the_headers_are():
     """`pip install -e .` (make setup) must have built it: a silent pyverbs fallback on a
     machine that could build the C plane would put ~1 us per operation in every figure."""
-    proc = subprocess.run([sys.executable, "-c", "import netbench.benchmarks._verbsloop as v;"
+    proc = subprocess.run([sys.executable, "-c", "import netbench.benchmarks.rdma._verbsloop as v;"
                            "print(v.WR_RDMA_WRITE, v.WR_SEND, v.WR_RDMA_READ)"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
@@ -41,7 +41,7 @@ def test_compiled_plane_is_built_where_the_headers_are():
 
 FUZZ = r'''
 import itertools, random
-import netbench.benchmarks._verbsloop as vl
+import netbench.benchmarks.rdma._verbsloop as vl
 random.seed(7)
 values = [None, -1, 0, 1, 2**31, 2**63, -2**63, 2**70, 1.5, float("nan"), "x", b"", b"\0" * 16,
           [], [(1, 2)], (), object()]

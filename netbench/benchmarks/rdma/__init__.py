@@ -87,12 +87,12 @@ def _common_params(iterations: int, warmup: int, sizes_default: int,
 
 def _plane(params: Mapping[str, Any]) -> tuple[Any, str]:
     """The data plane module for this case, and a fallback line when it is the slow one."""
-    from . import _verbs
+    from . import pyverbs_plane as _verbs
 
     if params.get("data_plane", "auto") == "pyverbs":
         return _verbs, ""
     try:
-        from . import _verbs_c
+        from . import compiled_plane as _verbs_c
     except ImportError as exc:
         if params.get("data_plane") == "compiled":
             raise SkipCase(f"data_plane=compiled: the C data plane is not built ({exc}); "

@@ -18,9 +18,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from . import _verbs
 from . import _verbsloop as vl
-from ._verbs import (  # noqa: F401  (re-exported: rdma.py sees one module per data plane)
+from . import pyverbs_plane as _verbs
+from .pyverbs_plane import (  # noqa: F401  (re-exported: rdma.py sees one module per data plane)
     MTU_ENUM,
     Clock,
     Endpoint,
