@@ -241,6 +241,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if quiet or args.jsonl:
             raise UsageError("--resume continues a run in the Parquet store (not with "
                              "--jsonl, and from rank 0 under a launcher)")
+        _refuse_a_complete_run(store, args.resume, plan)
         resume = prepare_resume(store, args.resume, plan, env.get("host"), args.label)
         index = store.runs()
         args.label = str(index[index["run_id"] == args.resume]["label"].iloc[0] or "")
@@ -307,6 +308,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         err.write(f"netbench: error: {first['benchmark']}: {first['reason']}{more}\n")
         return 1
     return 0
+
+
+def _refuse_a_complete_run(store: Any, run_id: str, plan: Any) -> None:
+    """``--resume`` of a run holding every planned case (it finished, or a reader finished a
+    killed writer's compaction) names no run to resume: a usage error (exit 2) that says
+    where the run is, not a failure of the run (exit 1)."""
+    from netbench.runner import plan_fingerprint
+    from netbench.textfile import printable
+
+    store.check_writable()                  # a killed compaction is finished first
+    index = store.runs()
+    match = index[index["run_id"] == run_id] if not index.empty else index
+    if match.empty:
+        return                              # prepare_resume names what is wrong
+    run = match.iloc[0]
+    if run["state"] != "finished" or (run["plan"] and run["plan"] != plan_fingerprint(plan)) \
+            or run["ok"] + run["skipped"] + run["failed"] < len(plan.cases):
+        return
+    raise UsageError(f"--resume {printable(run_id)}: nothing to resume: run "
+                     f"{printable(run_id)} is complete ({run['ok']} ok, {run['skipped']} "
+                     f"skipped, {run['failed']} failed cases in {run['path']}); to measure "
+                     "again, run without --resume")
 
 
 def _headlines() -> dict[str, str]:

@@ -258,7 +258,8 @@ KILLED_COMPACTING = textwrap.dedent('''
     store = ResultStore(sys.argv[1])
     store.check_writable()
     path = store.path_for("killed000001", "2026-12-01T00:00:00+00:00")
-    writer = store.open_run(path, {"netbench_plan": "0123456789abcdef"})
+    plan = sys.argv[2] if len(sys.argv) > 2 else "0123456789abcdef"
+    writer = store.open_run(path, {"netbench_plan": plan})
     for i in range(3):
         row = {name: None for name, _ in COLUMNS}
         row.update(schema_version=1, run_id="killed000001", label="k", case_index=i,
@@ -280,9 +281,9 @@ KILLED_COMPACTING = textwrap.dedent('''
 ''')
 
 
-def _killed_while_compacting(results: Path) -> Path:
-    proc = subprocess.run([sys.executable, "-c", KILLED_COMPACTING, str(results)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+def _killed_while_compacting(results: Path, *plan: str) -> Path:
+    proc = subprocess.run([sys.executable, "-c", KILLED_COMPACTING, str(results), *plan],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -9, proc.stderr
     parts = next(results.glob("*.parts"))
     assert len(list(parts.glob("part-*.parquet"))) == 3
@@ -310,6 +311,29 @@ def test_a_run_killed_while_compacting_is_finished_by_the_next_writer(tmp_path):
     assert not parts.exists()
     assert len(pd.read_parquet(results)) == 3
     assert ResultStore(results).runs()["state"].tolist() == ["finished"]
+
+
+def test_resume_of_a_run_another_process_finished_compacting_is_a_usage_error(tmp_path):
+    """Every case was in when its writer was killed compacting; a reader finished the job.
+    `--resume` then has nothing to run: it says the run is complete and where, exit 2 (the
+    run named is not one to resume), as for any other run that finished."""
+    from netbench.runner import plan_fingerprint
+    from netbench.suite import parse_cli_params, plan_single
+
+    params = ["msg_size=64K,128K,256K", "iterations=2"]
+    plan = plan_single("mem.copy", parse_cli_params(params))
+    results = tmp_path / "r"
+    _killed_while_compacting(results, plan_fingerprint(plan))
+    assert netbench("runs", "--results", str(results)).returncode == 0   # finishes it
+    args = ["run", "mem.copy", "-p", params[0], "-p", params[1], "--results", str(results),
+            "--resume", "killed000001"]
+    proc = netbench(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert_clean_error(proc, "nothing to resume: run killed000001 is complete",
+                       "3 ok, 0 skipped, 0 failed", "20261201T000000-killed000001.parquet",
+                       "without --resume")
+    assert "resuming run" not in proc.stderr
+    assert len(pd.read_parquet(results)) == 3                   # nothing measured or lost
 
 
 def test_a_read_only_reader_reports_a_killed_compaction_as_finished(tmp_path):
