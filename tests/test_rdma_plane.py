@@ -99,28 +99,15 @@ def _steady(count: int, t0: float = 100.0, per: float = 1e-4, every: int = 16,
 class _Recorder:
     """A data plane that records which senders were driven, in which order, with what count,
     and gives each the completion timeline ``timelines`` says (by the order senders are
-    driven; the rest run steadily): the shape rdma.py sees from _verbs and _verbs_c (the
-    hardware cannot exist here)."""
+    driven; the rest run steadily): a ``DataPlane`` as the benchmarks see one (the hardware
+    cannot exist here)."""
 
-    PLANE = "compiled"
+    name, timer = "compiled", "tsc"
 
-    class VerbsError(Exception):
+    class Failure(Exception):
         pass
 
-    class PyverbsError(Exception):
-        pass
-
-    class e:  # noqa: N801  (pyverbs' enum module name)
-        IBV_WR_RDMA_WRITE, IBV_WR_SEND, IBV_WR_RDMA_READ = 0, 2, 4
-
-    class Endpoint:
-        @staticmethod
-        def from_json(data, who):
-            return data
-
-    class Clock:
-        def __init__(self, deadline, cancelled=None, what="", interrupt=None, watch_fd=-1):
-            self.deadline, self.interrupt, self.watch_fd = deadline, interrupt, watch_fd
+    failures = (Failure,)
 
     class _Side:
         cq, device, port, emulated = None, "fake0", 1, True
@@ -132,7 +119,7 @@ class _Recorder:
             pass
 
         def connect(self, remote):
-            pass
+            return 0
 
         def crc(self):
             return 0
@@ -146,9 +133,9 @@ class _Recorder:
         rec = self
 
         class Sender:
-            def __init__(self, side, remote, opcode, count, depth, cq_mod, stop_at=0.0,
+            def __init__(self, side, remote, opcode, iterations, depth, cq_mod, stop_at=0.0,
                          post_list=1):
-                self.count, self.stop_at = count, stop_at
+                self.count, self.stop_at = iterations, stop_at
                 self.done, self.t_first, self.t_last, self.stamps = 0, 0.0, 0.0, []
 
             def total_done(self):
@@ -158,7 +145,7 @@ class _Recorder:
             def __init__(self, side, depth, expected=None, source=None):
                 self.got, self.expected = 0, expected
 
-        self.Sender, self.Receiver = Sender, Receiver
+        self.sender, self.receiver = Sender, Receiver
 
         def drive(owners, clock, what, wait_receivers=True):
             for _cq, sender, _receiver in owners:
@@ -172,15 +159,65 @@ class _Recorder:
 
         self.drive = drive
 
-    def pattern(self, size, seed):
-        return b""
-
     @contextmanager
     def loopback_pair(self, params, depth):
         yield self._Side(), self._Side()
 
-    def side_from(self, params, depth, role_device=""):
+    def side(self, params, depth, role_device=""):
         return self._Side()
+
+    def pingpong(self, side, remote, op, two_processes=True):
+        raise NotImplementedError
+
+    def pingpong_client(self, me, peer, warmup, iterations, clock, duration=0.0):
+        raise NotImplementedError
+
+    def pingpong_server(self, me, count, clock):
+        raise NotImplementedError
+
+    def read_latency(self, side, remote, warmup, iterations, clock, duration=0.0):
+        raise NotImplementedError
+
+
+def test_every_data_plane_implements_the_interface():
+    """Both planes and the recorder the tests drive the benchmarks with: every member of
+    DataPlane, with the interface's parameters (a plane that drifted fails here, not in the
+    VM)."""
+    import inspect
+
+    from netbench.benchmarks.rdma.plane import DataPlane
+
+    planes = [_Recorder()]
+    for module in ("pyverbs_plane", "compiled_plane"):
+        try:
+            planes.append(__import__(f"netbench.benchmarks.rdma.{module}",
+                                     fromlist=["PLANE"]).PLANE)
+        except ImportError:
+            pass            # pyverbs or the C plane not built here: test_packages says so
+    members = [m for m in dir(DataPlane) if not m.startswith("_")]
+    for plane in planes:
+        assert isinstance(plane, DataPlane), plane
+        for member in members:
+            want = getattr(DataPlane, member)
+            if not callable(want):
+                continue
+            have = inspect.signature(getattr(plane, member))
+            expect = [p for p in inspect.signature(want).parameters if p != "self"]
+            assert list(have.parameters)[:len(expect)] == expect, (plane, member, have)
+    assert {p.name for p in planes} >= {"compiled"}
+
+
+def test_the_shared_opcodes_are_the_verbs_abi():
+    e = pytest.importorskip("pyverbs.enums")
+    from netbench.benchmarks.rdma.plane import OPCODES
+
+    assert OPCODES == {"write": e.IBV_WR_RDMA_WRITE, "send": e.IBV_WR_SEND,
+                       "read": e.IBV_WR_RDMA_READ}
+
+
+# What a far end's QPs look like on the wire (the fields perftest exchanges).
+ENDPOINT = {"qpns": [2], "psns": [7], "gid": "::ffff:127.0.0.1", "lid": 0, "rkey": 1,
+            "addr": 4096, "read_addr": 0, "size": 4096, "mtu": 1024, "link_layer": "Ethernet"}
 
 
 class _Channel:
@@ -247,7 +284,7 @@ def test_peer_path_warmup_is_its_own_untimed_sender(bench):
     b = registry.get(bench)
     params = _params(bench, iterations=300, warmup=70)
     v, channel = _Recorder(), _Channel()
-    receiver = v.Receiver(None, 128) if bench == "rdma.send_bw" else None
+    receiver = v.receiver(None, 128) if bench == "rdma.send_bw" else None
     timed = b._exchange(v, _Side(), None, params, True, receiver,
                         _Inbox(channel, peer_sent=0 if receiver is None else 0), _Clock())
     assert v.log == [("first", 70), ("timed", 300)]
@@ -316,8 +353,8 @@ def _serve(bench: str, params: dict[str, Any], timeline: tuple, client_sent: int
            monkeypatch) -> dict[str, Any]:
     """The far end's side of a bidirectional case, run for real on the fake plane: its
     report."""
-    monkeypatch.setattr(rdma, "_plane", lambda p: (_Recorder([timeline]), ""))
-    channel = _Channel({"endpoint": {"qpn": 2}}, {"kind": "sent", "count": client_sent})
+    monkeypatch.setattr(rdma, "choose", lambda p: (_Recorder([timeline]), ""))
+    channel = _Channel({"endpoint": ENDPOINT}, {"kind": "sent", "count": client_sent})
     session = type("S", (), {"channel": channel, "client_name": "client", "device": ""})()
     registry.get(bench).serve(params, session)
     return next(m for m in channel.sent if m.get("kind") == "report")
@@ -328,7 +365,7 @@ def _client(bench: str, params: dict[str, Any], timeline: tuple, far: dict[str, 
     channel = _Channel({"kind": "sent", "count": far_sent}, far)
     session = type("S", (), {
         "channel": channel, "peer_name": "far", "close": lambda self: None,
-        "run_remote": lambda self, name, p, timeout: {"endpoint": {"qpn": 2}}})()
+        "run_remote": lambda self, name, p, timeout: {"endpoint": ENDPOINT}})()
     ctx = type("C", (), {"connect": lambda self: session})()
     values, samples, _ = registry.get(bench)._run_remote(_Recorder([timeline]), params, ctx,
                                                          _Clock())

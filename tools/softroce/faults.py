@@ -26,7 +26,7 @@ PY = [sys.executable, "-m", "netbench"]
 # A peer whose advertised rkey is wrong, so the device itself answers with a REM_ACCESS_ERR
 # completion: the far end is netbench serve with one field corrupted.
 BAD_RKEY_SERVER = (
-    "import sys; import netbench.benchmarks.rdma.pyverbs_plane as v; orig = v.Endpoint.to_json\n"
+    "import sys; import netbench.benchmarks.rdma.plane as v; orig = v.Endpoint.to_json\n"
     "v.Endpoint.to_json = lambda self: {**orig(self), 'rkey': orig(self)['rkey'] ^ 0x5a5a}\n"
     "from netbench.cli import main; sys.exit(main(sys.argv[1:]))\n")
 

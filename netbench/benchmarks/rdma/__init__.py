@@ -35,15 +35,13 @@ from netbench.api import (
     stats,
 )
 
+from .plane import OPCODES, Clock, DataPlane, Endpoint, Side, Stop, VerbsError, choose, pattern
+
 SETUP_TIMEOUT = 30.0
 EMULATED_NOTE = ("emulated RDMA device ({}): functional figures, not hardware performance")
 PYVERBS_HINT = ("pyverbs is not importable: install the distribution's python3-pyverbs "
                 "(apt-get install python3-pyverbs rdma-core) and run netbench from a venv made "
                 "with --system-site-packages (or /usr/bin/python3)")
-PYVERBS_PLANE_NOTE = (
-    "RDMA timed by the pyverbs fallback data plane (Python loops: ~1 us per operation of the "
-    "interpreter's own in every figure): the C data plane was not built ({why}); install "
-    "libibverbs-dev and a C compiler, then reinstall netbench (pip install -e .)")
 NO_DEVICE_HINT = ("no RDMA device on this host (/sys/class/infiniband is empty); create a "
                   "soft-RoCE one with `netbench rxe add NETDEV` where the kernel has rdma_rxe, "
                   "or run `make bench-softroce` (a VM with a stock kernel and an rxe device)")
@@ -83,23 +81,6 @@ def _common_params(iterations: int, warmup: int, sizes_default: int,
               "pyverbs (Python loops, the fallback), auto = compiled where built",
               choices=("auto", "compiled", "pyverbs")),
     )
-
-
-def _plane(params: Mapping[str, Any]) -> tuple[Any, str]:
-    """The data plane module for this case, and a fallback line when it is the slow one."""
-    from . import pyverbs_plane as _verbs
-
-    if params.get("data_plane", "auto") == "pyverbs":
-        return _verbs, ""
-    try:
-        from . import compiled_plane as _verbs_c
-    except ImportError as exc:
-        if params.get("data_plane") == "compiled":
-            raise SkipCase(f"data_plane=compiled: the C data plane is not built ({exc}); "
-                           "install libibverbs-dev and a C compiler, then reinstall netbench "
-                           "(pip install -e .)") from None
-        return _verbs, PYVERBS_PLANE_NOTE.format(why=exc)
-    return _verbs_c, ""
 
 
 _CPU = Metric("cpu_client", "%core", "lower", "this process, busy-polling as perftest does")
@@ -153,11 +134,11 @@ class _Rdma(Benchmark):
         if params["bidirectional"] and self.name.endswith("_lat"):
             raise SkipCase("bidirectional applies to bandwidth tests only")
         try:
-            v, fallback = _plane(params)
+            v, fallback = choose(params)
         except ImportError as exc:
             raise SkipCase(f"{PYVERBS_HINT} ({exc})") from None
         deadline = time.monotonic() + max(ctx.remaining() - 5.0, 1.0)
-        clock = v.Clock(deadline, ctx.cancelled, self.verb.upper())
+        clock = Clock(deadline, ctx.cancelled, self.verb.upper())
         ctx.on_cancel(clock.cancel)        # reaches a compiled loop spinning without the GIL
         meter = CpuMeter()
         try:
@@ -165,8 +146,8 @@ class _Rdma(Benchmark):
                 result = self._run_remote(v, params, ctx, clock)
             else:
                 result = self._run_loopback(v, params, clock)
-        except v.PyverbsError as exc:        # e.g. a post to a QP the peer's death broke
-            raise v.VerbsError(f"verbs call failed: {exc}") from None
+        except v.failures as exc:        # e.g. a post to a QP the peer's death broke
+            raise VerbsError(f"verbs call failed: {exc}") from None
         values, samples, side = result
         cpu = meter.stop()
         values["cpu_client"] = cpu["process_pct"]
@@ -174,13 +155,14 @@ class _Rdma(Benchmark):
                  "timed by the pyverbs fallback data plane" if fallback else ""]
         return Measurement(values, samples, device=f"{side.device}:{side.port}",
                            note="; ".join(n for n in notes if n),
-                           resolved={"data_plane": v.PLANE, "timer": v.TIMER},
+                           resolved={"data_plane": v.name, "timer": v.timer},
                            fallback=fallback)
 
-    def _run_loopback(self, v: Any, params: Mapping[str, Any], clock: Any) -> Any:
+    def _run_loopback(self, v: DataPlane, params: Mapping[str, Any], clock: Clock) -> Any:
         raise NotImplementedError
 
-    def _run_remote(self, v: Any, params: Mapping[str, Any], ctx: Context, clock: Any) -> Any:
+    def _run_remote(self, v: DataPlane, params: Mapping[str, Any], ctx: Context,
+                    clock: Clock) -> Any:
         raise NotImplementedError
 
 
@@ -210,16 +192,16 @@ class Inbox:
         return self.got.pop(kind)
 
 
-def _serve_setup(v: Any, params: Mapping[str, Any], session: ServerSession,
+def _serve_setup(v: DataPlane, params: Mapping[str, Any], session: ServerSession,
                  depth: int) -> tuple[Any, Any]:
     # The far end opens its own NIC, never the client's name for one: the rank's (a fabric
     # sweep with a rank per NIC), else this host's default.
-    side = v.side_from(params, depth, session.device
+    side = v.side(params, depth, session.device
                        or os.environ.get("NETBENCH_RDMA_DEV", ""))
     try:
         session.channel.send({"ok": True, "endpoint": side.endpoint().to_json()})
         msg = session.channel.recv(SETUP_TIMEOUT)
-        remote = v.Endpoint.from_json(msg.get("endpoint"), session.client_name)
+        remote = Endpoint.from_json(msg.get("endpoint"), session.client_name)
         side.connect(remote)
     except BaseException:
         side.close()
@@ -242,9 +224,8 @@ class _RdmaBw(_Rdma):
                     "(perftest -l); the compiled data plane chains them", minimum=1,
                     maximum=64))
 
-    def _opcode(self, v: Any) -> int:
-        return {"write": v.e.IBV_WR_RDMA_WRITE, "read": v.e.IBV_WR_RDMA_READ,
-                "send": v.e.IBV_WR_SEND}[self.verb]
+    def _opcode(self) -> int:
+        return OPCODES[self.verb]
 
     def _depth(self, params: Mapping[str, Any]) -> int:
         return params["tx_depth"]
@@ -258,40 +239,40 @@ class _RdmaBw(_Rdma):
         messages are a sender of their own, posted and completed before this one starts."""
         return 1 << 40 if params["duration"] else params["iterations"]
 
-    def _sender(self, v: Any, side: Any, remote: Any, params: Mapping[str, Any],
-                count: int, stop_at: float = 0.0) -> Any:
-        return v.Sender(side, remote, self._opcode(v), count, self._depth(params),
+    def _sender(self, v: DataPlane, side: Side, remote: Endpoint | None,
+                params: Mapping[str, Any], count: int, stop_at: float = 0.0) -> Any:
+        return v.sender(side, remote, self._opcode(), count, self._depth(params),
                         params["cq_mod"], stop_at, params["post_list"])
 
-    def _fill(self, v: Any, side: Any, seed: int, size: int) -> None:
-        side.fill(v.pattern(size, seed))
+    def _fill(self, side: Side, seed: int, size: int) -> None:
+        side.fill(pattern(size, seed))
 
-    def _warm(self, v: Any, side: Any, remote: Any, peer_side: Any, params: Mapping[str, Any],
-              clock: Any) -> None:
+    def _warm(self, v: DataPlane, side: Side, remote: Endpoint | None, peer_side: Side | None,
+              params: Mapping[str, Any], clock: Clock) -> None:
         if not params["warmup"]:
             return
         sender = self._sender(v, side, remote, params, params["warmup"])
-        receiver = (v.Receiver(peer_side, self._depth(params), source=sender)
+        receiver = (v.receiver(peer_side, self._depth(params), source=sender)
                     if self.verb == "send" and peer_side is not None else None)
         owners = [(side.cq, sender, None)]
         if receiver is not None:
             owners.append((peer_side.cq, None, receiver))
         v.drive(owners, clock, self.verb.upper())
 
-    def _run_loopback(self, v: Any, params: Mapping[str, Any], clock: Any) -> Any:
+    def _run_loopback(self, v: DataPlane, params: Mapping[str, Any], clock: Clock) -> Any:
         size, depth = params["msg_size"], self._depth(params)
         with v.loopback_pair(params, depth) as (a, b):
             a_ep, b_ep = a.endpoint(), b.endpoint()
-            self._fill(v, a, 1, size)
-            self._fill(v, b, 2, size)
+            self._fill(a, 1, size)
+            self._fill(b, 2, size)
             self._warm(v, a, b_ep, b, params, clock)
             stop_at = self._stop_at(params)
             count = self._count(params)
             send_a = self._sender(v, a, b_ep, params, count, stop_at)
             send_b = (self._sender(v, b, a_ep, params, count, stop_at)
                       if params["bidirectional"] else None)
-            recv_b = v.Receiver(b, depth, source=send_a) if self.verb == "send" else None
-            recv_a = (v.Receiver(a, depth, source=send_b)
+            recv_b = v.receiver(b, depth, source=send_a) if self.verb == "send" else None
+            recv_a = (v.receiver(a, depth, source=send_b)
                       if self.verb == "send" and send_b else None)
             v.drive([(a.cq, send_a, recv_a), (b.cq, send_b, recv_b)], clock,
                     self.verb.upper())
@@ -300,10 +281,10 @@ class _RdmaBw(_Rdma):
                 theirs, their_rates = self._measure(v, send_b, params)
                 values, rates = self._both(values, rates, theirs, their_rates)
             if params["validate"]:
-                self._validate_loopback(v, a, b, params)
+                self._validate_loopback(a, b, params)
             return values, self._samples(rates, size), a
 
-    def _measure(self, v: Any, sender: Any, params: Mapping[str, Any]
+    def _measure(self, v: DataPlane, sender: Any, params: Mapping[str, Any]
                  ) -> tuple[dict[str, float], list[float]]:
         """One direction's figures, as perftest: bw_avg and msg_rate from the first post to
         the last completion; bw_peak the fastest window of at least a send queue's worth of
@@ -314,7 +295,7 @@ class _RdmaBw(_Rdma):
         size, total = params["msg_size"], sender.total_done()
         seconds = sender.t_last - sender.t_first
         if total <= 0 or seconds <= 0:
-            raise v.VerbsError("no completions were recorded")
+            raise VerbsError("no completions were recorded")
         queue = max(self._depth(params) * params["qps"], 1)
         window = max(queue, total // 50, 1)
         peak, prev_t, prev_n = 0.0, sender.t_first, 0
@@ -351,19 +332,20 @@ class _RdmaBw(_Rdma):
         """Per-window samples: bandwidth, and the same windows as message rates."""
         return {"bw_avg": rates, "msg_rate": [r * 1e9 / (size * 8) / 1e6 for r in rates]}
 
-    def _expected_crc(self, v: Any, size: int, writer_seed: int) -> int:
-        return zlib.crc32(v.pattern(size, writer_seed))
+    def _expected_crc(self, size: int, writer_seed: int) -> int:
+        return zlib.crc32(pattern(size, writer_seed))
 
-    def _validate_loopback(self, v: Any, a: Any, b: Any, params: Mapping[str, Any]) -> None:
+    def _validate_loopback(self, a: Side, b: Side, params: Mapping[str, Any]) -> None:
         size = params["msg_size"]
         # write/send: A's pattern lands in B; read: A fetched B's pattern into A.
         target, seed = (a, 2) if self.verb == "read" else (b, 1)
-        if target.crc() != self._expected_crc(v, size, seed):
-            raise v.VerbsError(f"data validation failed: {self.verb} delivered bytes that "
-                               "differ from the source")
+        if target.crc() != self._expected_crc(size, seed):
+            raise VerbsError(f"data validation failed: {self.verb} delivered bytes that "
+                             "differ from the source")
 
-    def _exchange(self, v: Any, side: Any, remote: Any, params: Mapping[str, Any],
-                  sending: bool, receiver: Any, inbox: Inbox, clock: Any) -> Any:
+    def _exchange(self, v: DataPlane, side: Side, remote: Endpoint | None,
+                  params: Mapping[str, Any], sending: bool, receiver: Any, inbox: Inbox,
+                  clock: Clock) -> Any:
         """Both ends alike: warm up (untimed), send the timed messages (receiving on the way),
         say how many in all, then receive what the peer says it sent. The peer's count
         arrives through the inbox while we spin. Returns the timed sender (None if not
@@ -390,21 +372,22 @@ class _RdmaBw(_Rdma):
             v.drive([(side.cq, None, receiver)], clock, what)
         told = inbox.take("sent", max(clock.deadline - time.monotonic(), 1.0))
         if receiver is not None and receiver.got != int(told["count"]):
-            raise v.VerbsError(f"received {receiver.got} messages, peer sent {told['count']}")
+            raise VerbsError(f"received {receiver.got} messages, peer sent {told['count']}")
         return timed
 
-    def _run_remote(self, v: Any, params: Mapping[str, Any], ctx: Context, clock: Any) -> Any:
+    def _run_remote(self, v: DataPlane, params: Mapping[str, Any], ctx: Context,
+                    clock: Clock) -> Any:
         size, depth = params["msg_size"], self._depth(params)
         session = ctx.connect()
         side = None
         try:
             reply = session.run_remote(self.name, params, SETUP_TIMEOUT)
-            side = v.side_from(params, depth)
-            self._fill(v, side, 1, size)
-            remote = v.Endpoint.from_json(reply.get("endpoint"), session.peer_name)
+            side = v.side(params, depth)
+            self._fill(side, 1, size)
+            remote = Endpoint.from_json(reply.get("endpoint"), session.peer_name)
             side.connect(remote)
             bidir_send = self.verb == "send" and params["bidirectional"]
-            receiver = v.Receiver(side, depth) if bidir_send else None
+            receiver = v.receiver(side, depth) if bidir_send else None
             session.channel.send({"endpoint": side.endpoint().to_json()})
             session.channel.expect(SETUP_TIMEOUT)                       # far end is ready
             inbox = Inbox(session.channel)
@@ -414,11 +397,11 @@ class _RdmaBw(_Rdma):
             if params["bidirectional"]:
                 values, rates = self._both(values, rates, far, _far_rates(far))
             if params["validate"]:
-                expected = self._expected_crc(v, size, 2 if self.verb == "read" else 1)
+                expected = self._expected_crc(size, 2 if self.verb == "read" else 1)
                 got = side.crc() if self.verb == "read" else int(far["crc"])
                 if got != expected:
-                    raise v.VerbsError(f"data validation failed: the bytes {self.verb} "
-                                       "delivered differ from the source")
+                    raise VerbsError(f"data validation failed: the bytes {self.verb} "
+                                     "delivered differ from the source")
             return values, self._samples(rates, size), side
         finally:
             if side is not None:
@@ -426,14 +409,14 @@ class _RdmaBw(_Rdma):
             session.close()
 
     def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
-        v, _ = _plane(params)
+        v, _ = choose(params)
         size, depth = params["msg_size"], self._depth(params)
         side, remote = _serve_setup(v, params, session, depth)
         try:
-            self._fill(v, side, 2, size)
-            receiver = v.Receiver(side, depth) if self.verb == "send" else None
+            self._fill(side, 2, size)
+            receiver = v.receiver(side, depth) if self.verb == "send" else None
             session.channel.send({"ready": True})
-            clock = v.Clock(time.monotonic() + 3600, None, self.verb.upper())
+            clock = Clock(time.monotonic() + 3600, None, self.verb.upper())
             sender = self._exchange(v, side, remote, params, params["bidirectional"], receiver,
                                     Inbox(session.channel), clock)
             report: dict[str, Any] = {"kind": "report", "crc": side.crc()}
@@ -550,29 +533,30 @@ class _RdmaLat(_Rdma):
         values = {f"lat_{k}": val for k, val in stats.latency_summary(lat_us).items()}
         return values, {"lat_p50": lat_us}
 
-    def _run_loopback(self, v: Any, params: Mapping[str, Any], clock: Any) -> Any:
+    def _run_loopback(self, v: DataPlane, params: Mapping[str, Any], clock: Clock) -> Any:
         with v.loopback_pair(params, self.depth) as (a, b):
             a_ep, b_ep = a.endpoint(), b.endpoint()
             if self.verb == "read":
                 rtts = v.read_latency(a, b_ep, params["warmup"], params["iterations"], clock,
                                       params["duration"])
             else:
-                me = v.PingPong(a, b_ep, self.verb, two_processes=False)
-                peer = v.PingPong(b, a_ep, self.verb, two_processes=False)
+                me = v.pingpong(a, b_ep, self.verb, two_processes=False)
+                peer = v.pingpong(b, a_ep, self.verb, two_processes=False)
                 rtts = v.pingpong_client(me, peer, params["warmup"], params["iterations"],
                                          clock, params["duration"])
             values, samples = self._summary(rtts)
             return values, samples, a
 
-    def _run_remote(self, v: Any, params: Mapping[str, Any], ctx: Context, clock: Any) -> Any:
+    def _run_remote(self, v: DataPlane, params: Mapping[str, Any], ctx: Context,
+                    clock: Clock) -> Any:
         session = ctx.connect()
         side = None
         try:
             reply = session.run_remote(self.name, params, SETUP_TIMEOUT)
-            side = v.side_from(params, self.depth)
-            remote = v.Endpoint.from_json(reply.get("endpoint"), session.peer_name)
+            side = v.side(params, self.depth)
+            remote = Endpoint.from_json(reply.get("endpoint"), session.peer_name)
             side.connect(remote)
-            me = v.PingPong(side, remote, self.verb) if self.verb != "read" else None
+            me = v.pingpong(side, remote, self.verb) if self.verb != "read" else None
             session.channel.send({"endpoint": side.endpoint().to_json()})
             session.channel.expect(SETUP_TIMEOUT)
             clock.watch_fd = session.channel.sock.fileno()     # the peer hanging up ends it
@@ -592,10 +576,10 @@ class _RdmaLat(_Rdma):
             session.close()
 
     def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
-        v, _ = _plane(params)
+        v, _ = choose(params)
         side, remote = _serve_setup(v, params, session, self.depth)
         try:
-            me = v.PingPong(side, remote, self.verb) if self.verb != "read" else None
+            me = v.pingpong(side, remote, self.verb) if self.verb != "read" else None
             session.channel.send({"ready": True})
             inbox = Inbox(session.channel)
 
@@ -603,14 +587,14 @@ class _RdmaLat(_Rdma):
                 inbox.poll()
                 return "done" in inbox.got
 
-            clock = v.Clock(time.monotonic() + 3600, None, self.verb.upper(), client_done,
+            clock = Clock(time.monotonic() + 3600, None, self.verb.upper(), client_done,
                             watch_fd=session.channel.sock.fileno())
             try:
                 if me is not None:
                     v.pingpong_server(me, 1 << 62, clock)
                 while not client_done():
                     time.sleep(0.01)
-            except v.Stop:
+            except Stop:
                 pass
             session.channel.send({"ok": True})
         finally:

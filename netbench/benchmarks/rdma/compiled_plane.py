@@ -4,7 +4,7 @@ pyverbs still does the discovery (device, port state, link layer, GID table and 
 limits, ``Side._discover``) and every clear error that comes with it; the PD, MR, CQ and QPs
 the loops drive belong to the C module, because its loops need their raw pointers. Importing
 this module raises ImportError where the extension was not built (no compiler, or no
-libibverbs headers); rdma.py then falls back to ``_verbs``, the pyverbs data plane.
+libibverbs headers); ``plane.choose`` then falls back to ``pyverbs_plane``.
 """
 
 from __future__ import annotations
@@ -15,25 +15,14 @@ import time
 import zlib
 from array import array
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from . import _verbsloop as vl
 from . import pyverbs_plane as _verbs
-from .pyverbs_plane import (  # noqa: F401  (re-exported: rdma.py sees one module per data plane)
-    MTU_ENUM,
-    Clock,
-    Endpoint,
-    GpuBuffer,
-    PyverbsError,
-    SkipCase,
-    Stop,
-    VerbsError,
-    e,
-    pattern,
-)
+from .plane import Clock, Endpoint, Stop, VerbsError
+from .pyverbs_plane import MTU_ENUM, GpuBuffer, PyverbsError, SkipCase, e
 
-PLANE = "compiled"
 TIMER = vl.TIMER          # the loops' timestamps: the CPU's cycle counter, calibrated
 
 
@@ -270,3 +259,31 @@ def loopback_pair(params: Mapping[str, Any], depth: int) -> Iterator[tuple[Any, 
 
 def side_from(params: Mapping[str, Any], depth: int, role_device: str = "") -> Any:
     return _verbs.side_from(params, depth, role_device, cls=FastSide)
+
+
+class CompiledPlane:
+    """The ``DataPlane`` perftest's figures compare with: the loops in C (``_verbsloop.c``),
+    timed by the CPU's cycle counter."""
+
+    name = "compiled"
+    timer = TIMER
+    failures = (PyverbsError, vl.Error)
+    sender = Sender
+    receiver = Receiver
+    pingpong = PingPong
+    drive = staticmethod(drive)
+    pingpong_client = staticmethod(pingpong_client)
+    pingpong_server = staticmethod(pingpong_server)
+    read_latency = staticmethod(read_latency)
+
+    @staticmethod
+    def side(params: Mapping[str, Any], depth: int, role_device: str = "") -> FastSide:
+        return side_from(params, depth, role_device)
+
+    @staticmethod
+    def loopback_pair(params: Mapping[str, Any],
+                      depth: int) -> AbstractContextManager[tuple[Any, Any]]:
+        return loopback_pair(params, depth)
+
+
+PLANE = CompiledPlane()

@@ -13,11 +13,10 @@ import ctypes
 import os
 import random
 import resource
-import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,28 +30,15 @@ from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
-from netbench.api import NetbenchError, PeerError, SkipCase, host_memory_available
+from netbench.api import SkipCase, host_memory_available
 
-# enum ibv_wc_status, in order: the verbs ABI (libibverbs verbs.h), stable since OFED 1.x.
-WC_STATUS = (
-    "SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR",
-    "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR",
-    "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR",
-    "REM_ABORT_ERR", "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR",
-    "GENERAL_ERR",
-)
+from .plane import Clock, Endpoint, VerbsError, wc_status_name
+
 MTU_ENUM = {256: e.IBV_MTU_256, 512: e.IBV_MTU_512, 1024: e.IBV_MTU_1024,
             2048: e.IBV_MTU_2048, 4096: e.IBV_MTU_4096}
 MTU_BYTES = {v: k for k, v in MTU_ENUM.items()}
 PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
-SPIN_CHECK = 256          # look at the clock and the cancel flag every this many polls
-PLANE = "pyverbs"         # the data plane this module is: Python loops around pyverbs
-TIMER = "perf_counter"    # its timestamps
-
-
-class VerbsError(NetbenchError):
-    """An RDMA failure, said in verbs terms."""
 
 
 CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1
@@ -149,16 +135,6 @@ def _cuda_dmabuf_fd(address: int, length: int) -> int:
     return fd.value
 
 
-def wc_status_name(status: int) -> str:
-    return WC_STATUS[status] if 0 <= status < len(WC_STATUS) else f"status {status}"
-
-
-def pattern(size: int, seed: int) -> bytes:
-    """Deterministic, position-dependent fill, so a misplaced byte cannot pass validation."""
-    block = bytes((i * 131 + seed) & 0xFF for i in range(4096))
-    return (block * (size // 4096 + 1))[:size]
-
-
 def _sysfs_gid_type(device: str, port: int, index: int) -> str | None:
     try:
         with open(f"/sys/class/infiniband/{device}/ports/{port}/gid_attrs/types/{index}") as f:
@@ -184,39 +160,6 @@ def _memlock_hint() -> str:
     limit = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft // 1024} KiB"
     return (f"the locked-memory limit (ulimit -l) is {limit}; raise it (ulimit -l unlimited, or "
             "memlock in /etc/security/limits.conf, or LimitMEMLOCK= for a service)")
-
-
-@dataclass
-class Endpoint:
-    """What one side tells the other to connect its QPs (perftest's exchanged fields)."""
-
-    qpns: list[int]
-    psns: list[int]
-    gid: str
-    lid: int
-    rkey: int
-    addr: int          # where the peer writes (our receive half)
-    read_addr: int     # where the peer reads from (our source half)
-    size: int
-    mtu: int
-    link_layer: str
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_json(cls, data: Any, who: str) -> Endpoint:
-        try:
-            ep = cls(qpns=[int(q) for q in data["qpns"]], psns=[int(p) for p in data["psns"]],
-                     gid=str(data["gid"]), lid=int(data["lid"]), rkey=int(data["rkey"]),
-                     addr=int(data["addr"]), read_addr=int(data["read_addr"]),
-                     size=int(data["size"]), mtu=int(data["mtu"]),
-                     link_layer=str(data["link_layer"]))
-        except (KeyError, TypeError, ValueError):
-            raise PeerError(f"{who} sent malformed QP parameters") from None
-        if not ep.qpns or len(ep.qpns) != len(ep.psns) or ep.mtu not in MTU_ENUM:
-            raise PeerError(f"{who} sent inconsistent QP parameters")
-        return ep
 
 
 @dataclass
@@ -407,53 +350,6 @@ class Side:
                     pass
         self.qps, self.cq, self.pd, self.ctx = [], None, None, None
         self.memory = self.mr = None
-
-
-class Stop(Exception):
-    """Raised out of a spin loop when ``Clock.interrupt`` says the peer is done."""
-
-
-class Clock:
-    """Deadline, cancellation and an optional interrupt check for spin loops.
-
-    ``watch_fd`` (the control connection) lets a compiled loop return when the peer speaks or
-    hangs up, so ``interrupt`` runs then; ``cancel`` also stops compiled loops in flight."""
-
-    def __init__(self, deadline: float, cancelled: threading.Event | None, what: str,
-                 interrupt: Callable[[], bool] | None = None, watch_fd: int = -1) -> None:
-        self.deadline, self.cancelled, self.what = deadline, cancelled, what
-        self.interrupt = interrupt
-        self.watch_fd = watch_fd
-        self.spins = 0
-        self._running: list[Any] = []        # compiled sides with a loop that may be running
-        self._lock = threading.Lock()
-
-    def cancel(self) -> None:
-        """From any thread (the runner's cancel callback): stop whatever spins now."""
-        if self.cancelled is not None:
-            self.cancelled.set()
-        with self._lock:
-            for side in self._running:
-                side.cancel()
-
-    def running(self, sides: list[Any]) -> None:
-        with self._lock:
-            self._running = list(sides)
-            stop = self.cancelled is not None and self.cancelled.is_set()
-        if stop:
-            raise VerbsError(f"{self.what}: cancelled")
-
-    def check(self) -> None:
-        self.spins += 1
-        if self.spins % SPIN_CHECK:
-            return
-        if self.cancelled is not None and self.cancelled.is_set():
-            raise VerbsError(f"{self.what}: cancelled")
-        if self.interrupt is not None and self.interrupt():
-            raise Stop()
-        if time.monotonic() > self.deadline:
-            raise VerbsError(f"{self.what}: no progress before the deadline (peer gone, or "
-                             "the link dropped?)")
 
 
 def _check(wc: Any, what: str) -> None:
@@ -756,3 +652,31 @@ def side_from(params: Mapping[str, Any], depth: int, role_device: str = "",
                 gid_index=params["gid_index"], num_qps=params["qps"], depth=depth,
                 size=params["msg_size"], inline=params["inline_size"],
                 mtu_request=0 if mtu == "auto" else int(mtu), mem=params.get("mem", "host")).open()
+
+
+class PyverbsPlane:
+    """The fallback ``DataPlane``: Python loops around pyverbs (about 1 us of the interpreter's
+    own in every operation), for hosts where the C plane was not built."""
+
+    name = "pyverbs"
+    timer = "perf_counter"
+    failures = (PyverbsError,)
+    sender = Sender
+    receiver = Receiver
+    pingpong = PingPong
+    drive = staticmethod(drive)
+    pingpong_client = staticmethod(pingpong_client)
+    pingpong_server = staticmethod(pingpong_server)
+    read_latency = staticmethod(read_latency)
+
+    @staticmethod
+    def side(params: Mapping[str, Any], depth: int, role_device: str = "") -> Side:
+        return side_from(params, depth, role_device)
+
+    @staticmethod
+    def loopback_pair(params: Mapping[str, Any],
+                      depth: int) -> AbstractContextManager[tuple[Side, Side]]:
+        return loopback_pair(params, depth)
+
+
+PLANE = PyverbsPlane()

@@ -1,0 +1,225 @@
+"""The RDMA data-plane interface: what a plane does, the types every plane shares, and the one
+place a case's plane is chosen.
+
+A data plane is who times the loop: ``pyverbs_plane`` (Python loops around pyverbs, the
+fallback) and ``compiled_plane`` (``_verbsloop.c``, as perftest). The benchmarks in this
+package see a plane only through ``DataPlane``; a new one (a GPU-initiated plane, say)
+implements it and is named in ``choose``. Nothing here imports pyverbs: the benchmarks' module
+stays importable, and ``netbench list`` works, where pyverbs is missing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from netbench.api import NetbenchError, PeerError, SkipCase
+
+SPIN_CHECK = 256          # look at the clock and the cancel flag every this many polls
+MTU_SIZES = (256, 512, 1024, 2048, 4096)
+# enum ibv_wr_opcode: the verbs ABI (libibverbs verbs.h), which both planes post.
+OPCODES = {"write": 0, "send": 2, "read": 4}
+PYVERBS_PLANE_NOTE = (
+    "RDMA timed by the pyverbs fallback data plane (Python loops: ~1 us per operation of the "
+    "interpreter's own in every figure): the C data plane was not built ({why}); install "
+    "libibverbs-dev and a C compiler, then reinstall netbench (pip install -e .)")
+
+
+# enum ibv_wc_status, in order: the verbs ABI (libibverbs verbs.h), stable since OFED 1.x.
+WC_STATUS = (
+    "SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR",
+    "MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR",
+    "REM_OP_ERR", "RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR",
+    "REM_ABORT_ERR", "INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR",
+    "GENERAL_ERR",
+)
+
+
+class VerbsError(NetbenchError):
+    """An RDMA failure, said in verbs terms."""
+
+
+def wc_status_name(status: int) -> str:
+    return WC_STATUS[status] if 0 <= status < len(WC_STATUS) else f"status {status}"
+
+
+def pattern(size: int, seed: int) -> bytes:
+    """Deterministic, position-dependent fill, so a misplaced byte cannot pass validation."""
+    block = bytes((i * 131 + seed) & 0xFF for i in range(4096))
+    return (block * (size // 4096 + 1))[:size]
+
+
+@dataclass
+class Endpoint:
+    """What one side tells the other to connect its QPs (perftest's exchanged fields)."""
+
+    qpns: list[int]
+    psns: list[int]
+    gid: str
+    lid: int
+    rkey: int
+    addr: int          # where the peer writes (our receive half)
+    read_addr: int     # where the peer reads from (our source half)
+    size: int
+    mtu: int
+    link_layer: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: Any, who: str) -> Endpoint:
+        try:
+            ep = cls(qpns=[int(q) for q in data["qpns"]], psns=[int(p) for p in data["psns"]],
+                     gid=str(data["gid"]), lid=int(data["lid"]), rkey=int(data["rkey"]),
+                     addr=int(data["addr"]), read_addr=int(data["read_addr"]),
+                     size=int(data["size"]), mtu=int(data["mtu"]),
+                     link_layer=str(data["link_layer"]))
+        except (KeyError, TypeError, ValueError):
+            raise PeerError(f"{who} sent malformed QP parameters") from None
+        if not ep.qpns or len(ep.qpns) != len(ep.psns) or ep.mtu not in MTU_SIZES:
+            raise PeerError(f"{who} sent inconsistent QP parameters")
+        return ep
+
+
+class Stop(Exception):
+    """Raised out of a spin loop when ``Clock.interrupt`` says the peer is done."""
+
+
+class Clock:
+    """Deadline, cancellation and an optional interrupt check for spin loops.
+
+    ``watch_fd`` (the control connection) lets a compiled loop return when the peer speaks or
+    hangs up, so ``interrupt`` runs then; ``cancel`` also stops compiled loops in flight."""
+
+    def __init__(self, deadline: float, cancelled: threading.Event | None, what: str,
+                 interrupt: Callable[[], bool] | None = None, watch_fd: int = -1) -> None:
+        self.deadline, self.cancelled, self.what = deadline, cancelled, what
+        self.interrupt = interrupt
+        self.watch_fd = watch_fd
+        self.spins = 0
+        self._running: list[Any] = []        # compiled sides with a loop that may be running
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """From any thread (the runner's cancel callback): stop whatever spins now."""
+        if self.cancelled is not None:
+            self.cancelled.set()
+        with self._lock:
+            for side in self._running:
+                side.cancel()
+
+    def running(self, sides: list[Any]) -> None:
+        with self._lock:
+            self._running = list(sides)
+            stop = self.cancelled is not None and self.cancelled.is_set()
+        if stop:
+            raise VerbsError(f"{self.what}: cancelled")
+
+    def check(self) -> None:
+        self.spins += 1
+        if self.spins % SPIN_CHECK:
+            return
+        if self.cancelled is not None and self.cancelled.is_set():
+            raise VerbsError(f"{self.what}: cancelled")
+        if self.interrupt is not None and self.interrupt():
+            raise Stop()
+        if time.monotonic() > self.deadline:
+            raise VerbsError(f"{self.what}: no progress before the deadline (peer gone, or "
+                             "the link dropped?)")
+
+
+# --- the interface ------------------------------------------------------------------------------
+
+@runtime_checkable
+class Side(Protocol):
+    """One end: a device's PD, MR, CQ and RC QPs (``close`` frees all of it). The MR has two
+    halves, as perftest keeps them: the source (what we send, what the peer reads) and the
+    receive half (where the peer's writes and sends land, where our reads put data)."""
+
+    cq: Any
+    device: str
+    port: int
+    emulated: bool
+
+    def endpoint(self) -> Endpoint: ...
+    def connect(self, remote: Endpoint) -> int: ...
+    def fill(self, data: bytes) -> None: ...
+    def crc(self) -> int: ...
+    def close(self) -> None: ...
+
+
+class Sender(Protocol):
+    """Posts ``iterations`` WRs per QP, at most ``depth`` outstanding, signalling every
+    ``cq_mod``th, and records when completions came: ``stamps`` (time, completions so far),
+    ``t_first`` at the first post, ``t_last`` at the last completion, in the plane's
+    ``timer``."""
+
+    stamps: Sequence[tuple[float, int]]
+    t_first: float
+    t_last: float
+
+    def total_done(self) -> int: ...
+
+
+class Receiver(Protocol):
+    """Keeps receive WRs posted and counts the messages that landed (``got``)."""
+
+    got: int
+
+
+@runtime_checkable
+class DataPlane(Protocol):
+    name: str                 # what data_plane=auto resolved to: stored in the row
+    timer: str                # the clock its timestamps come from: stored in the row
+    failures: tuple[type[BaseException], ...]   # what its verbs calls raise, beside VerbsError
+
+    def side(self, params: Mapping[str, Any], depth: int, role_device: str = "") -> Side: ...
+
+    def loopback_pair(self, params: Mapping[str, Any],
+                      depth: int) -> AbstractContextManager[tuple[Side, Side]]: ...
+
+    def sender(self, side: Side, remote: Endpoint | None, opcode: int, iterations: int,
+               depth: int, cq_mod: int, stop_at: float = 0.0, post_list: int = 1) -> Sender: ...
+
+    def receiver(self, side: Side, depth: int, expected: int | None = None,
+                 source: Sender | None = None) -> Receiver: ...
+
+    def drive(self, owners: list[tuple[Any, Sender | None, Receiver | None]], clock: Clock,
+              what: str, wait_receivers: bool = True) -> None:
+        """Run the senders and receivers of one or two sides (their CQs) until they finish;
+        ``wait_receivers=False`` returns once the senders are done."""
+
+    def pingpong(self, side: Side, remote: Endpoint | None, op: str,
+                 two_processes: bool = True) -> Any: ...
+
+    def pingpong_client(self, me: Any, peer: Any, warmup: int, iterations: int, clock: Clock,
+                        duration: float = 0.0) -> list[int]:
+        """Round trips in ns; with ``peer`` (loopback) this thread also plays the far end."""
+
+    def pingpong_server(self, me: Any, count: int, clock: Clock) -> None: ...
+
+    def read_latency(self, side: Side, remote: Endpoint, warmup: int, iterations: int,
+                     clock: Clock, duration: float = 0.0) -> list[int]:
+        """The full round trip of one RDMA READ at a time, in ns (ib_read_lat)."""
+
+
+def choose(params: Mapping[str, Any]) -> tuple[DataPlane, str]:
+    """The case's data plane, and a fallback line when it is the slow one."""
+    from .pyverbs_plane import PLANE as PYVERBS
+
+    if params.get("data_plane", "auto") == "pyverbs":
+        return PYVERBS, ""
+    try:
+        from .compiled_plane import PLANE as COMPILED
+    except ImportError as exc:
+        if params.get("data_plane") == "compiled":
+            raise SkipCase(f"data_plane=compiled: the C data plane is not built ({exc}); "
+                           "install libibverbs-dev and a C compiler, then reinstall netbench "
+                           "(pip install -e .)") from None
+        return PYVERBS, PYVERBS_PLANE_NOTE.format(why=exc)
+    return COMPILED, ""
