@@ -535,82 +535,24 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_accept(args: argparse.Namespace) -> int:
     from netbench.analysis import accept
     from netbench.store import ResultStore
+    from netbench.textfile import printable as shown  # a label may hold ANSI escapes
 
     spec = accept.load_spec(args.spec)
     chosen = accept.choose_run(ResultStore(args.results), spec, args.run, args.label)
     rows = chosen.rows
     outcomes = accept.evaluate(spec, rows)
-    print(f"acceptance: {spec.name}, {chosen.describe()} (host "
-          f"{', '.join(dict.fromkeys(str(h) for h in rows['host']))}, label "
-          f"{rows['label'].iloc[0]!r})")
+    print(f"acceptance: {shown(spec.name)}, {shown(chosen.describe())} (host "
+          f"{shown(', '.join(dict.fromkeys(str(h) for h in rows['host'])))}, label "
+          f"{shown(repr(rows['label'].iloc[0]))})")
     for o in outcomes:
-        names, unit = _accept_names(o, rows)
-        measured = ", ".join(f"{n}: {v:.4g}{unit}" for n, (_, v) in zip(names, o.measured)) \
-            or "nothing measured"
-        print(f"  {'PASS' if o.passed else 'FAIL'}  {o.check.name}: expected "
-              f"{o.expected}; {measured}"
-              + ("" if o.passed else f"\n        {_accept_message(o, names)}"))
+        print(f"  {'PASS' if o.passed else 'FAIL'}  {shown(o.check.name)}: expected "
+              f"{o.expected}; {o.measured_text()}"
+              + ("" if o.passed else f"\n        {o.message}"))
     failed = sum(not o.passed for o in outcomes)
     print(f"{len(outcomes) - failed} passed, {failed} failed")
     if args.junit:
         accept.junit(spec, outcomes, args.junit)
     return 1 if failed else 0
-
-
-def _accept_names(outcome: Any, rows: Any) -> tuple[list[str], str]:
-    """Each measured value's case as the console names cases (sizes as 64K, and the params
-    that tell two cases apart, such as streams), and the metric's unit (" Gbit/s"). The rows
-    are picked as accept.evaluate picks them, in the same order, so the names line up; where
-    they do not (an older store, a changed rule) the check's own names stay."""
-    from netbench.report.console import case_names, param_text
-
-    check = outcome.check
-    picked = []
-    mine = rows[(rows["benchmark"] == check.benchmark) & (rows["status"] == "ok")
-                & (rows["metric"] == check.metric)]
-    for size, params, unit in zip(mine["msg_size"], mine["params"], mine["unit"]):
-        size = None if size is None or size != size else int(size)
-        if (check.msg_size_min is not None and (size is None or size < check.msg_size_min)) or \
-                (check.msg_size_max is not None and (size is None or size > check.msg_size_max)):
-            continue
-        parsed = json.loads(params or "{}")
-        if any(parsed.get(k) != v for k, v in check.params.items()):
-            continue
-        picked.append((size, params, unit))
-    units = {u for _, _, u in picked if isinstance(u, str) and u}
-    unit = f" {units.pop()}" if len(units) == 1 else ""
-    originals = [case for case, _ in outcome.measured]
-    if len(picked) != len(originals):
-        return originals, unit
-    short = case_names([(check.benchmark, p) for _, p, _ in picked])
-    names = []
-    for (size, _, _), name, original in zip(picked, short, originals):
-        head = f"msg_size={size}" if size is not None else "case"
-        tail = original[len(head):] if original.startswith(head) else ""   # pair, run
-        names.append((name[len(check.benchmark) + 1:] or param_text("msg_size", size))
-                     + tail)
-    return names, unit
-
-
-def _accept_message(outcome: Any, names: list[str]) -> str:
-    """The check's failures with the console's case names, and one line rate that is not
-    known said once, not once per case."""
-    unknown = ": line rate unknown (set [accept] line_rate)"
-    pieces = outcome.message.split("; ")
-    lost = [p for p in pieces if p.endswith(unknown)]
-    named = []
-    for piece in pieces:
-        if piece in lost:
-            continue
-        case = piece.split(": ", 1)[0]
-        matches = [i for i, (c, _) in enumerate(outcome.measured) if c == case]
-        if len(matches) > 1:      # two cases the check names alike: its value tells which
-            matches = [i for i in matches if f"{outcome.measured[i][1]:.4g}" in piece] or matches
-        named.append(names[matches[0]] + piece[len(case):] if matches else piece)
-    if lost:
-        named.append(f"line rate unknown for {len(lost)} of {len(outcome.measured)} case(s) "
-                     "(set [accept] line_rate)")
-    return "; ".join(named)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

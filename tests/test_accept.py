@@ -66,9 +66,13 @@ def test_line_rate_from_the_fingerprint_and_junit(tmp_path):
     proc = netbench("accept", str(spec), "--results", str(bad), "--junit",
                     str(tmp_path / "b.xml"))
     assert proc.returncode == 1
-    assert "msg_size=4M: 80 < 90 (90% of 100 Gbit/s)" in proc.stdout and "2.5 > 2" in proc.stdout
+    assert "msg_size=4M: 80 < 90 Gbit/s (90% of 100 Gbit/s)" in proc.stdout
+    assert "2.5 > 2 us" in proc.stdout
     failures = ElementTree.parse(tmp_path / "b.xml").getroot().findall(".//failure")
     assert len(failures) == 2
+    # JUnit says what the console says: the same case names, values with their unit.
+    assert failures[0].get("message") == "msg_size=4M: 80 < 90 Gbit/s (90% of 100 Gbit/s)"
+    assert "msg_size=1M: 95 Gbit/s, msg_size=4M: 80 Gbit/s" in failures[0].text
 
 
 def test_accept_a_real_tcp_run_and_a_fixed_line_rate(tmp_path):

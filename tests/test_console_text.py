@@ -94,7 +94,8 @@ def test_accept_names_sizes_with_units_tells_cases_apart_and_says_a_lost_rate_on
                     'metric = "goodput"\nmin_line_rate = 0.9\n'
                     '[[check]]\nname = "some goodput"\nbenchmark = "tcp.stream"\n'
                     'metric = "goodput"\nmin = 0.001\n')
-    proc = netbench("accept", str(spec), "--results", res)
+    xml = tmp_path / "accept.xml"
+    proc = netbench("accept", str(spec), "--results", res, "--junit", str(xml))
     out = proc.stdout
     assert "65536" not in out, out
     assert "msg_size=64K streams=1: " in out and "msg_size=64K streams=2: " in out, out
@@ -103,6 +104,17 @@ def test_accept_names_sizes_with_units_tells_cases_apart_and_says_a_lost_rate_on
     for line in out.splitlines():
         assert line.count("line rate unknown") <= 1, line
     assert "line rate unknown for 2 of 2 case(s)" in out, out
+    # JUnit XML, read by CI, in the console's words: sizes with units, cases told apart.
+    from xml.etree import ElementTree
+
+    cases = ElementTree.parse(xml).getroot().findall("testcase")
+    failure = cases[0].find("failure")
+    assert failure is not None and cases[1].find("failure") is None
+    assert failure.get("message") == ("line rate unknown for 2 of 2 case(s) (set [accept] "
+                                      "line_rate)"), failure.get("message")
+    assert "65536" not in xml.read_text() and "msg_size=64K streams=2: " in failure.text
+    assert re.search(r"msg_size=64K streams=1: [\d.]+ Gbit/s, msg_size=64K streams=2: "
+                     r"[\d.]+ Gbit/s$", failure.text), failure.text
 
 
 def test_a_run_says_each_skip_reason_once_whole_and_a_skipped_table_has_no_iterations(tmp_path):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from xml.etree import ElementTree
 from netbench.api import finite, parse_size
 from netbench.errors import NetbenchError, UsageError
 from netbench.store import env_of
-from netbench.textfile import load_toml
+from netbench.textfile import load_toml, printable
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
                "max", "min_line_rate", "min_host_median")
@@ -54,15 +55,21 @@ class Check:
     msg_size_min: int | None = None
     msg_size_max: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    unit: str = ""                         # the metric's, as the benchmark declares it
 
 
 @dataclass
 class Outcome:
     check: Check
     passed: bool
-    measured: list[tuple[str, float]]      # (case, value)
+    measured: list[tuple[str, float]]      # (case, value): cases named as the console does
     expected: str
     message: str
+
+    def measured_text(self) -> str:
+        """Each case's value with its unit, as every output of accept shows them."""
+        return ", ".join(f"{case}: {value:.4g}{_unit(self.check)}"
+                         for case, value in self.measured) or "nothing measured"
 
 
 @dataclass
@@ -132,7 +139,8 @@ def load_spec(path: str | Path) -> Spec:
                 else None,
                 msg_size_max=parse_size(entry["msg_size_max"]) if "msg_size_max" in entry
                 else None,
-                params=dict(entry.get("params") or {}))
+                params=dict(entry.get("params") or {}),
+                unit=next(m.unit for m in benches[name].metrics if m.name == metric))
         except (TypeError, ValueError) as exc:
             fail(str(exc))
         checks.append(check)
@@ -234,37 +242,72 @@ def evaluate(spec: Spec, rows: Any) -> list[Outcome]:
     return outcomes
 
 
+def _unit(check: Check) -> str:
+    return f" {check.unit}" if check.unit else ""
+
+
+def _size(row: Any) -> int | None:
+    size = row.get("msg_size")
+    return None if size is None or size != size else int(size)
+
+
+def _case_names(check: Check, rows: list[Any]) -> list[str]:
+    """Each row's case as the console names cases: sizes as 64K, and the params that tell
+    the cases here apart (streams=1, streams=2); then the pair and the run where those vary,
+    and the case number where two are still alike (repeats of one case)."""
+    from netbench.report.console import case_names, param_text  # one naming of cases
+
+    short = case_names([(check.benchmark, str(row.get("params") or "{}")) for row in rows])
+    several = len({row["run_id"] for row in rows}) > 1
+    pairs = len({(row.get("host"), row.get("peer")) for row in rows}) > 1
+    names = []
+    for row, name in zip(rows, short):
+        name = name[len(check.benchmark) + 1:]
+        size = _size(row)
+        if "msg_size=" not in name and size is not None:     # a row whose params lack it
+            name = f"msg_size={param_text('msg_size', size)} {name}".rstrip()
+        name = name or "case"
+        if pairs:
+            name += f" {row.get('host')} -> {row.get('peer')}"
+        if several:
+            name += f" (run {row['run_id']})"
+        names.append(name)
+    alike = Counter(names)
+    names = [f"{n} (case {int(row['case_index']) + 1})" if alike[n] > 1
+             and row.get("case_index") == row.get("case_index") else n
+             for n, row in zip(names, rows)]
+    return [printable(n) for n in names]     # a stored host or param may hold an escape
+
+
 def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any) -> Outcome:
+    unit = _unit(check)
     if not rows:
-        why = (f"{check.benchmark} was {skipped['status'].iloc[0]}: {skipped['reason'].iloc[0]}"
-               if not skipped.empty else f"no {check.benchmark} {check.metric} row in this run "
-               "matches the check")
+        why = (f"{check.benchmark} was {skipped['status'].iloc[0]}: "
+               f"{printable(skipped['reason'].iloc[0])}" if not skipped.empty
+               else f"no {check.benchmark} {check.metric} row in this run matches the check")
         return Outcome(check, False, [], _bounds(check, None), why)
     measured, failures = [], []
     bound_text = ""
-    several = len({row["run_id"] for row in rows}) > 1
-    pairs = len({(row.get("host"), row.get("peer")) for row in rows}) > 1
-    for row in rows:
+    unknown = 0
+    for row, case in zip(rows, _case_names(check, rows)):
         value = float(row["value"])
-        case = f"msg_size={row['msg_size']}" if row["msg_size"] is not None else "case"
-        if pairs:
-            case += f" {row.get('host')} -> {row.get('peer')}"
-        if several:
-            case += f" (run {row['run_id']})"
         measured.append((case, value))
         low, high = check.min, check.max
         if check.min_line_rate is not None:
             rate = (probed_line_rate(row) if spec.line_rate in (None, "probe")
                     else float(spec.line_rate))
             if rate is None:
-                failures.append(f"{case}: line rate unknown (set [accept] line_rate)")
+                unknown += 1
                 continue
             low = max(low or -math.inf, check.min_line_rate * rate)
             bound_text = f" ({check.min_line_rate:.0%} of {rate:g} Gbit/s)"
         if low is not None and value < low:
-            failures.append(f"{case}: {value:.4g} < {low:.4g}{bound_text}")
+            failures.append(f"{case}: {value:.4g} < {low:.4g}{unit}{bound_text}")
         if high is not None and value > high:
-            failures.append(f"{case}: {value:.4g} > {high:.4g}")
+            failures.append(f"{case}: {value:.4g} > {high:.4g}{unit}")
+    if unknown:              # one cause for every such case: said once, with the remedy
+        failures.append(f"line rate unknown for {unknown} of {len(rows)} case(s) (set "
+                        "[accept] line_rate)")
     if check.min_host_median is not None:
         failures += _host_medians(check, rows)
     return Outcome(check, not failures, measured, _bounds(check, bound_text),
@@ -293,34 +336,39 @@ def _host_medians(check: Check, rows: list[Any]) -> list[str]:
             mid = statistics.median(vals)
             ratio = (mid / fabric if higher else fabric / mid) if fabric and mid else 0.0
             if ratio < check.min_host_median:
-                failures.append(f"host {host} {role}: median {mid:.4g} is {ratio:.2f} x the "
-                                f"fabric's {fabric:.4g} < {check.min_host_median:g}")
+                failures.append(f"host {printable(host)} {role}: median {mid:.4g}"
+                                f"{_unit(check)} is {ratio:.2f} x the fabric's {fabric:.4g}"
+                                f" < {check.min_host_median:g}")
     return failures
 
 
 def _bounds(check: Check, extra: str | None) -> str:
     parts = []
     if check.min is not None:
-        parts.append(f">= {check.min:g}")
+        parts.append(f">= {check.min:g}{_unit(check)}")
     if check.min_line_rate is not None:
         parts.append(f">= {check.min_line_rate:.0%} of line rate{extra or ''}")
     if check.max is not None:
-        parts.append(f"<= {check.max:g}")
+        parts.append(f"<= {check.max:g}{_unit(check)}")
     if check.min_host_median is not None:
         parts.append(f"every host >= {check.min_host_median:g} x the fabric's median")
     return " and ".join(parts)
 
 
 def junit(spec: Spec, outcomes: list[Outcome], path: str | Path) -> None:
-    suite = ElementTree.Element("testsuite", name=spec.name, tests=str(len(outcomes)),
+    """The console's words (case names, units) as JUnit XML. Every text is ``printable``: a
+    control character is no legal XML 1.0, and CI shows these texts on a terminal."""
+    name = printable(spec.name)
+    suite = ElementTree.Element("testsuite", name=name, tests=str(len(outcomes)),
                                 failures=str(sum(not o.passed for o in outcomes)))
     for outcome in outcomes:
-        case = ElementTree.SubElement(suite, "testcase", classname=spec.name,
-                                      name=outcome.check.name)
+        case = ElementTree.SubElement(suite, "testcase", classname=name,
+                                      name=printable(outcome.check.name))
         if not outcome.passed:
-            failure = ElementTree.SubElement(case, "failure", message=outcome.message)
-            failure.text = f"expected {outcome.expected}; measured " + ", ".join(
-                f"{c}={v:.4g}" for c, v in outcome.measured)
+            failure = ElementTree.SubElement(case, "failure",
+                                             message=printable(outcome.message))
+            failure.text = printable(f"expected {outcome.expected}; measured "
+                                     f"{outcome.measured_text()}")
     try:
         ElementTree.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
     except OSError as exc:
