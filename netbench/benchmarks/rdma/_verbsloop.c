@@ -1126,7 +1126,7 @@ static PyGetSetDef Side_getset[] = {
     {NULL}};
 
 static PyTypeObject SideType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "netbench.benchmarks._verbsloop.Side",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "netbench.benchmarks.rdma._verbsloop.Side",
     .tp_basicsize = sizeof(Side),
     .tp_dealloc = (destructor)Side_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -1159,9 +1159,9 @@ PyMODINIT_FUNC PyInit__verbsloop(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     PyObject *tick = PyFloat_FromDouble(ns_per_tick);
-    Error = PyErr_NewException("netbench.benchmarks._verbsloop.Error", PyExc_RuntimeError, NULL);
-    CancelledError = PyErr_NewException("netbench.benchmarks._verbsloop.Cancelled", Error, NULL);
-    TimeoutError_ = PyErr_NewException("netbench.benchmarks._verbsloop.Timeout", Error, NULL);
+    Error = PyErr_NewException("netbench.benchmarks.rdma._verbsloop.Error", PyExc_RuntimeError, NULL);
+    CancelledError = PyErr_NewException("netbench.benchmarks.rdma._verbsloop.Cancelled", Error, NULL);
+    TimeoutError_ = PyErr_NewException("netbench.benchmarks.rdma._verbsloop.Timeout", Error, NULL);
     if (!Error || !CancelledError || !TimeoutError_ ||
         PyModule_AddObjectRef(m, "Error", Error) < 0 ||
         PyModule_AddObjectRef(m, "Cancelled", CancelledError) < 0 ||
