@@ -25,6 +25,7 @@ from typing import Any
 from netbench import __version__, hooks
 from netbench.api import json_safe
 from netbench.errors import NetbenchError, UsageError
+from netbench.textfile import printable as shown  # stored text may hold ANSI escapes
 
 
 def _format_default(param: Any) -> str:
@@ -315,8 +316,6 @@ def _refuse_a_complete_run(store: Any, run_id: str, plan: Any) -> None:
     killed writer's compaction) names no run to resume: a usage error (exit 2) that says
     where the run is, not a failure of the run (exit 1)."""
     from netbench.runner import plan_fingerprint
-    from netbench.textfile import printable
-
     store.check_writable()                  # a killed compaction is finished first
     index = store.runs()
     match = index[index["run_id"] == run_id] if not index.empty else index
@@ -326,8 +325,8 @@ def _refuse_a_complete_run(store: Any, run_id: str, plan: Any) -> None:
     if run["state"] != "finished" or (run["plan"] and run["plan"] != plan_fingerprint(plan)) \
             or run["ok"] + run["skipped"] + run["failed"] < len(plan.cases):
         return
-    raise UsageError(f"--resume {printable(run_id)}: nothing to resume: run "
-                     f"{printable(run_id)} is complete ({run['ok']} ok, {run['skipped']} "
+    raise UsageError(f"--resume {shown(run_id)}: nothing to resume: run "
+                     f"{shown(run_id)} is complete ({run['ok']} ok, {run['skipped']} "
                      f"skipped, {run['failed']} failed cases in {run['path']}); to measure "
                      "again, run without --resume")
 
@@ -357,7 +356,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         verdicts = cmp.judge_selections(store, base_sel, cand_sel, thresholds, args.alpha,
                                         args.pool_hosts, not args.no_history)
     except NetbenchError as exc:
-        print(f"netbench: error: {exc}", file=sys.stderr)
+        print(f"netbench: error: {shown(exc)}", file=sys.stderr)
         return 2
     changes = cmp.env_changes(base, cand)
     failed = cmp.failed_cases(base, cand)
@@ -365,14 +364,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel},
                           failed))
     else:
-        print(f"baseline:  {base_sel.describe()}\ncandidate: {cand_sel.describe()}")
+        print(f"baseline:  {shown(base_sel.describe())}\n"
+              f"candidate: {shown(cand_sel.describe())}")
         print(compare_summary(verdicts, _headlines(), everything=args.all))
         for side_name, bench, params, reason in failed:
-            print(f"not judged: {side_name}: every invocation of {bench} {params} failed: "
-                  f"{reason[:200]}")
+            print(f"not judged: {side_name}: every invocation of {shown(bench)} "
+                  f"{shown(params)} failed: {shown(reason[:200])}")
         print("environment changes:" if changes else "environment: no differences recorded")
         for what, a, b in changes:
-            print(f"  {what}: {a if a is not None else '-'} -> {b if b is not None else '-'}")
+            print(f"  {_change(what, a, b)}")
     if any(v.verdict == "regressed" for v in verdicts):
         return 1
     if args.fail_on_noisy and cmp.undecided(verdicts):
@@ -401,14 +401,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     print(f"history: {len(h.runs)} runs, {len(h.series)} case metrics; each run judged "
           f"against up to {args.window} before it (compare's test)")
     for i, run in enumerate(h.runs, 1):
-        changed = "; ".join(f"{k}: {a if a is not None else '-'} -> {b if b is not None else '-'}"
-                            for k, a, b in run["changes"][:4])
+        changed = "; ".join(_change(k, a, b) for k, a, b in run["changes"][:4])
         more = f" (+{len(run['changes']) - 4} more)" if len(run["changes"]) > 4 else ""
-        print((f"  #{i:<3} {run['run_id']}  {run['started_at']:%Y-%m-%d %H:%M}  "
-               f"{(run['label'] or '-')[:20]:<20}" + (f"  changed: {changed}{more}"
-                                                      if changed else "")).rstrip())
+        print((f"  #{i:<3} {shown(run['run_id'])}  {run['started_at']:%Y-%m-%d %H:%M}  "
+               f"{shown(run['label'] or '-')[:20]:<20}" + (f"  changed: {changed}{more}"
+                                                           if changed else "")).rstrip())
     for run_id, why in h.left_out[:10]:
-        print(f"  left out {run_id}: {why}")
+        print(f"  left out {shown(run_id)}: {shown(why)}")
     # Two changes, each named: the newest against the window it was judged by (the verdict's
     # own figure), and against the first value shown (what the trend line spans).
     header = ("benchmark", "case", "metric", "unit", "trend", "first", "newest",
@@ -419,7 +418,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         marks = [f"{'down' if st.verdict == 'regressed' else 'up'} #{number[st.run_id]}"
                  for st in s.steps[1:-1] if st.verdict in ("regressed", "improved")]
         verdict = new.verdict.upper() if new.verdict == "regressed" else new.verdict
-        body.append((s.benchmark, name[len(s.benchmark) + 1:], s.metric, s.unit,
+        body.append((shown(s.benchmark), shown(name[len(s.benchmark) + 1:]), shown(s.metric),
+                     shown(s.unit),
                      hist.sparkline([st.value for st in s.steps]),
                      format_value(s.steps[0].value), format_value(new.value),
                      "-" if new.change is None else f"{new.change:+.1%}",
@@ -441,6 +441,12 @@ def cmd_history(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _change(what: str, old: Any, new: Any) -> str:
+    """One environment change, as compare and history print it."""
+    return (f"{shown(what)}: {shown(old) if old is not None else '-'} -> "
+            f"{shown(new) if new is not None else '-'}")
 
 
 def _relative(first: float | None, newest: float | None) -> str:
@@ -503,7 +509,6 @@ def cmd_fabric(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from netbench.store import ResultStore
-    from netbench.textfile import printable as shown  # a label may hold ANSI escapes
 
     index = ResultStore(args.results).runs()
     if args.label:
@@ -535,7 +540,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_accept(args: argparse.Namespace) -> int:
     from netbench.analysis import accept
     from netbench.store import ResultStore
-    from netbench.textfile import printable as shown  # a label may hold ANSI escapes
 
     spec = accept.load_spec(args.spec)
     chosen = accept.choose_run(ResultStore(args.results), spec, args.run, args.label)
@@ -854,9 +858,7 @@ def _warning_line(message: Any, category: Any, filename: str, lineno: int, file:
                   line: str | None = None) -> None:
     """A warning (a skipped store file, a sysfs file read as unknown) as one line, as errors
     are: no source line, no warning class, nothing a terminal would interpret."""
-    from netbench.textfile import printable
-
-    print(f"netbench: warning: {printable(message)}", file=file or sys.stderr)
+    print(f"netbench: warning: {shown(message)}", file=file or sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -869,7 +871,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except NetbenchError as exc:
-        print(f"netbench: error: {exc}", file=sys.stderr)
+        print(f"netbench: error: {shown(exc)}", file=sys.stderr)   # one line, inert
         return exc.exit_code
     except KeyboardInterrupt as exc:      # Ctrl-C, or SIGTERM/SIGHUP outside a case loop
         name = getattr(exc, "name", "SIGINT")

@@ -484,6 +484,60 @@ def test_runs_shows_control_characters_in_labels_escaped(tmp_path):
     assert "\\x1b[31mred" in proc.stdout and "h\\x07ost" in proc.stdout
 
 
+HOSTILE = "\x1b[31mred\x1b[0m\nsecond line\r\x07"
+
+
+def _hostile_store(results: Path) -> None:
+    """Two runs whose label, host, suite, environment and a skip reason would drive the
+    terminal (an import takes them from any JSON-lines file)."""
+    results.mkdir(parents=True)
+    store = ResultStore(results)
+    for number, started in ((1, STARTED), (2, "2026-12-01T01:00:00+00:00")):
+        run_id = f"ansi0000000{number}"
+        env = json.dumps({"kernel": f"6.{number}{HOSTILE}"})
+        rows = [_stored_row(run_id, 0, started_at=started, label=f"l{number}{HOSTILE}",
+                            host=f"h{HOSTILE}", suite=f"s{HOSTILE}", env_json=env),
+                _stored_row(run_id, 1, started_at=started, label=f"l{number}{HOSTILE}",
+                            host=f"h{HOSTILE}", suite=f"s{HOSTILE}", env_json=env,
+                            benchmark="tcp.rr", metric=None, value=None, status="skipped",
+                            reason=f"no peer{HOSTILE}")]
+        store.write_run(store.path_for(run_id, started), rows)
+
+
+def _assert_inert(text: str) -> None:
+    for raw in ("\x1b", "\r", "\x07"):
+        assert raw not in text, repr(text)
+    assert "\\x1b[31mred" in text, text                # shown, escaped, not dropped
+
+
+@pytest.mark.parametrize("command", ["compare", "history", "accept"])
+def test_labels_hosts_and_suites_reach_no_terminal_raw(tmp_path, command):
+    results = tmp_path / "r"
+    _hostile_store(results)
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[accept]\nname = "a\\u001b[2J"\n[[check]]\nname = "bw\\u001b[31m"\n'
+                    'benchmark = "mem.copy"\nmetric = "bw"\nmin = 5\n'
+                    '[[check]]\nbenchmark = "tcp.rr"\nmetric = "lat_p50"\nmax = 5\n')
+    xml = tmp_path / "a.xml"
+    args = {"compare": ["compare", f"l1{HOSTILE}", f"l2{HOSTILE}"], "history": ["history"],
+            "accept": ["accept", str(spec), "--label", f"l2{HOSTILE}", "--junit",
+                       str(xml)]}[command]
+    proc = netbench(*args, "--results", str(results))
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, 1, 3), proc.stderr
+    _assert_inert(proc.stdout + proc.stderr)
+    assert "second line" not in [line.strip() for line in proc.stdout.splitlines()]
+    if command == "accept":
+        from xml.etree import ElementTree
+
+        text = xml.read_text()                   # a control character is not legal XML
+        _assert_inert(text)
+        root = ElementTree.parse(xml).getroot()
+        assert root.get("name") == "a\\x1b[2J" and root.find("testcase").get("name") == (
+            "bw\\x1b[31m")
+        assert "no peer\\x1b[31mred" in text
+
+
 def test_store_warnings_are_one_line_each(tmp_path):
     _store_with_a_run(tmp_path)
     (tmp_path / "20261201T000000-broken000001.parquet").write_bytes(b"not parquet")

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from netbench import stats
 from netbench.api import Case, format_size
+from netbench.textfile import printable  # stored params and hosts may hold escapes
 
 
 def format_value(value: float | None) -> str:
@@ -315,11 +316,12 @@ def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None
             if v is not head and not everything and v.verdict not in noted:
                 folded[v.verdict] = folded.get(v.verdict, 0) + 1
                 continue
-            body.append((names[key] if v is head else "", f"{v.metric} [{v.unit}]",
+            body.append((printable(names[key]) if v is head else "",
+                         printable(f"{v.metric} [{v.unit}]"),
                          format_value(v.baseline), format_value(v.candidate),
                          f"{v.change:+.1%}",
                          v.verdict.upper() if v.verdict == "regressed" else v.verdict,
-                         _why(v)))
+                         printable(_why(v))))
     widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
     for row in (header, *body):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
@@ -331,7 +333,7 @@ def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None
     lines.append("verdicts: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     busy = sorted({v.disturbed for v in verdicts if v.disturbed})
     for text in busy[:6]:
-        lines.append(f"busy host: {text}")
+        lines.append(f"busy host: {printable(text)}")
     return "\n".join(lines)
 
 
