@@ -23,16 +23,11 @@ from netbench.errors import NetbenchError, PeerError, SkipCase, UsageError
 from netbench.launch import launch_info
 from netbench.wire import Channel
 
-try:  # timed socket loops in C; None where the extension was not built (no compiler)
-    from netbench import _fastloop as fastloop
-except ImportError:
-    fastloop = None
-
 __all__ = [
     "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Measurement",
     "Metric", "NetbenchError", "Param", "PeerError", "RunSetup", "ServerSession", "SkipCase",
     "UsageError", "softroce",
-    "BEYOND_CACHE", "fastloop", "format_size", "host_memory_available", "last_level_cache",
+    "BEYOND_CACHE", "format_size", "host_memory_available", "last_level_cache",
     "launch_info", "parse_size", "pcie_path", "stats",
 ]
 

@@ -5,7 +5,6 @@ import socket
 import subprocess
 import sys
 import time
-from array import array
 
 import pandas as pd
 from conftest import assert_clean_error, netbench
@@ -150,16 +149,16 @@ def test_rr_python_fallback_loops_agree_with_c_loops():
     import socket
     import threading
 
-    from netbench.benchmarks import tcp
+    from netbench.benchmarks.tcp import loops
 
     def rounds_echoed(client) -> tuple[int, object]:
         a, b = socket.socketpair()
         echoed: list[int] = []
-        if tcp.fastloop is not None:
-            echo = threading.Thread(target=lambda: echoed.append(tcp.fastloop.rr_echo(
+        if loops._fastloop is not None:
+            echo = threading.Thread(target=lambda: echoed.append(loops._fastloop.rr_echo(
                 b.fileno(), 100)), daemon=True)
         else:
-            echo = threading.Thread(target=tcp.TcpRr._echo, args=(b, 100), daemon=True)
+            echo = threading.Thread(target=loops.PythonLoop().echo, args=(b, 100), daemon=True)
         echo.start()
         try:
             result = client(a)
@@ -171,18 +170,17 @@ def test_rr_python_fallback_loops_agree_with_c_loops():
             b.close()
         return (echoed[0] if echoed else -1), result
 
-    count, (rtts, elapsed) = rounds_echoed(
-        lambda s: tcp.TcpRr._ping_pong_python(s, 100, 500, 50, 0))
+    python = loops.choose_loop("python")
+    count, (rtts, elapsed) = rounds_echoed(lambda s: python.client(s, 100, 500, 50, 0))
     assert len(rtts) == 500 and all(r > 0 for r in rtts) and sum(rtts) <= elapsed * 1e9 * 1.01
-    if tcp.fastloop is None:
+    if loops._fastloop is None:
         return
+    assert loops.choose_loop("auto").name == "compiled"
     assert count == 550                                  # 50 warm-up + 500 timed
-    c_count, (data, elapsed_ns) = rounds_echoed(
-        lambda s: tcp.fastloop.rr_client(s.fileno(), 100, 500, 50, 0))
-    c_rtts = array("q", data).tolist()
+    c_count, (c_rtts, c_elapsed) = rounds_echoed(
+        lambda s: loops.choose_loop("compiled").client(s, 100, 500, 50, 0))
     assert c_count == count                              # the same work, round for round
     assert len(c_rtts) == len(rtts) and all(r > 0 for r in c_rtts)
-    assert sum(c_rtts) <= elapsed_ns * 1.01
-    d_count, (rtts_dur, _) = rounds_echoed(
-        lambda s: tcp.TcpRr._ping_pong_python(s, 100, 0, 5, int(0.2e9)))
+    assert sum(c_rtts) <= c_elapsed * 1e9 * 1.01
+    d_count, (rtts_dur, _) = rounds_echoed(lambda s: python.client(s, 100, 0, 5, int(0.2e9)))
     assert d_count == len(rtts_dur) + 5 and len(rtts_dur) > 10   # duration mode: all timed

@@ -34,7 +34,7 @@ verbs.h $(have test -e /usr/include/infiniband/verbs.h)
 Python.h $(have test -e "$include/Python.h")
 cc $(have command -v gcc)
 torch ${TORCH_SPEC:-kept}
-sources $(cat pyproject.toml netbench/_fastloop.c netbench/benchmarks/rdma/_verbsloop.c | sha256sum | cut -c1-16)
+sources $(cat pyproject.toml netbench/benchmarks/tcp/_fastloop.c netbench/benchmarks/rdma/_verbsloop.c | sha256sum | cut -c1-16)
 EOF
 )
 KEYFILE=$VENV/.netbench-built-against

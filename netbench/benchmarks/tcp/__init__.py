@@ -13,7 +13,6 @@ import socket
 import struct
 import threading
 import time
-from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -29,9 +28,10 @@ from netbench.api import (
     PeerError,
     ServerSession,
     UsageError,
-    fastloop,
     stats,
 )
+
+from .loops import LOOP_NOTE, choose_loop
 
 SETUP_TIMEOUT = 15.0      # to open data connections and agree to start
 STALL_TIMEOUT = 10.0      # a data socket that moves nothing this long means the peer is gone
@@ -366,21 +366,6 @@ class TcpStream(_TcpBenchmark):
 
 # --- tcp.rr ------------------------------------------------------------------------------------
 
-def _recv_rest(recv_into: Callable[..., int], view: memoryview, got: int, n: int) -> bool:
-    """Finish a message that arrived in pieces; False on EOF."""
-    while got < n:
-        more = recv_into(view[got:], n - got)
-        if more == 0:
-            return False
-        got += more
-    return True
-
-
-def _send_rest(send: Callable[..., int], data: memoryview, sent: int) -> None:
-    while sent < len(data):
-        sent += send(data[sent:])
-
-
 class TcpRr(_TcpBenchmark):
     name = "tcp.rr"
     headline = "lat_p50"
@@ -402,11 +387,15 @@ class TcpRr(_TcpBenchmark):
         Param("warmup", "int", 1_000, "untimed round trips first", minimum=0,
               maximum=10_000_000),
         _AFFINITY,
+        Param("data_plane", "choice", "auto", "who times the loop: compiled (C, as sockperf), "
+              "python (the fallback), auto = compiled where built",
+              choices=("auto", "compiled", "python")),
     )
 
     def _run(self, case: Case, ctx: Context) -> Measurement:
         params = case.params
         size = params["msg_size"]
+        loop = choose_loop(params["data_plane"])
         session = ctx.connect()
         try:
             session.run_remote(self.name, params, SETUP_TIMEOUT)
@@ -417,7 +406,9 @@ class TcpRr(_TcpBenchmark):
                 session.channel.expect(SETUP_TIMEOUT)
                 meter = CpuMeter()
                 try:
-                    rtts_ns, elapsed = self._ping_pong(sock, size, params)
+                    rtts_ns, elapsed = loop.client(sock, size, params["iterations"],
+                                                   params["warmup"],
+                                                   int(params["duration"] * 1e9))
                 except OSError as exc:
                     raise _stall_error(exc, "answering") from None
                 client_cpu = meter.stop()
@@ -434,74 +425,9 @@ class TcpRr(_TcpBenchmark):
         values["tps"] = len(rtts_ns) / elapsed
         values["cpu_client"] = client_cpu["process_pct"]
         values["cpu_server"] = float(far["cpu"]["process_pct"])
-        note = "" if fastloop else "timed in a Python loop (C fast path not built): adds ~1 us"
-        return Measurement(values, {"lat_p50": half_us}, device=device, note=note)
-
-    @staticmethod
-    def _ping_pong(sock: socket.socket, size: int,
-                   params: Mapping[str, Any]) -> tuple[array, float]:
-        """Timed round trips in ns, and the seconds they took (the C loop where built)."""
-        duration_ns = int(params["duration"] * 1e9)
-        if fastloop is not None:
-            try:
-                data, elapsed_ns = fastloop.rr_client(sock.fileno(), size, params["iterations"],
-                                                      params["warmup"], duration_ns)
-            except ConnectionError:
-                raise PeerError("peer closed the connection mid-run") from None
-            rtts = array("q")
-            rtts.frombytes(data)
-            return rtts, elapsed_ns / 1e9
-        return TcpRr._ping_pong_python(sock, size, params["iterations"], params["warmup"],
-                                       duration_ns)
-
-    @staticmethod
-    def _ping_pong_python(sock: socket.socket, size: int, iterations: int, warm: int,
-                          duration_ns: int) -> tuple[array, float]:
-        """Fallback loop, kept flat: every bytecode here is inside the measured latency."""
-        payload = memoryview(os.urandom(size))
-        view = memoryview(bytearray(size))
-        send, recv_into, clock = sock.send, sock.recv_into, time.perf_counter_ns
-        rtts = array("q")
-        append = rtts.append
-        end_ns = clock() + duration_ns if duration_ns > 0 else 0
-        start = clock()
-        while True:
-            t0 = clock()
-            sent = send(payload)
-            if sent != size:
-                _send_rest(send, payload, sent)
-            got = recv_into(view)
-            if got != size and not _recv_rest(recv_into, view, got, size):
-                raise PeerError("peer closed the connection mid-run")
-            t1 = clock()
-            if warm:
-                warm -= 1
-                start = t1
-                if end_ns and not warm:
-                    end_ns = t1 + duration_ns
-                continue
-            append(t1 - t0)
-            if end_ns:
-                if t1 >= end_ns:
-                    break
-            elif len(rtts) >= iterations:
-                break
-        return rtts, (clock() - start) / 1e9
-
-    @staticmethod
-    def _echo(sock: socket.socket, size: int) -> None:
-        if fastloop is not None:
-            fastloop.rr_echo(sock.fileno(), size)
-            return
-        view = memoryview(bytearray(size))
-        send, recv_into = sock.send, sock.recv_into
-        while True:
-            got = recv_into(view)
-            if got != size and not _recv_rest(recv_into, view, got, size):
-                return
-            sent = send(view)
-            if sent != size:
-                _send_rest(send, view, sent)
+        return Measurement(values, {"lat_p50": half_us}, device=device,
+                           note=LOOP_NOTE if loop.name == "python" else "",
+                           resolved={"data_plane": loop.name})
 
     def _far_end_bytes(self, params: Mapping[str, Any]) -> int:
         return int(params["msg_size"])          # the echo buffer
@@ -515,7 +441,7 @@ class TcpRr(_TcpBenchmark):
             session.channel.send({"go": True})
             meter = CpuMeter()
             try:
-                self._echo(sock, size)
+                choose_loop(params.get("data_plane", "auto")).echo(sock, size)
             except OSError as exc:
                 raise _stall_error(exc, "echoing") from None
             session.channel.send({"ok": True, "cpu": meter.stop()})
