@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +29,100 @@ from netbench.textfile import write_atomic
 # One colour per verdict of netbench.analysis.verdict.VERDICTS (a test holds them together).
 VERDICT_COLOURS = {"regressed": "#d62728", "improved": "#2ca02c", "unchanged": "#7f7f7f",
                    "noisy": "#ff7f0e", "unverified": "#c7c7c7", "disturbed": "#9467bd"}
+
+
+# Series colours: none of them a verdict's, so a trend's verdict marker never reads as a series.
+PALETTE = ("#1f77b4", "#17becf", "#8c564b", "#e377c2", "#bcbd22", "#393b79", "#637939",
+           "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d")
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "pentagon")
+_SHOWN = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text: Any) -> str:
+    """Text with every control or format character written out (\\x1b, \\n, \\u202e): a
+    label or host name shows what it holds, and never moves the cursor, colours or reorders
+    what follows it."""
+    return "".join(_SHOWN.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else
+                                     f"\\u{ord(c):04x}")
+                   if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c
+                   for c in str(text))
+
+
+def plot_text(text: Any) -> str:
+    """Text for plotly, which reads <b>, <br>, <a href> in names, labels and hovers as
+    markup: written out, escaped (plotly turns &lt; back into a shown <)."""
+    return html.escape(visible(text), quote=False)
+
+
+_TEXT_KEYS = ("name", "text", "hovertext", "customdata", "x", "y", "labels")
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return plot_text(value)
+    if isinstance(value, (list, tuple)):
+        return [_escaped(v) for v in value]
+    return value
+
+
+def _safe(fig: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The figure with every data string (names, categories, hover data) shown as text, never
+    as markup. Annotations are written escaped where they are made."""
+    if fig is None:
+        return None
+    data = [{**t, **{k: _escaped(t[k]) for k in _TEXT_KEYS if k in t}} for t in fig["data"]]
+    layout = dict(fig["layout"])
+    for key, axis in fig["layout"].items():
+        if key.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
+            layout[key] = {**axis, **{k: _escaped(axis[k]) for k in ("categoryarray",
+                                                                     "ticktext") if k in axis}}
+    return {**fig, "data": data, "layout": layout}
+
+
+def _tick(value: float) -> str:
+    return f"{value:,.0f}" if value >= 1 and value == round(value) else f"{value:.3g}"
+
+
+def value_axis(values: Sequence[float]) -> dict[str, Any]:
+    """A log axis of values ticked at 1-2-5 steps, each written in full (plotly's own log
+    ticks label the minor ones as bare digits: 100, 9, 8 ... 2 for 900 ... 200)."""
+    known = [float(v) for v in values if v is not None and v == v and 0 < v < math.inf]
+    if not known:
+        return {"type": "log"}
+    low, high = min(known), max(known)
+    exps = range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+    ticks: list[float] = []
+
+    def near(ts: list[float]) -> int:
+        return sum(low / 1.05 <= t <= high * 1.05 for t in ts)
+
+    for mantissas in ((1,), (1, 2, 5), (1, 2, 3, 5, 7), tuple(range(1, 10))):
+        every = [m * 10.0 ** e for e in exps for m in mantissas]
+        ticks = [t for t in every if low / 1.3 <= t <= high * 1.3]
+        if near(ticks) >= 3 or (len(ticks) >= 4 and near(ticks) >= 2):
+            break
+    if len(ticks) > 10:                    # many decades: powers of ten only
+        ticks = [t for t in ticks if f"{t:e}".startswith("1")] or ticks
+    if near(ticks) < 2:                    # a narrow band: even steps across it
+        span = high * 1.2 - low / 1.2
+        step = 10.0 ** math.floor(math.log10(span / 4))
+        step *= next(m for m in (1, 2, 5, 10) if span / (m * step) <= 5)
+        ticks = [round(k * step, 12) for k in range(math.ceil(low / 1.2 / step),
+                                                     math.floor(high * 1.2 / step) + 1)]
+    return {"type": "log", "tickvals": ticks, "ticktext": [_tick(t) for t in ticks]}
+
+
+def _style(traces: list[dict[str, Any]]) -> None:
+    """Each series its own colour and marker, markers and lines smaller the later a series is
+    drawn: two equal series stay visible, the later inside the earlier."""
+    n = max(len(traces) - 1, 1)
+    for i, t in enumerate(traces):
+        if t.get("type", "scatter") != "scatter":
+            continue
+        colour, k = PALETTE[i % len(PALETTE)], (n - i) / n
+        t["line"] = {**t.get("line", {}), "color": colour, "width": round(1 + 2.5 * k, 2)}
+        t["marker"] = {**t.get("marker", {}), "color": colour, "size": round(6 + 8 * k, 1),
+                       "symbol": SYMBOLS[i % len(SYMBOLS)]}
 
 
 def _ok(rows: Any) -> Any:
@@ -65,10 +160,55 @@ def _figure(traces: list[dict[str, Any]], title: str, xtitle: str, ytitle: str,
         xaxis.update(size_axis([x for t in traces for x in t.get("x", [])]))
     else:
         xaxis["type"] = "category"
+    yaxis: dict[str, Any] = {"title": {"text": ytitle}, "type": "linear"}
+    if log_y:
+        yaxis.update(value_axis(_extent(traces)))
+    # showlegend: plotly hides the legend of a one-trace chart, and with it the series' name.
     return {"data": traces, "layout": {
         "title": {"text": title}, "height": 420, "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
-        "xaxis": xaxis, "yaxis": {"title": {"text": ytitle}, "type": "log" if log_y else "linear"},
+        "xaxis": xaxis, "yaxis": yaxis, "showlegend": True,
         "legend": {"orientation": "h", "y": -0.25}}}
+
+
+def _extent(traces: Sequence[dict[str, Any]]) -> list[float]:
+    """Every y a chart draws, error bars' ends included."""
+    out: list[float] = []
+    for t in traces:
+        err = t.get("error_y") or {}
+        for i, y in enumerate(t.get("y", [])):
+            if y is None or y != y:
+                continue
+            out.append(y)
+            if err.get("array"):
+                out += [y + err["array"][i], y - err["arrayminus"][i]]
+    return out
+
+
+def single_size(fig: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A size chart whose series all sit at one size: that size as a category and the series
+    side by side (plotly's scattermode group), never stacked on one x; a bound line becomes
+    a wide dash in its own slot (a line from one x to the same x is not drawn)."""
+    from netbench.api import format_size
+
+    if fig is None or fig["layout"]["xaxis"].get("type") != "log":
+        return fig
+    xs = {x for t in fig["data"] for x in t.get("x", []) if x is not None and x == x}
+    if len(xs) != 1:
+        return fig
+    size = next(iter(xs))
+    cat = format_size(int(size)) if float(size).is_integer() else str(size)
+    data = []
+    for t in fig["data"]:
+        t = {**t, "x": [cat] * len(t.get("x", [])), "offsetgroup": t.get("name", "")}
+        if t.get("mode") == "lines":        # a flat bound over [size, size]: one wide dash
+            colour = t.get("line", {}).get("color", "#555")
+            t.update(x=[cat], y=t["y"][:1], mode="markers", marker={
+                "symbol": "line-ew-open", "size": 36, "color": colour,
+                "line": {"width": 3, "color": colour}})
+        data.append(t)
+    xaxis = {"title": fig["layout"]["xaxis"].get("title", {}), "type": "category"}
+    return {**fig, "data": data, "layout": {**fig["layout"], "xaxis": xaxis,
+                                            "scattermode": "group", "scattergap": 0.3}}
 
 
 _HOVER = ("<b>%{fullData.name}</b><br>%{customdata[0]}: %{y:.4g} %{customdata[1]}"
@@ -121,16 +261,20 @@ def _line(g: Any, name: str, dash: str = "solid") -> dict[str, Any]:
             str(case["metric"]), str(case["unit"]), case_text(params), ", ".join(case["runs"]),
             f"{len(values)} repeats" if len(values) > 1 else str(case["n"] or "-")]))
     points.sort(key=lambda p: (p[0] is None or p[0] != p[0], p[0]))
-    return {"type": "scatter", "mode": "lines+markers", "name": name, "line": {"dash": dash},
-            "x": [p[0] for p in points], "y": [p[1] for p in points],
+    return {"type": "scatter", "mode": "lines+markers", "name": name, "legendgroup": name,
+            "line": {"dash": dash}, "x": [p[0] for p in points], "y": [p[1] for p in points],
             "error_y": {"type": "data", "symmetric": False, "array": [p[2] for p in points],
                         "arrayminus": [p[3] for p in points], "visible": True, "thickness": 1},
             "customdata": [p[4] for p in points], "hovertemplate": _HOVER}
 
 
-def _flat(x: Sequence[Any], y: Sequence[float], name: str, dash: str) -> dict[str, Any]:
+def _flat(x: Sequence[Any], y: Sequence[float], name: str, dash: str,
+          group: str | None = None) -> dict[str, Any]:
+    """A line at given points; ``group`` names what it is whatever its value (a bound), so
+    the baseline's twin of it is found by that and drawn in its colour."""
     return {"type": "scatter", "mode": "lines", "x": list(x), "y": list(y), "name": name,
-            "line": {"dash": dash}, "hovertemplate": "%{fullData.name}<extra></extra>"}
+            "legendgroup": group or name, "line": {"dash": dash},
+            "hovertemplate": "%{fullData.name}<extra></extra>"}
 
 
 def memory_bound(rows: Any) -> tuple[float, str] | None:
@@ -182,13 +326,18 @@ def bandwidth_chart(rows: Any) -> dict[str, Any] | None:
         return None
     # Loopback TCP cannot beat host memcpy: draw that bound (the memory's copy, in Gbit/s).
     found = memory_bound(rows)
+    title = "Bandwidth vs message size (" + ("TCP baseline dashed, " if any(
+        t["line"]["dash"] == "dash" for t in traces) else "")
     if found is not None:
         bound, where = found
         sizes = sorted({x for t in traces for x in t["x"] if x == x and x is not None})
         traces.append(_flat([sizes[0], sizes[-1]] if sizes else [1, 1 << 20], [bound, bound],
-                            f"host memcpy bound {bound:.0f} Gbit/s (mem.copy) {where}", "dot"))
-    return _figure(traces, "Bandwidth vs message size (TCP baseline dashed, memcpy bound "
-                   "dotted)", "message size", "Gbit/s", log_y=True)
+                            f"host memcpy bound {bound:.0f} Gbit/s (mem.copy) {where}", "dot",
+                            "host memcpy bound"))
+        title += "memcpy bound dotted)"
+    else:                                # the title promises only what is drawn
+        title += "no memcpy bound: no mem.copy beyond the cache in this view)"
+    return _figure(traces, title, "message size", "Gbit/s", log_y=True)
 
 
 def latency_chart(rows: Any) -> dict[str, Any] | None:
@@ -250,7 +399,8 @@ def cpu_chart(rows: Any) -> dict[str, Any] | None:
     return {"data": traces, "layout": {
         "title": {"text": title}, "height": max(300, 60 + 24 * len(categories)),
         "margin": {"l": 20, "r": 20, "t": 50, "b": 50},
-        "xaxis": {"title": {"text": "CPU-s / Gbit (log)"}, "type": "log"},
+        "xaxis": {"title": {"text": "CPU-s / Gbit (log)"},
+                  **value_axis([x for t in traces for x in t["x"]])},
         "yaxis": {"type": "category", "automargin": True, "categoryorder": "array",
                   "categoryarray": categories}, "legend": {"orientation": "h", "y": -0.2}}}
 
@@ -314,7 +464,8 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
     sizes = sorted(bw["copy_bytes"].dropna().unique())
     for device, bound in bounds.items():
         traces.append(_flat(sizes or [0], [bound] * max(len(sizes), 1),
-                            f"{device} link bound {bound:.2f} GB/s", "dash"))
+                            f"{device} link bound {bound:.2f} GB/s", "dash",
+                            f"{device} link bound"))
     return _figure(traces, "Host-to-GPU feed vs the link's theoretical bound (dashed)", "bytes",
                    "GB/s")
 
@@ -364,6 +515,11 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
     bulk = ordered[min(int(0.9 * len(ordered)), len(ordered) - 1)]
     limit = max(1.5 * bulk, 4 * 100 * max(v.threshold for v in verdicts), 1.0)
     limit = min(limit, max(ordered) * 1.05) if max(ordered) > 0 else 1.0
+    # The axis spans the changes drawn (zero always in view), so a rise alone never opens an
+    # empty -limit side, and a fall (at most -100%) never runs the axis to -200%.
+    low = max(min(min(changes), 0.0), -limit)
+    high = min(max(max(changes), 0.0), limit)
+    pad = max(0.05 * (high - low), 1.0)
     traces = []
     for kind, colour in VERDICT_COLOURS.items():
         picked = [i for i, v in enumerate(verdicts) if v.verdict == kind]
@@ -388,7 +544,7 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
         "height": 120 + 22 * len(verdicts), "barmode": "overlay",
         "margin": {"l": 20, "r": 20, "t": 50, "b": 40},
         "xaxis": {"title": {"text": "% change (candidate vs baseline)"},
-                  "range": [-limit * 1.02, limit * 1.02], "zeroline": True},
+                  "range": [low - pad, high + pad], "zeroline": True},
         "yaxis": {"type": "category", "automargin": True, "categoryorder": "array",
                   "categoryarray": labels[::-1]}, "legend": {"orientation": "h", "y": 1.0,
                                                             "yanchor": "bottom"}}}
@@ -412,19 +568,27 @@ def _fmt(value: float) -> str:
 
 def trend_chart(history: Any) -> dict[str, Any] | None:
     """Each chosen case's metric across runs on a time axis, as a share of its first run's
-    value (one axis for every unit), each step's marker coloured by its verdict; a dotted
-    line where the environment changed, with what changed."""
+    value (one axis for every unit): each series its own colour, each judged step's marker
+    filled with its verdict's colour (a key in the legend); a dotted line where the
+    environment changed, with everything that changed written level above the plot."""
     if history is None or not history.series:
         return None
     traces = []
     names = case_names([(s.benchmark, s.params) for s in history.series])
-    for name, s in zip(names, history.series):
+    kinds: set[str] = set()
+    n = max(len(history.series) - 1, 1)
+    for i, (name, s) in enumerate(zip(names, history.series)):
         first = s.steps[0].value or 1.0
+        colour = PALETTE[i % len(PALETTE)]
+        kinds |= {st.verdict for st in s.steps if st.verdict in VERDICT_COLOURS}
         traces.append({
             "type": "scatter", "mode": "lines+markers", "name": f"{name} {s.metric}",
             "x": [str(st.started_at) for st in s.steps], "y": [st.value / first for st in s.steps],
-            "marker": {"size": 9, "color": [VERDICT_COLOURS.get(st.verdict, "#1f77b4")
-                                            for st in s.steps]},
+            "line": {"color": colour, "width": round(1 + 2 * (n - i) / n, 2)},
+            # Every series starts at 1: the later drawn smaller, so none hides another.
+            "marker": {"size": round(7 + 7 * (n - i) / n, 1), "symbol": SYMBOLS[i % len(SYMBOLS)],
+                       "color": [VERDICT_COLOURS.get(st.verdict, colour) for st in s.steps],
+                       "line": {"color": colour, "width": 1.5}},
             "customdata": [[_fmt(st.value), s.unit, st.run_id, st.label or "-",
                             st.verdict or "first run",
                             "-" if st.change is None else f"{st.change:+.1%}"]
@@ -432,24 +596,38 @@ def trend_chart(history: Any) -> dict[str, Any] | None:
             "hovertemplate": "%{fullData.name}<br>%{customdata[0]} %{customdata[1]} "
                              "(%{customdata[5]})<br>run %{customdata[2]}, label "
                              "%{customdata[3]}<br>%{customdata[4]}<extra></extra>"})
-    shapes, notes = [], []
+    for kind in (k for k in VERDICT_COLOURS if k in kinds):     # the key: legend entries only
+        traces.append({"type": "scatter", "mode": "markers", "x": [None], "y": [None],
+                       "name": f"verdict: {kind}", "legendgroup": "verdict",
+                       "legendgrouptitle": {"text": "marker fill:"}, "hoverinfo": "skip",
+                       "marker": {"size": 11, "color": VERDICT_COLOURS[kind],
+                                  "line": {"color": "#333", "width": 1}}})
+    shapes, notes, lines = [], [], 0
     for run in history.runs:
-        if run["changes"]:
-            when = str(run["started_at"])
-            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": when,
-                           "x1": when, "y0": 0, "y1": 1, "line": {"dash": "dot",
-                                                                  "color": "#555"}})
-            what = "; ".join(f"{k} {a} -> {b}" for k, a, b in run["changes"][:2])
-            notes.append({"x": when, "y": 1, "xref": "x", "yref": "paper", "text": what[:60],
-                          "showarrow": False, "textangle": -90, "xanchor": "right",
-                          "yanchor": "top", "font": {"size": 10}})
+        if not run["changes"]:
+            continue
+        when = str(run["started_at"])
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": when, "x1": when,
+                       "y0": 0, "y1": 1, "line": {"dash": "dot", "color": "#555"}})
+        what = [plot_text(f"{k}: {_was(a)} -> {_was(b)}") for k, a, b in run["changes"]]
+        # Level text above the plot, stacked over the notes before it, anchored to stay inside
+        # the figure at either edge: a rotated note ran off the chart.
+        notes.append({"x": when, "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom",
+                      "xanchor": "auto", "yshift": 4 + 14 * lines, "showarrow": False,
+                      "align": "left", "text": "<br>".join(what), "font": {"size": 10},
+                      "bgcolor": "rgba(255,255,255,0.85)"})
+        lines += len(what)
     return {"data": traces, "layout": {
-        "title": {"text": "Trend across runs: each value / its first run's (marker colour: "
-                          "the step's verdict; dotted: the environment changed)"},
-        "height": 460, "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
+        "title": {"text": "Trend across runs: each value / its first run's (dotted: the "
+                          "environment changed)"},
+        "height": 460 + 14 * lines, "margin": {"l": 70, "r": 20, "t": 60 + 14 * lines, "b": 60},
         "xaxis": {"title": {"text": "run started (UTC)"}, "type": "date"},
         "yaxis": {"title": {"text": "relative to first run"}}, "shapes": shapes,
-        "annotations": notes, "legend": {"orientation": "h", "y": -0.25}}}
+        "annotations": notes, "showlegend": True, "legend": {"orientation": "h", "y": -0.25}}}
+
+
+def _was(value: Any) -> str:
+    return "(not recorded)" if value is None or value == "" else str(value)
 
 
 def latest_per_benchmark(index: Any) -> dict[str, str]:
@@ -466,7 +644,7 @@ def latest_per_benchmark(index: Any) -> dict[str, str]:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(visible(c))}</td>" for c in r) + "</tr>"
                    for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -486,40 +664,50 @@ def _busiest(group: Any) -> str:
     return f"{load.max():.2g} cores busy outside netbench during {worst['benchmark']}{flag}"
 
 
-def environment_panel(rows: Any, latest: Any) -> str:
-    """The runs drawn, the devices they ran on, and what the latest run skipped and why."""
+def environment_panel(rows: Any, latest: Any = None, base: Any = None) -> str:
+    """The runs drawn (with --baseline, both sides' runs), the devices they ran on, and what
+    the view's runs (and ``latest``, the newest run of the view's label) skipped and why:
+    never another label's."""
     import pandas as pd
 
-    runs, vms = [], set()
-    for run_id, group in rows.groupby("run_id", sort=False):
-        first = group.iloc[0]
-        env = env_of(first["env_json"])
-        vms.add(env.get("virtual_machine"))
-        runs.append((run_id, first["label"] or "-", first["host"],
-                     str(first["started_at"])[:19], env.get("kernel"), env.get("cpu_model"),
-                     ", ".join(sorted(set(group["benchmark"])))[:120],
-                     ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v),
-                     _busiest(group)))
+    sides = [("candidate", rows), ("baseline", base)] if base is not None else [("", rows)]
+    runs, vms, skip_rows = [], set(), []
+    for side, frame in sides:
+        for run_id, group in frame.groupby("run_id", sort=False):
+            first = group.iloc[0]
+            env = env_of(first["env_json"])
+            vms.add(env.get("virtual_machine"))
+            runs.append(([side] if base is not None else []) + [
+                run_id, first["label"] or "-", first["host"], str(first["started_at"])[:19],
+                env.get("kernel"), env.get("cpu_model"),
+                ", ".join(sorted(set(group["benchmark"]))),          # whole: wraps, not cut
+                ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v),
+                _busiest(group)])
+        own = [frame] + ([latest] if latest is not None and side != "baseline" else [])
+        failed = pd.concat([f[f["status"] != "ok"] for f in own])
+        skip_rows += [([side] if base is not None else []) + [r["benchmark"], r["status"],
+                                                               r["reason"]]
+                      for _, r in failed.drop_duplicates(["benchmark", "reason"]).iterrows()]
+    every = pd.concat([f for _, f in sides])
     facts: list[tuple[str, Any]] = []
-    for value in sorted({v for v in rows["env_nic"].dropna()}):
+    for value in sorted({v for v in every["env_nic"].dropna()}):
         facts.append(("NIC", value))
-    for value in sorted({v for v in rows["env_rdma_device"].dropna()}):
+    for value in sorted({v for v in every["env_rdma_device"].dropna()}):
         facts.append(("RDMA device", value))
-    for value in sorted({v for v in rows["env_gpu"].dropna()}):
+    for value in sorted({v for v in every["env_gpu"].dropna()}):
         facts.append(("GPU", value))
     for value in sorted(v for v in vms if v):
         facts.append(("virtual machine", f"{value}: link fields are the hypervisor's"))
-    for value in sorted({v for v in rows["reason"].dropna() if "emulated" in str(v)}):
+    for value in sorted({v for v in every["reason"].dropna() if "emulated" in str(v)}):
         facts.append(("note", value))
-    skipped = pd.concat([rows[rows["status"] != "ok"], latest[latest["status"] != "ok"]])
-    skip_rows = [(r["benchmark"], r["status"], r["reason"])
-                 for _, r in skipped.drop_duplicates(["benchmark", "reason"]).iterrows()]
+    head = ["side"] if base is not None else []
     return ("<h2>Environment: what was measured where</h2>" +
-            _table(["run", "label", "host", "started (UTC)", "kernel", "cpu", "benchmarks",
-                    "versions", "host load (busiest case)"], runs) + _table(["", ""], facts) +
+            _table(head + ["run", "label", "host", "started (UTC)", "kernel", "cpu",
+                           "benchmarks", "versions", "host load (busiest case)"], runs) +
+            (_table(["device", "as probed"], facts) if facts else "") +
             "<h2>Skipped and failed, and why</h2>" +
-            (_table(["benchmark", "status", "reason"], skip_rows) if skip_rows
-             else "<p>Nothing was skipped or failed in this run.</p>"))
+            (_table(head + ["benchmark", "status", "reason"], skip_rows) if skip_rows
+             else "<p>Nothing was skipped or failed in this view.</p>"))
 
 
 CHARTS = ("comparison", "trend", "fabric", "bandwidth", "latency", "cpu", "busbw", "h2d")
@@ -570,50 +758,80 @@ def _missing(rows: Any) -> dict[str, str]:
 
 
 def _with_baseline(fig: dict[str, Any] | None, base: dict[str, Any] | None) -> Any:
-    """The candidate's chart with the baseline's curves drawn beside it, dotted and faded."""
-    if base is None:
-        return fig
-    faded = [{**t, "name": f"{t['name']} (baseline)", "opacity": 0.55,
-              "line": {**t.get("line", {}), "dash": "dot"}} for t in base["data"]]
-    if fig is None:
-        return {**base, "data": faded}
-    return {**fig, "data": fig["data"] + faded}
+    """The candidate's chart with the baseline's curves drawn beside it: each in its
+    candidate twin's colour, dotted and faded, its markers open and larger, so it shows
+    around the candidate's even where the two are equal."""
+    if fig is None and base is None:
+        return None
+    own = [dict(t) for t in (fig or {"data": []})["data"]]
+    _style(own)
+    twins = {t.get("legendgroup", t["name"]): t for t in own}
+    theirs = [dict(t) for t in (base or {"data": []})["data"]]
+    _style(theirs)
+    faded = []
+    for i, t in enumerate(theirs):
+        twin = twins.get(t.get("legendgroup", t["name"]))
+        colour = (twin or t)["line"]["color"] if twin else PALETTE[(len(own) + i) % len(PALETTE)]
+        marker = {**(twin or t).get("marker", {})}
+        faded.append({**t, "name": f"{t['name']} (baseline)", "opacity": 0.6,
+                      "line": {**t.get("line", {}), "dash": "dot", "color": colour,
+                               "width": (twin or t)["line"]["width"]},
+                      "marker": {**marker, "color": colour,
+                                 "symbol": f"{marker.get('symbol', 'circle')}-open",
+                                 "size": marker.get("size", 8) + 5,
+                                 "line": {"width": 2, "color": colour}}})
+    shape = fig or base
+    layout = dict(shape["layout"])
+    if faded and "tickvals" in layout["yaxis"]:       # ticks over both sides' values
+        layout["yaxis"] = {**layout["yaxis"], **value_axis(_extent(own + faded))}
+    if faded and "tickvals" in layout["xaxis"]:
+        layout["xaxis"] = {**layout["xaxis"],
+                           **size_axis([x for t in own + faded for x in t.get("x", [])])}
+    return {**shape, "data": own + faded, "layout": layout}
 
 
 def _view(title: str, rows: Any, latest: Any, runs: list[str], base: Any = None,
-          verdicts: Sequence[Any] = ()) -> dict[str, Any]:
+          verdicts: Sequence[Any] = (), trend: Any = None) -> dict[str, Any]:
     figures = _charts(rows)
-    if base is not None:
-        for name, fig in _charts(base).items():
-            if name in _WITH_BASELINE:
-                figures[name] = _with_baseline(figures[name], fig)
+    based = _charts(base) if base is not None else {}
+    for name in _WITH_BASELINE:
+        figures[name] = _with_baseline(figures[name], based.get(name))
+    figures = {k: single_size(v) if k in _WITH_BASELINE else v for k, v in figures.items()}
     figures["comparison"] = comparison_chart(verdicts)
+    figures["trend"] = trend_chart(trend)
     missing = _missing(rows)
     labels = sorted({str(x) or "(no label)" for x in rows["label"].fillna("")})
-    return {"title": title, "figures": {k: v for k, v in figures.items() if v is not None},
-            "missing": {k: html.escape(v) for k, v in missing.items()},
-            "env": environment_panel(rows, latest), "runs": runs, "labels": labels,
-            "note": html.escape(f"{title}: {len(rows)} rows from run(s) {', '.join(runs)}; "
-                                "each benchmark from the latest of them that measured it. "
-                                "Error bars: the spread of repeats, else the 95% interval "
-                                "from the stored samples.")}
+    return {"title": title,
+            "figures": {k: _safe(v) for k, v in figures.items() if v is not None},
+            "missing": {k: html.escape(visible(v)) for k, v in missing.items()},
+            "env": environment_panel(rows, latest, base), "runs": runs, "labels": labels,
+            "note": html.escape(visible(
+                f"{title}: {len(rows)} rows from run(s) {', '.join(runs)}; each benchmark "
+                "from the latest of them that measured it. Error bars: the spread of "
+                "repeats, else the 95% interval from the stored samples."))}
 
 
-def _trend(store: Any) -> Any:
-    """The headline metric of every benchmark over the newest runs (None: no trend)."""
+def _trend(store: Any, labels: Sequence[Any]) -> Any:
+    """The headline metric of every benchmark over the newest runs of these labels only
+    (None: no trend): a view never shows another label's runs."""
     from netbench import registry
     from netbench.analysis.history import build
 
     heads = {name: b.headline or (b.metrics[0].name if b.metrics else "")
              for name, b in registry.all_benchmarks().items()}
     try:
-        h = build(store, last=TREND_RUNS,
+        h = build(store, labels=list(labels), last=TREND_RUNS,
                   want=lambda bench, metric: heads.get(bench) == metric,
                   scan_metrics=sorted(set(heads.values())))
     except NetbenchError:
         return None
     h.series = sorted(h.series, key=lambda s: -len(s.steps))[:12]
     return h
+
+
+def _labels_of(index: Any, run_ids: Sequence[str]) -> list[Any]:
+    """The stored labels (as stored: None stays None) of these runs."""
+    return list(dict.fromkeys(index.loc[index["run_id"].isin(list(run_ids)), "label"]))
 
 
 def render(store: Any, out: str | Path, run: str | None = None, label: str | None = None,
@@ -632,18 +850,19 @@ def render(store: Any, out: str | Path, run: str | None = None, label: str | Non
     if index.empty:
         raise NetbenchError(f"the store {store.directory} is empty: nothing to draw; run "
                             "`netbench run` first")
-    latest_rows = store.read([index["run_id"].iloc[-1]])
     views: dict[str, dict[str, Any]] = {}
     chosen = ""
     if baseline is not None and candidate is not None:
         chosen = "compare"
-        views[chosen] = _view(f"{candidate.what} vs {baseline.what}", candidate.rows,
-                              latest_rows, candidate.run_ids, baseline.rows, verdicts)
+        both = _labels_of(index, [*baseline.run_ids, *candidate.run_ids])
+        views[chosen] = _view(f"{candidate.what} vs {baseline.what}", candidate.rows, None,
+                              candidate.run_ids, baseline.rows, verdicts, _trend(store, both))
     if run:
         if not (index["run_id"] == run).any():
             raise NetbenchError(f"no run {run!r} in the store")
         sel = resolve(store, run)
-        views[f"run:{run}"] = _view(f"run {run}", sel.rows, latest_rows, sel.run_ids)
+        views[f"run:{run}"] = _view(f"run {run}", sel.rows, None, sel.run_ids,
+                                    trend=_trend(store, _labels_of(index, [run])))
         chosen = chosen or f"run:{run}"
     labels = list(dict.fromkeys(index["label"].fillna("")[::-1]))       # newest first
     if label is not None and label not in labels:
@@ -653,18 +872,18 @@ def render(store: Any, out: str | Path, run: str | None = None, label: str | Non
         if label is None:
             measured = index[index["ok"] > 0]
             label = (measured if not measured.empty else index)["label"].fillna("").iloc[-1]
-        chosen = f"label:{label}"
+        chosen = f"label:{visible(label)}"
     for name in ([label] if label is not None else []) + labels:
-        key = f"label:{name}"
+        key = f"label:{visible(name)}"       # a page address: no control characters in it
         if key in views or len(views) >= MAX_VIEWS + 2:
             continue
-        runs = index[index["label"].fillna("") == name]
-        measured = runs[runs["ok"] > 0]
-        runs = measured if not measured.empty else runs
-        rows = _rows_of(store, runs)
-        views[key] = _view(f"label {name!r}" if name else "runs without a label", rows,
-                           latest_rows, list(dict.fromkeys(rows["run_id"])))
-    trend = trend_chart(_trend(store))
+        every = index[index["label"].fillna("") == name]
+        measured = every[every["ok"] > 0]
+        rows = _rows_of(store, measured if not measured.empty else every)
+        newest = store.read([every["run_id"].iloc[-1]])      # what the label's last run skipped
+        views[key] = _view(f"label '{visible(name)}'" if name else "runs without a label",
+                           rows, newest, list(dict.fromkeys(rows["run_id"])),
+                           trend=_trend(store, list(dict.fromkeys(every["label"]))))
     blocks = [f'<div class="empty" id="empty-{name}"></div><div class="chart" '
               f'id="chart-{name}"></div>' for name in CHARTS]
     picker = "".join(f'<option value="{html.escape(k)}"{" selected" if k == chosen else ""}>'
@@ -672,9 +891,9 @@ def render(store: Any, out: str | Path, run: str | None = None, label: str | Non
     page = _PAGE.format(
         title=html.escape("netbench dashboard"), plotly=get_plotlyjs(), blocks="\n".join(blocks),
         picker=picker,
-        data=json.dumps({"views": views, "chosen": chosen, "charts": CHARTS,
-                         "trend": trend, "trendMissing": _missing(latest_rows)["trend"]},
-                        default=_json_default).replace("</", "<\\/"))
+        # No "<" at all inside the script: no label can close it or open a comment there.
+        data=json.dumps({"views": views, "chosen": chosen, "charts": CHARTS},
+                        default=_json_default).replace("<", "\\u003c"))
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -682,7 +901,7 @@ def render(store: Any, out: str | Path, run: str | None = None, label: str | Non
     except OSError as exc:
         raise NetbenchError(f"cannot write {out}: {exc.strerror}") from None
     view = views[chosen]
-    drawn = sorted(view["figures"]) + (["trend"] if trend else [])
+    drawn = sorted(view["figures"])
     return {"run": ", ".join(view["runs"]), "view": view["title"], "views": list(views),
             "charts": sorted(drawn), "path": str(out), "bytes": len(page)}
 
@@ -730,6 +949,9 @@ function facts() {{
       hover: div.data.map(t => t.hovertemplate || ""),
       customdata: div.data.map(t => (t.customdata || []).length),
       xrange: div._fullLayout.xaxis.range, shapes: (div._fullLayout.shapes || []).length,
+      legend: texts(".legend .legendtext"), notes: texts(".annotation-text"),
+      points: Array.from(div.querySelectorAll(".scatterlayer .trace")).map(g =>
+        Array.from(g.querySelectorAll(".point")).map(p => p.getAttribute("transform"))),
       texts: div.data.map(t => Array.isArray(t.text) ? t.text : [])}};
   }}
   return out;
@@ -743,11 +965,10 @@ function show(key) {{
   const done = NB.charts.map(name => {{
     const div = document.getElementById("chart-" + name);
     const empty = document.getElementById("empty-" + name);
-    const fig = name === "trend" ? NB.trend : view.figures[name];
+    const fig = view.figures[name];
     if (!fig) {{
       Plotly.purge(div); div.style.display = "none"; empty.style.display = "";
-      empty.innerHTML = "<b>" + name + "</b>: " +
-        (name === "trend" ? NB.trendMissing : view.missing[name]);
+      empty.innerHTML = "<b>" + name + "</b>: " + view.missing[name];
       return Promise.resolve();
     }}
     empty.style.display = "none"; div.style.display = "";
