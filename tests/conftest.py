@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +15,68 @@ import pytest
 from netbench.peer import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+H200_RESULTS = FIXTURES / "results" / "h200-vm"   # real rows: bench/gpu_check.py
+
+
+@pytest.fixture
+def h200_results(tmp_path: Path) -> Path:
+    """A copy of the H200 store to read: any reader may refresh a store's footer cache
+    (_catalog.parquet), and the committed one is stale after every checkout (mtimes)."""
+    return Path(shutil.copytree(H200_RESULTS, tmp_path / "h200-vm"))
+
+
+def _fixture_state() -> dict[str, tuple[int, int]]:
+    state = {}
+    for folder, dirs, files in os.walk(FIXTURES):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)      # a folder by its presence (a rename in it is no change)
+            state[os.path.relpath(path, FIXTURES)] = (0, 0) if name in dirs else (
+                st.st_size, st.st_mtime_ns)
+    return state
+
+
+_FIXTURE_BYTES: dict[str, bytes] = {}     # the fixtures' files as the session found them
+
+
+def _same_as_found(name: str) -> bool:
+    path = FIXTURES / name
+    return name in _FIXTURE_BYTES and path.is_file() and not path.is_symlink() \
+        and path.read_bytes() == _FIXTURE_BYTES[name]
+
+
+@pytest.fixture(autouse=True)
+def _fixtures_untouched() -> Iterator[None]:
+    """A test must leave tests/fixtures as it found them (a command reading a store there
+    refreshes its footer cache): a change fails the test, named, and is undone for the
+    tests after. A file rewritten with the same bytes is no change."""
+    before = _fixture_state()
+    yield
+    after = _fixture_state()
+    if after == before:
+        return
+    changed = sorted(k for k in before.keys() | after.keys()
+                     if before.get(k) != after.get(k) and not _same_as_found(k))
+    for name in reversed(changed):          # a folder's files before the folder
+        path = FIXTURES / name
+        if name not in before:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        elif name in _FIXTURE_BYTES:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(_FIXTURE_BYTES[name])
+    if changed:
+        pytest.fail(f"the test changed tests/fixtures: {', '.join(changed)}; read a copy "
+                    "(the h200_results fixture, or shutil.copytree to tmp_path)", pytrace=False)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    for folder, _, files in os.walk(FIXTURES):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                with open(path, "rb") as f:
+                    _FIXTURE_BYTES[os.path.relpath(path, FIXTURES)] = f.read()
 
 
 def netbench(*args: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:

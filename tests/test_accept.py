@@ -126,12 +126,11 @@ def test_gpu_acceptance_spec_loads_and_without_a_gpu_says_why(tmp_path):
 
 
 
-def test_gpu_acceptance_on_real_h200_rows():
+def test_gpu_acceptance_on_real_h200_rows(h200_results):
     """Rows bench/gpu_check.py stored on an H200 (Gen5 x16, in a Firecracker VM): the copies
     pass against the 63.02 GB/s link, the DataLoader check fails -- its pin_memory thread fed
     the GPU at about half the rate the same loader produced batches."""
-    verdict = netbench("accept", "suites/gpu-acceptance.toml", "--results",
-                       "tests/fixtures/results/h200-vm")
+    verdict = netbench("accept", "suites/gpu-acceptance.toml", "--results", str(h200_results))
     assert verdict.returncode == 1, verdict.stderr
     lines = [line.split()[0] for line in verdict.stdout.splitlines()
              if line.strip().startswith(("PASS", "FAIL"))]
@@ -140,7 +139,7 @@ def test_gpu_acceptance_on_real_h200_rows():
     # hand (Gen5: 32 GT/s x 16 lanes, 128b/130b), not by netbench's own code.
     import pandas as pd
 
-    rows = pd.read_parquet("tests/fixtures/results/h200-vm")
+    rows = pd.read_parquet(h200_results)
     h2d = rows[(rows.benchmark == "gpu.h2d") & (rows.metric == "bw")
                & (rows.msg_size == 64 << 20) & rows.params.str.contains('"pinned"')]
     expected = float(h2d.value.iloc[0]) / (32 * 16 * 128 / 130 / 8)
