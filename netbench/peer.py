@@ -39,10 +39,15 @@ MAX_PENDING = 64
 # so one client cannot queue sockets until the server runs out of file descriptors.
 MAX_QUEUED_DATA = 256    # a session's (tcp.stream takes at most 2 x 128 streams)
 MAX_QUEUED_DATA_TOTAL = 1024
+# Data streams the far ends run at once (a thread each): 32 sessions of 8 streams on 2 cores
+# starved the threads that accept and answer, so clients read 'did not answer' rather than
+# 'busy'. A lone request may always take its maximum (tcp.stream: 2 x 128).
+MAX_STREAMS = max(64, 32 * (os.cpu_count() or 1))
 # Memory the far ends may allocate (each benchmark says what a request costs it): per session
 # and in all; a request beyond either is refused with the reason.
 SESSION_MEMORY = 512 << 20
 TOTAL_MEMORY = 1 << 30
+LISTEN_BACKLOG = 1024     # the kernel caps it at net.core.somaxconn
 FD_BACKOFF = 0.5         # seconds to stop accepting when the process is out of descriptors
 
 log = logging.getLogger("netbench.serve")
@@ -58,13 +63,18 @@ class _ServerSession:
     """One client's control session on the server; data connections are routed here."""
 
     def __init__(self, channel: Channel, client_name: str, token: str,
-                 queued: Callable[[int], bool] | None = None, device: str = "") -> None:
+                 queued: Callable[[int], bool] | None = None, device: str = "",
+                 sessions: Callable[[], int] = lambda: 1,
+                 streams: Callable[[int], str | None] = lambda change: None) -> None:
         self.channel = channel
         self.client_name = client_name
         self.token = token
         self.device = device
         self._data: queue.Queue[tuple[int, socket.socket]] = queue.Queue(MAX_QUEUED_DATA)
         self._queued = queued or (lambda change: True)   # the server-wide count
+        self._sessions = sessions                          # open at once, this one included
+        self._streams = streams                            # books the server-wide streams
+        self.streams = 0                                   # this far end's, freed after it
 
     def deliver(self, index: int, sock: socket.socket) -> bool:
         """Queue a data connection for the far end; False (the caller closes it) when this
@@ -94,6 +104,10 @@ class _ServerSession:
             return True
 
     def accept_data(self, count: int, timeout: float) -> list[socket.socket]:
+        refused = self._streams(count)
+        if refused:
+            raise PeerError(refused)
+        self.streams += count
         deadline = time.monotonic() + timeout
         got: dict[int, socket.socket] = {}
         while len(got) < count:
@@ -110,8 +124,11 @@ class _ServerSession:
                 if gone:
                     raise PeerError(f"{self.client_name} closed the control connection "
                                     "before opening its data connections") from None
-                raise PeerError(f"{self.client_name} opened {len(got)} of {count} data "
-                                f"connections within {timeout:g} s") from None
+                open_now = self._sessions()
+                busy = (f"server busy ({open_now} clients have sessions open): "
+                        if open_now > 1 else "")
+                raise PeerError(f"{busy}{len(got)} of {count} data connections arrived "
+                                f"within {timeout:g} s; retry later") from None
             if index in got or not 0 <= index < count:
                 sock.close()
                 continue
@@ -144,6 +161,7 @@ class Server:
         self._listener: socket.socket | None = None
         self._queued_data = 0
         self._memory = 0                      # bytes the running far ends reserved
+        self._streams = 0                     # data streams the running far ends took
 
     def _count_queued(self, change: int) -> bool:
         with self._lock:
@@ -169,6 +187,15 @@ class Server:
         with self._lock:
             self._memory -= nbytes
 
+    def _book_streams(self, change: int) -> str | None:
+        """Book (or, negative, free) a far end's data streams; the reason it cannot."""
+        with self._lock:
+            if change > 0 and self._streams and self._streams + change > MAX_STREAMS:
+                return (f"server busy: {self._streams} of {MAX_STREAMS} data streams are "
+                        f"in use by {len(self._sessions)} clients; retry later")
+            self._streams += change
+        return None
+
     def listen(self) -> tuple[str, int]:
         try:
             infos = socket.getaddrinfo(self.bind, self.port, type=socket.SOCK_STREAM,
@@ -180,7 +207,10 @@ class Server:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(sockaddr)
-            sock.listen(64)
+            # A deep backlog: 50 clients at once with 8 streams each overflowed 64 while the
+            # accept thread waited for the GIL, and the kernel's SYN retries (1 s, 3 s, ...)
+            # then ran their data connections past the far end's deadline.
+            sock.listen(LISTEN_BACKLOG)
         except OSError as exc:
             sock.close()
             if exc.errno == 98:
@@ -290,7 +320,8 @@ class Server:
                                    f"this server speaks {PROTOCOL} (netbench {__version__})"})
             return
         token = secrets.token_hex(16)
-        session = _ServerSession(channel, name, token, self._count_queued, self.device)
+        session = _ServerSession(channel, name, token, self._count_queued, self.device,
+                                 lambda: len(self._sessions), self._book_streams)
         with self._lock:
             self._sessions[token] = session
         try:
@@ -331,6 +362,12 @@ class Server:
             bench.serve(params, session)
         except PeerError as exc:
             log.info("%s: %s aborted: %s", session.client_name, name, exc)
+            # Say why where the control connection still works (data connections that never
+            # came): the client read "closed the connection" and nothing more.
+            try:
+                session.channel.send({"error": str(exc)})
+            except PeerError:
+                pass
             return False
         except NetbenchError as exc:
             session.channel.send({"error": str(exc)})
@@ -342,6 +379,9 @@ class Server:
         finally:
             if reserved:
                 self._release(reserved)
+            if session.streams:
+                self._book_streams(-session.streams)
+                session.streams = 0
         session.drain()
         return True
 

@@ -8,6 +8,7 @@ PeerError naming what was wrong; the server answers it and keeps serving.
 from __future__ import annotations
 
 import json
+import select
 import socket
 import struct
 import time
@@ -76,15 +77,18 @@ class Channel:
         while got < n:
             if deadline is not None:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 and not _readable(self.sock):
+                    # Past the deadline only bytes already here are taken (non-blocking): a
+                    # thread that waited that long for the CPU keeps a client that sent at
+                    # once, and a trickling sender still gains nothing.
                     raise PeerError(f"{self.peer_name} did not send a whole message within "
                                     f"{timeout:g} s")
-                self.sock.settimeout(left)
+                self.sock.settimeout(max(left, 0.0))
             else:
                 self.sock.settimeout(None)
             try:
                 chunk = self.sock.recv_into(view[got:], n - got)
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):
                 raise PeerError(f"{self.peer_name} did not answer within {timeout:g} s") from None
             except OSError as exc:
                 raise PeerError(f"lost connection to {self.peer_name}: {exc}") from None
@@ -98,6 +102,13 @@ class Channel:
             self.sock.close()
         except OSError:
             pass
+
+
+def _readable(sock: socket.socket) -> bool:
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def parse_hostport(text: str, default_port: int) -> tuple[str, int]:
