@@ -95,10 +95,10 @@ def test_runs_lists_each_stored_run_with_its_case_counts(tmp_path):
                        "no stored runs", "'nope'")
 
 
-def test_runs_reads_files_written_before_case_counts_were_kept():
-    from conftest import ROOT, netbench
+def test_runs_reads_files_written_before_case_counts_were_kept(h200_results):
+    from conftest import netbench
 
-    proc = netbench("runs", "--results", str(ROOT / "tests/fixtures/results/h200-vm"), "--json")
+    proc = netbench("runs", "--results", str(h200_results), "--json")
     assert proc.returncode == 0, proc.stderr
     import json as _json
 

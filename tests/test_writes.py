@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import time
 
@@ -19,10 +20,12 @@ def test_a_failed_report_leaves_the_previous_dashboard_whole(tmp_path):
     out = results / "_dashboard.html"
     assert netbench("report", "--results", str(results), "-o", str(out)).returncode == 0
     before = out.read_bytes()
-    (results / "._dashboard.html.tmp").mkdir()          # the next write cannot happen
-    proc = netbench("report", "--results", str(results), "-o", str(out))
+    # The next write cannot happen: files beyond 4 KiB are refused (EFBIG) mid-write.
+    proc = netbench("report", "--results", str(results), "-o", str(out),
+                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)))
     assert_clean_error(proc, "cannot write")
     assert out.read_bytes() == before
+    assert not list(results.glob("._dashboard.html*.tmp"))     # the half-written one is gone
 
 
 def test_jsonl_into_a_directory_fails_before_measuring(tmp_path):

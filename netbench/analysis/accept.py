@@ -255,7 +255,7 @@ def _case_names(check: Check, rows: list[Any]) -> list[str]:
     """Each row's case as the console names cases: sizes as 64K, and the params that tell
     the cases here apart (streams=1, streams=2); then the pair and the run where those vary,
     and the case number where two are still alike (repeats of one case)."""
-    from netbench.report.console import case_names, param_text  # one naming of cases
+    from netbench.analysis.cases import case_names, param_text
 
     short = case_names([(check.benchmark, str(row.get("params") or "{}")) for row in rows])
     several = len({row["run_id"] for row in rows}) > 1

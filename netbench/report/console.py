@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from netbench import stats
+from netbench.analysis.cases import case_names, case_text, param_text  # noqa: F401
 from netbench.api import Case, format_size
 from netbench.textfile import printable  # stored params and hosts may hold escapes
 
@@ -110,32 +111,6 @@ def _varying_params(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
             per.setdefault(key, set()).add(json.dumps(value))
     return {bench: sorted(k for k, vals in per.items() if len(vals) > 1 and k != "msg_size")
             for bench, per in seen.items()}
-
-
-def param_text(key: str, value: Any) -> str:
-    """A param value as people write it (msg_size as 64K)."""
-    return format_size(value) if key == "msg_size" and isinstance(value, int) else str(value)
-
-
-def case_text(params: str, keys: Iterable[str] | None = None) -> str:
-    """``k=v`` for the params that name a case (``keys``; all of them without)."""
-    p = json.loads(params or "{}")
-    wanted = None if keys is None else set(keys)
-    return " ".join(f"{k}={param_text(k, p[k])}" for k in sorted(p)
-                    if wanted is None or k in wanted)
-
-
-def case_names(cases: Sequence[tuple[str, str]]) -> list[str]:
-    """Short case names for (benchmark, params) pairs: the benchmark and the params that
-    differ between its cases here (msg_size always), as nccl-tests and perftest print them."""
-    seen: dict[str, dict[str, set[str]]] = {}
-    for bench, params in cases:
-        for key, value in json.loads(params or "{}").items():
-            seen.setdefault(bench, {}).setdefault(key, set()).add(json.dumps(value))
-    keys = {b: {k for k, v in per.items() if len(v) > 1 or k == "msg_size"}
-            for b, per in seen.items()}
-    return [" ".join(filter(None, [bench, case_text(params, keys.get(bench, set()))]))
-            for bench, params in cases]
 
 
 def decimals(values: Iterable[float]) -> int:
