@@ -57,9 +57,9 @@ def test_dashboard_renders_offline_without_errors(tmp_path):
 
 
 @pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium (apt-get install chromium)")
-def test_dashboard_of_a_real_gpu_run_renders_the_feed_view(tmp_path):
+def test_dashboard_of_a_real_gpu_run_renders_the_feed_view(tmp_path, h200_results):
     page = tmp_path / "gpu.html"
-    proc = netbench("report", "--results", str(H200_RESULTS), "-o", str(page))
+    proc = netbench("report", "--results", str(h200_results), "-o", str(page))
     assert proc.returncode == 0, proc.stderr
     text = page.read_text()
     bound = 32 * 16 * 128 / 130 / 8                # Gen5 x16, by hand: 63.02 GB/s

@@ -96,7 +96,8 @@ def value_axis(values: Sequence[float]) -> dict[str, Any]:
     def near(ts: list[float]) -> int:
         return sum(low / 1.05 <= t <= high * 1.05 for t in ts)
 
-    for mantissas in ((1,), (1, 2, 5), (1, 2, 3, 5, 7), tuple(range(1, 10))):
+    for mantissas in ((1,), (1, 2, 5), (1, 2, 3, 5, 7),
+                      (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
         every = [m * 10.0 ** e for e in exps for m in mantissas]
         ticks = [t for t in every if low / 1.3 <= t <= high * 1.3]
         if near(ticks) >= 3 or (len(ticks) >= 4 and near(ticks) >= 2):
@@ -754,7 +755,8 @@ def _missing(rows: Any) -> dict[str, str]:
             "fabric": "no fabric sweep in this view (netbench fabric: every pair of hosts)",
             "comparison": "no comparison asked for (netbench report --baseline A "
                           "--candidate B)",
-            "trend": "a trend needs a case measured in at least two runs"}
+            "trend": "a trend needs a case measured in at least two runs of this view's "
+                     "label(s)"}
 
 
 def _with_baseline(fig: dict[str, Any] | None, base: dict[str, Any] | None) -> Any:
