@@ -5,7 +5,9 @@ message size per transport with the TCP baseline overlaid, latency percentiles v
 cost per Gbit/s for RDMA and TCP, collective busbw vs size, host-to-GPU vs the link bound,
 baseline vs candidate coloured by verdict, and an environment panel with what was skipped and
 why. It draws the latest run (or the one asked for); values only, never raw samples, so the
-file stays small for any store, and the page says so.
+file stays small for any store, and the page says so. Each view (a label, a run, a comparison)
+draws only its own labels' runs, trend and skips included; every label, host and name reaches
+the page as text (control characters written out, markup escaped), never as HTML.
 """
 
 from __future__ import annotations
