@@ -50,7 +50,8 @@ def _same_as_found(name: str) -> bool:
 def _fixtures_untouched() -> Iterator[None]:
     """A test must leave tests/fixtures as it found them (a command reading a store there
     refreshes its footer cache): a change fails the test, named, and is undone for the
-    tests after. A file rewritten with the same bytes is no change."""
+    tests after. A file rewritten with the same bytes is no change; a new one is named, and
+    left (it may be a fixture someone is writing)."""
     before = _fixture_state()
     yield
     after = _fixture_state()
@@ -60,9 +61,8 @@ def _fixtures_untouched() -> Iterator[None]:
                      if before.get(k) != after.get(k) and not _same_as_found(k))
     for name in reversed(changed):          # a folder's files before the folder
         path = FIXTURES / name
-        if name not in before:
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-        elif name in _FIXTURE_BYTES:
+        # A new file is named, never deleted: it may be a fixture someone is writing now.
+        if name in before and name in _FIXTURE_BYTES:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(_FIXTURE_BYTES[name])
     if changed:
