@@ -1,0 +1,109 @@
+"""A flow-level fabric simulator: what a round of concurrent pairs would read on a fabric of
+given shape, with faults and noise, for the localization to be tested against (at 16,384 hosts
+no test machine has the fabric).
+
+Links carry both directions apart, each at its capacity (Gbit/s); a host's NIC is a link to
+its switch. The pairs of a round share the links they cross by max-min fairness (progressive
+filling: every flow grows until a link it crosses is full); under ECMP each pair's traffic
+takes one of its equal-cost paths, chosen by a hash of the pair (as a switch hashes a flow's
+5-tuple: the same pair the same way every time, a new flow another way), which the analysis
+never sees. A fault scales an element's capacity: a host's NIC, a link, or a switch (every
+link through it). Noise is multiplicative, uniform within +-``noise``.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Mapping, Sequence
+
+from netbench.topology import Topology, link_name
+
+
+class FabricSim:
+    def __init__(self, topology: Topology, capacity: float = 100.0,
+                 faults: Mapping[str, float] | None = None, noise: float = 0.05,
+                 seed: int = 0, salt: int = 0) -> None:
+        self.topology, self.capacity, self.noise = topology, capacity, noise
+        self.faults = dict(faults or {})
+        self.rng = random.Random(seed)
+        self.salt = salt          # a new salt is a new set of flows (new ECMP choices)
+
+    def _path(self, client: str, server: str) -> list[tuple[str, str]]:
+        """The directed hops of the pair's flow: host -> switch ... switch -> host."""
+        topo = self.topology
+        a, b = topo.hosts[client], topo.hosts[server]
+        paths = topo.switch_paths(a, b)
+        if not paths:
+            raise ValueError(f"no path from {client} to {server}")
+        pick = zlib.crc32(f"{client}>{server}#{self.salt}".encode()) % len(paths)
+        nodes = [client, *paths[pick], server]
+        return list(zip(nodes, nodes[1:]))
+
+    def _hop_capacity(self, hop: tuple[str, str]) -> float:
+        a, b = hop
+        cap = self.topology.capacity.get(f"link:{link_name(a, b)}", self.capacity)
+        factor = self.faults.get(f"link:{link_name(a, b)}", 1.0)
+        for end in hop:
+            factor *= self.faults.get(f"host:{end}", 1.0) * self.faults.get(f"switch:{end}", 1.0)
+        return cap * factor
+
+    def measure(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """Each pair's goodput (Gbit/s) when the round's pairs all run at once."""
+        flows = [self._path(c, s) for c, s in pairs]
+        rates = max_min_fair(flows, self._hop_capacity)
+        return [r * (1 + self.rng.uniform(-self.noise, self.noise)) for r in rates]
+
+
+def max_min_fair(flows: Sequence[Sequence[tuple[str, str]]], capacity_of) -> list[float]:
+    """Progressive filling: raise every unfrozen flow equally until a hop is full, freeze the
+    flows through it, repeat."""
+    users: dict[tuple[str, str], list[int]] = {}
+    for f, hops in enumerate(flows):
+        for hop in hops:
+            users.setdefault(hop, []).append(f)
+    left = {hop: capacity_of(hop) for hop in users}
+    active = {hop: len(fs) for hop, fs in users.items()}
+    rate = [0.0] * len(flows)
+    frozen = [False] * len(flows)
+    while True:
+        live = [hop for hop, n in active.items() if n]
+        if not live:
+            return rate
+        step = min(left[hop] / active[hop] for hop in live)
+        for hop in live:
+            left[hop] -= step * active[hop]
+        for f in range(len(flows)):
+            if not frozen[f]:
+                rate[f] += step
+        full = [hop for hop in live if left[hop] <= 1e-9 * max(1.0, capacity_of(hop))]
+        for hop in full:
+            for f in users[hop]:
+                if not frozen[f]:
+                    frozen[f] = True
+                    for other in flows[f]:
+                        active[other] -= 1
+
+
+# --- shapes ---------------------------------------------------------------------------------------
+
+def two_leaves(hosts_per_leaf: int = 4) -> Topology:
+    """Two leaf switches joined by one trunk (the netns known answer's shape)."""
+    topo = Topology(source="two leaves (simulated)")
+    for leaf in ("leafA", "leafB"):
+        for i in range(hosts_per_leaf):
+            topo.add_host(f"{leaf}-h{i}", leaf)
+    topo.add_trunk("leafA", "leafB")
+    return topo
+
+
+def fat_tree(leaves: int, hosts_per_leaf: int, spines: int) -> Topology:
+    """A two-tier leaf-spine fat-tree: every leaf linked to every spine (ECMP across them)."""
+    topo = Topology(source=f"fat-tree {leaves} leaves x {hosts_per_leaf} hosts, {spines} spines "
+                           "(simulated)")
+    for leaf in range(leaves):
+        for h in range(hosts_per_leaf):
+            topo.add_host(f"l{leaf}h{h}", f"leaf{leaf}")
+        for s in range(spines):
+            topo.add_trunk(f"leaf{leaf}", f"spine{s}")
+    return topo
