@@ -383,7 +383,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis import history as hist
-    from netbench.report.console import case_names, format_value
+    from netbench.analysis.cases import case_names
+    from netbench.report.console import format_value
     from netbench.store import ResultStore
 
     if not 0 < args.alpha < 1:

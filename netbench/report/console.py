@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from netbench import stats
-from netbench.analysis.cases import case_names, case_text, param_text  # noqa: F401
+from netbench.analysis.cases import case_names
 from netbench.api import Case, format_size
 from netbench.textfile import printable  # stored params and hosts may hold escapes
 

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from netbench import stats
+from netbench.analysis.cases import case_names, case_text, param_text
 from netbench.errors import NetbenchError, UsageError
-from netbench.report.console import ITEMSIZE, case_names, case_text, param_text
+from netbench.report.console import ITEMSIZE
 from netbench.stats import median_sorted
 from netbench.store import env_of
 from netbench.textfile import write_atomic

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from netbench.report.console import case_names
+from netbench.analysis.cases import case_names
 from netbench.stats import median_sorted
 
 PREFIX = "netbench_"
