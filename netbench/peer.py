@@ -48,6 +48,9 @@ MAX_STREAMS = max(64, 32 * (os.cpu_count() or 1))
 SESSION_MEMORY = 512 << 20
 TOTAL_MEMORY = 1 << 30
 LISTEN_BACKLOG = 1024     # the kernel caps it at net.core.somaxconn
+# JSON values in one message a client sends (a run's params are a dozen): few enough that a
+# message of empty lists costs about what its bytes do, for every connection at once.
+REQUEST_ITEMS = 4096
 FD_BACKOFF = 0.5         # seconds to stop accepting when the process is out of descriptors
 
 log = logging.getLogger("netbench.serve")
@@ -57,6 +60,12 @@ def _describe(addr: Any) -> str:
     if isinstance(addr, tuple) and len(addr) >= 2:
         return f"{addr[0]}:{addr[1]}"
     return str(addr)
+
+
+def _clip(value: Any, limit: int = 60) -> str:
+    """A client's value in a reply: its repr, cut (a 1 MiB op was sent back whole)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class _ServerSession:
@@ -266,7 +275,7 @@ class Server:
     def _handle(self, conn: socket.socket, addr: Any) -> None:
         name = _describe(addr)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        channel = Channel(conn, name)
+        channel = Channel(conn, name, max_items=REQUEST_ITEMS)
         owned = True
         try:
             try:
@@ -288,7 +297,7 @@ class Server:
                 finally:
                     self._slots.release()
             else:
-                channel.send({"error": f"expected hello or data, got op {op!r}"})
+                channel.send({"error": f"expected hello or data, got op {_clip(op)}"})
         except PeerError as exc:
             log.info("client %s dropped: %s", name, exc)
         except Exception as exc:  # a bug in a benchmark's far end must not take the server down
@@ -315,8 +324,9 @@ class Server:
         return True
 
     def _control(self, channel: Channel, hello: Mapping[str, Any], name: str) -> None:
-        if hello.get("protocol") != PROTOCOL:
-            channel.send({"error": f"protocol {hello.get('protocol')!r} not supported; "
+        protocol = hello.get("protocol")
+        if type(protocol) is not int or protocol != PROTOCOL:     # true and 1.0 are not 1
+            channel.send({"error": f"protocol {_clip(protocol)} not supported; "
                                    f"this server speaks {PROTOCOL} (netbench {__version__})"})
             return
         token = secrets.token_hex(16)
@@ -336,7 +346,7 @@ class Server:
                 if op == "bye":
                     return
                 if op != "run":
-                    channel.send({"error": f"unknown op {op!r}; expected run or bye"})
+                    channel.send({"error": f"unknown op {_clip(op)}; expected run or bye"})
                     continue
                 if not self._run_far_end(session, request):
                     return

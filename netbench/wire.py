@@ -8,6 +8,8 @@ PeerError naming what was wrong; the server answers it and keeps serving.
 from __future__ import annotations
 
 import json
+import json.decoder
+import json.scanner
 import select
 import socket
 import struct
@@ -17,6 +19,10 @@ from typing import Any
 from netbench.errors import PeerError
 
 MAX_MESSAGE = 1 << 20   # 1 MiB: room for a run's interval series, small enough to be harmless
+# JSON values in one message (the largest, a far end's 20,000-sample series, has ~60,000): a
+# message's bytes are bounded, but '[[],[],...' parses to ~20 times them (1 MiB held 24 MiB,
+# 32 such hellos 800 MiB; the rendezvous' 64 MiB one 1.5 GiB).
+MAX_ITEMS = 1 << 17
 PROTOCOL = 1
 _HEADER = struct.Struct("!I")
 
@@ -25,10 +31,11 @@ class Channel:
     """One framed-JSON conversation over a connected TCP socket."""
 
     def __init__(self, sock: socket.socket, peer_name: str,
-                 max_message: int = MAX_MESSAGE) -> None:
+                 max_message: int = MAX_MESSAGE, max_items: int = MAX_ITEMS) -> None:
         self.sock = sock
         self.peer_name = peer_name
         self.max_message = max_message
+        self.max_items = max_items
 
     def send(self, message: dict[str, Any]) -> None:
         data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
@@ -50,11 +57,14 @@ class Channel:
                             f"{self.max_message}")
         body = self._read_exact(length, timeout, deadline)
         try:
-            message = json.loads(body.decode("utf-8"))
+            message = _loads(body.decode("utf-8"), self.max_items)
         except (UnicodeDecodeError, ValueError):
             raise PeerError(f"{self.peer_name} sent a message that is not JSON") from None
         except RecursionError:
             raise PeerError(f"{self.peer_name} sent JSON nested too deeply") from None
+        except _TooMany:
+            raise PeerError(f"{self.peer_name} sent a message of more than "
+                            f"{self.max_items} JSON values") from None
         if not isinstance(message, dict):
             raise PeerError(f"{self.peer_name} sent JSON that is not an object")
         return message
@@ -102,6 +112,41 @@ class Channel:
             self.sock.close()
         except OSError:
             pass
+
+
+class _TooMany(Exception):
+    pass
+
+
+def _no_constant(name: str) -> None:
+    # NaN and Infinity are not JSON (send never writes them); a param checked against a
+    # range with NaN passes every comparison.
+    raise ValueError(name)
+
+
+def _loads(text: str, max_items: int) -> Any:
+    """json.loads with at most ``max_items`` values. Where the text has fewer commas and
+    brackets than that (strings included), it cannot hold more: the C parser. Otherwise a
+    parser that counts each value as it is read and stops at the bound."""
+    decoder = json.JSONDecoder(parse_constant=_no_constant)
+    if text.count(",") + text.count("[") + text.count("{") < max_items:
+        return decoder.decode(text)
+    left = [max_items]
+
+    def counted(scan_once: Any) -> Any:
+        def scan(string: str, idx: int) -> Any:
+            left[0] -= 1
+            if left[0] < 0:
+                raise _TooMany
+            return scan_once(string, idx)
+        return scan
+
+    decoder.parse_array = lambda s_end, scan_once: json.decoder.JSONArray(
+        s_end, counted(scan_once))
+    decoder.parse_object = lambda s_end, strict, scan_once, *rest: json.decoder.JSONObject(
+        s_end, strict, counted(scan_once), *rest)
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)
+    return decoder.decode(text)
 
 
 def _readable(sock: socket.socket) -> bool:

@@ -250,3 +250,44 @@ def test_a_fake_rank_0s_malformed_run_record_is_refused_by_name(tmp_path, run):
         fake.close()
     assert proc.returncode == 1, proc.stderr
     assert_clean_error(proc, "run record is malformed")
+
+
+def test_a_message_of_many_empty_lists_costs_the_store_about_its_bytes(tmp_path):
+    """60 MiB of '[[],[],...' (within the store's 64 MiB message) parsed to 1.5 GiB in rank
+    0; world + 8 connections at once could take 15 GiB. Now at most wire.MAX_ITEMS values."""
+    import struct
+
+    import psutil
+
+    port = _free_port()
+    code = ("import sys, time; from netbench import kvstore; "
+            "kvstore.KVServer(int(sys.argv[1]), 2, '127.0.0.1'); print('up', flush=True); "
+            "time.sleep(120)")
+    server = subprocess.Popen([sys.executable, "-c", code, str(port)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline() == "up\n"
+        proc = psutil.Process(server.pid)
+        before = peak = proc.memory_info().rss
+        body = b"[" + b"[]," * (20 << 20) + b"[]]"
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(struct.pack("!I", len(body)) + body)
+            sock.setblocking(False)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                peak = max(peak, proc.memory_info().rss)
+                try:
+                    if sock.recv(1) == b"":
+                        break                                  # dropped, as garbage is
+                except BlockingIOError:
+                    time.sleep(0.02)
+            else:
+                raise AssertionError("the store kept the connection")
+        assert peak - before < 400 << 20, (before >> 20, peak >> 20)
+        client = kvstore.KVClient("127.0.0.1", port, 2, False, 10)
+        client.set("join/1", "{}")
+        assert client.get("join/1") == b"{}"
+        client.close()
+    finally:
+        server.kill()
+        server.wait()

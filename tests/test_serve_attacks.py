@@ -425,3 +425,75 @@ def test_fifty_clients_at_once_each_succeed_or_are_told_busy(logged, tmp_path):
     assert server.alive()
     assert wait_for(lambda: _stream_ok(server, tmp_path), 20)
     assert "Traceback" not in _log_text(log)
+
+
+# --- beyond the list: values that parse to far more than their bytes, odd numbers ---------
+
+def _rss_peak_while(pid: int, action) -> tuple[int, int]:
+    """(RSS before, peak RSS while ``action`` runs), sampled every 20 ms."""
+    proc = psutil.Process(pid)
+    before, peak, done = proc.memory_info().rss, [0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        action()
+    finally:
+        done.set()
+        sampler.join()
+    return before, max(peak[0], before)
+
+
+def test_a_message_of_many_empty_lists_is_dropped_and_costs_about_its_bytes(logged, tmp_path):
+    """A 1 MiB hello whose 'client' is 350,000 empty lists parsed to 24 MiB, held for the
+    session: 32 of them made the server hold 800 MiB. Now a message a client sends has at
+    most REQUEST_ITEMS values."""
+    server, log = logged
+    body = (b'{"op":"hello","protocol":1,"client":[' + b"[]," * 340_000 + b'[]]}')
+    assert len(body) < 1 << 20
+    socks = []
+
+    def flood() -> None:
+        for _ in range(32):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.sendall(struct.pack("!I", len(body)) + body)
+            socks.append(sock)
+        assert all(_closed_within(sock, 10) for sock in socks)    # dropped, not kept
+
+    try:
+        before, peak = _rss_peak_while(server.proc.pid, flood)
+    finally:
+        for sock in socks:
+            sock.close()
+    assert peak - before < 100 << 20, (before >> 20, peak >> 20)
+    _stream_works(server, tmp_path)
+    assert "Traceback" not in _log_text(log)
+
+
+@pytest.mark.parametrize("hello", [b'{"op":"hello","protocol":true}',
+                                   b'{"op":"hello","protocol":1.0}',
+                                   b'{"op":"hello","protocol":NaN}',
+                                   b'{"op":"hello","protocol":' + b"9" * 5000 + b"}"])
+def test_a_hello_with_an_odd_protocol_number_gets_no_session(logged, hello):
+    server, log = logged
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(struct.pack("!I", len(hello)) + hello)
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    assert b'"session"' not in reply, reply           # an error reply, or dropped
+    assert len(reply) < 300, reply                   # the 5000 digits are not sent back
+    assert server.alive() and "Traceback" not in _log_text(log)
+
+
+def test_a_huge_op_is_not_sent_back_whole(logged):
+    server, _ = logged
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        ch = Channel(sock, "srv")
+        ch.send({"op": "x" * 900_000})
+        reply = ch.recv(10)
+    assert "expected hello or data" in reply["error"] and len(reply["error"]) < 200
