@@ -22,11 +22,14 @@ def _whole_params_as_int64(rows: Any) -> None:
     store it as float64. Decided from the stored JSON, so a float param stays float."""
     import pandas as pd
 
-    parsed = {text: json.loads(text or "{}") for text in set(rows["params"].dropna())}
-    for column in [c for c in rows.columns if c.startswith("param_")]:
-        key = column[len("param_"):]
-        kinds = {type(p[key]) for p in parsed.values() if p.get(key) is not None}
-        if kinds == {int}:
-            rows[column] = pd.array(
-                [parsed[t].get(key) if isinstance(t, str) else None for t in rows["params"]],
-                dtype="Int64")
+    for source, prefix in (("params", "param_"), ("resolved", "resolved_")):
+        if source not in rows:
+            continue
+        parsed = {text: json.loads(text or "{}") for text in set(rows[source].dropna())}
+        for column in [c for c in rows.columns if c.startswith(prefix)]:
+            key = column[len(prefix):]
+            kinds = {type(p[key]) for p in parsed.values() if p.get(key) is not None}
+            if kinds == {int}:
+                rows[column] = pd.array(
+                    [parsed[t].get(key) if isinstance(t, str) else None
+                     for t in rows[source]], dtype="Int64")

@@ -149,8 +149,8 @@ def _shown(key: str, value: Any, sizes: set[str]) -> str:
 def plan_difference(rows: Any, suite: str, plan: Plan) -> str:
     """What differs between a stored run's cases and ``plan``, named: the suite, the first
     stored case whose benchmark or params are not the plan's, or the cases beyond those the
-    run stored. Stored params may hold more than the plan (what ``auto`` resolved to): only
-    the planned keys are compared."""
+    run stored. Params stored before they were kept apart from what ``auto`` resolved to may
+    hold more than the plan: only the planned keys are compared."""
     if suite != plan.suite:
         return f"the run's suite is {suite!r}, this is {plan.suite!r}"
     stored = {int(i): (b, p) for i, b, p in zip(rows["case_index"], rows["benchmark"],
@@ -166,8 +166,8 @@ def plan_difference(rows: Any, suite: str, plan: Plan) -> str:
         was = json.loads(text or "{}")
         now = json.loads(params_json(planned.case.params))
         sizes = {p.name for p in planned.bench.params if p.kind == "size"}
-        # A size planned as 0 (auto: mem.copy's bound) is stored as what it resolved to.
-        now = {k: v for k, v in now.items() if not (k in sizes and v == 0)}
+        # Files from before the split stored a size planned as 0 (auto) as what it became.
+        now = {k: v for k, v in now.items() if not (k in sizes and v == 0 and was.get(k))}
         changed = [f"{k} was {_shown(k, was.get(k), sizes)}, now {_shown(k, v, sizes)}"
                    for k, v in sorted(now.items()) if was.get(k) != v]
         if changed:
@@ -461,6 +461,7 @@ class Runner:
             **base, "peer": peer, "case_index": index, "benchmark": bench.name,
             "family": bench.family, "op": bench.op, "transport": transport or bench.transport,
             "device": device, "msg_size": case.msg_size, "params": params_json(case.params),
+            "resolved": "{}",
             "env_nic": nic_summary(self.env, device),
             "env_rdma_device": rdma_summary(self.env, device),
             "env_gpu": gpu_summary(self.env, pci_address),
@@ -487,7 +488,9 @@ class Runner:
         if m.peer:
             common["peer"] = m.peer
         if m.resolved:
-            common["params"] = params_json({**planned.case.params, **m.resolved})
+            # The params stay as planned (the case's identity, what compare matches on);
+            # what ``auto`` became on this machine is kept beside them.
+            common["resolved"] = params_json(m.resolved)
             if isinstance(m.resolved.get("msg_size"), int):   # msg_size=0 (auto) became this
                 common["msg_size"] = m.resolved["msg_size"]
         if m.fallback:

@@ -60,6 +60,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("load_other_cores", "float64"), ("load_own_cores", "float64"),
     ("load_steal_cores", "float64"), ("load_avg1", "float64"), ("load_cpu_mhz", "float64"),
     ("load_throttle_events", "int64"),
+    # What a case's ``auto`` params became on this machine (data_plane=auto -> compiled, a
+    # size of 0 -> the size measured), JSON; ``params`` stays as planned: the case's identity.
+    # Rows of files written before the two were kept apart have no resolved (their params
+    # hold both): see case_identity.
+    ("resolved", "string"),
 )
 
 
@@ -150,6 +155,53 @@ def _by_status(by_case: Mapping[Any, set[str]]) -> dict[str, int]:
 
 def params_json(params: Mapping[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def params_of(text: Any) -> dict[str, Any]:
+    """A row's ``params`` (or ``resolved``) as a dict: the one parser of them; {} where the
+    text is missing or no JSON object."""
+    if not isinstance(text, str) or not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def measured_params(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What a row's case ran with on its machine: the planned params, ``auto`` resolved."""
+    return {**params_of(row.get("params")), **params_of(row.get("resolved"))}
+
+
+def keyed(*frames: Any) -> list[Any]:
+    """``frames`` of rows with ``params`` made each row's case as compare, history and the
+    fabric matrices match it: the params as planned (data_plane=auto on every machine,
+    whatever auto became there). Rows of files written before params and resolved were
+    kept apart (no ``resolved``: their params hold what auto became) can only be matched as
+    measured, so where any frame holds one, every row of every frame is keyed by its params
+    with resolved merged in (None frames pass through)."""
+    present = [f for f in frames if f is not None and not f.empty]
+    unsplit = any("resolved" not in f or f["resolved"].isna().any() for f in present)
+    if not unsplit:
+        return list(frames)
+    cache: dict[tuple[Any, Any], Any] = {}
+
+    def merged(params: Any, resolved: Any) -> Any:
+        key = (params, resolved)
+        if key not in cache:
+            extra = params_of(resolved)
+            cache[key] = params_json({**params_of(params), **extra}) if extra else params
+        return cache[key]
+
+    out = []
+    for f in frames:
+        if f is None or f.empty or "resolved" not in f:
+            out.append(f)
+            continue
+        out.append(f.assign(params=[merged(p, r) for p, r in zip(f["params"],
+                                                                 f["resolved"])]))
+    return out
 
 
 def thin(samples: Sequence[float], limit: int = MAX_STORED_SAMPLES) -> list[float]:
@@ -724,8 +776,9 @@ def load(path: str | os.PathLike[str] = "results", run_ids: Iterable[str] | None
     """The store as a tidy DataFrame, for pandas users: counts and sizes as nullable integers
     (Int64, not float64 with NaN), a run without a label as missing (not ""), one spelling
     per unit with the qualifier in ``unit_note`` ("us (half RTT)" -> "us", "half RTT"),
-    and (``params``) every param as its own ``param_<name>`` column. ``pandas.read_parquet``
-    still reads the raw files; this is the same rows, ready to group."""
+    and (``params``) every param as planned as its own ``param_<name>`` column, what an
+    ``auto`` one became as ``resolved_<name>``. ``pandas.read_parquet`` still reads the raw
+    files; this is the same rows, ready to group."""
     import pandas as pd
 
     store = ResultStore(path)
@@ -738,13 +791,13 @@ def load(path: str | os.PathLike[str] = "results", run_ids: Iterable[str] | None
     rows["unit_note"] = [p.get("unit_note", pd.NA) for p in split]
     rows["unit"] = [p["unit"] for p in split]
     if params:
-        parsed: dict[Any, dict[str, Any]] = {}
-        for text in set(rows["params"].dropna()):
-            parsed[text] = json.loads(text or "{}")
-        keys = sorted({k for p in parsed.values() for k in p})
-        for key in keys:
-            rows[f"param_{key}"] = [parsed[t].get(key) if isinstance(t, str) else None
-                                    for t in rows["params"]]
+        for column, prefix in (("params", "param_"), ("resolved", "resolved_")):
+            if column not in rows:
+                continue
+            parsed = {text: params_of(text) for text in set(rows[column].dropna())}
+            for key in sorted({k for p in parsed.values() for k in p}):
+                rows[f"{prefix}{key}"] = [parsed[t].get(key) if isinstance(t, str) else None
+                                          for t in rows[column]]
     return rows
 
 
@@ -972,8 +1025,9 @@ def _import_row(line: bytes, where: str, names: set[str]) -> dict[str, Any]:
 
 def _unparsable(row: Mapping[str, Any]) -> str | None:
     """What in an imported row's JSON columns every reader could not parse, or None: params
-    and env_json are read back as JSON objects (a deep one would exhaust a reader's stack)."""
-    for column in ("params", "env_json"):
+    resolved and env_json are read back as JSON objects (a deep one would exhaust a reader's
+    stack)."""
+    for column in ("params", "resolved", "env_json"):
         text = row.get(column)
         if text is None or text == "":
             continue

@@ -270,3 +270,32 @@ def test_a_a_of_a_real_suite_with_repeats_calls_nothing_regressed(tmp_path):
     # Repeats on both sides: each repeat is one value (pooling their samples called an
     # invocation-to-invocation drift of tcp.rr lat_p50, -7%, significant at p ~ 0).
     assert len(verdicts) > 25 and {v["evidence"] for v in verdicts} <= {"repeats", "history"}
+
+
+def test_a_case_is_matched_by_its_planned_params_whatever_auto_became(tmp_path):
+    """Identity apart from resolution: data_plane=auto is the same case on a machine where
+    auto became compiled and on one where it became pyverbs (the row says which, in
+    resolved); a run stored before params and resolved were kept apart (its params hold what
+    auto became) is still matched, by what it measured as."""
+    import pandas as pd
+
+    from netbench.analysis.compare import compare
+
+    def rows(value, resolved, old=False):
+        planned = {"msg_size": 65536, "data_plane": "auto"}
+        out = []
+        for i in range(3):
+            row = {name: None for name, _ in COLUMNS}
+            row.update(schema_version=SCHEMA_VERSION, run_id="r", host="h1",
+                       benchmark="rdma.write_bw", metric="bw_avg", better="higher", unit="u",
+                       status="ok", value=value * (1 + 0.001 * i), msg_size=65536,
+                       params=params_json({**planned, **resolved} if old else planned),
+                       resolved=None if old else params_json(resolved))
+            out.append(row)
+        return pd.DataFrame(out)
+
+    compiled, pyverbs = {"data_plane": "compiled"}, {"data_plane": "pyverbs"}
+    (v,) = compare(rows(100.0, compiled), rows(60.0, pyverbs), {})
+    assert v.verdict == "regressed" and json.loads(v.params)["data_plane"] == "auto"
+    (v,) = compare(rows(100.0, compiled, old=True), rows(99.9, compiled), {})
+    assert v.verdict == "unchanged"

@@ -1,4 +1,5 @@
-"""Who times the loop is a param, chosen in one place, and the row says what ``auto`` became."""
+"""Who times the loop is a param, chosen in one place, and the row says what ``auto`` became
+(``resolved``), beside the params as planned."""
 
 import json
 
@@ -15,10 +16,13 @@ def test_tcp_rr_records_the_loop_auto_became(tmp_path):
     assert run.returncode == 0, run.stderr
     rows = json.loads(run.stdout)
     assert {json.loads(r["params"])["data_plane"] for r in rows} == {"python"}
+    assert {json.loads(r["resolved"])["data_plane"] for r in rows} == {"python"}
     run = netbench("run", "tcp.rr", "-p", "iterations=200", "-p", "warmup=20", "--json",
                    "--results", str(tmp_path))
     want = "compiled" if loops._fastloop is not None else "python"
-    assert {json.loads(r["params"])["data_plane"] for r in json.loads(run.stdout)} == {want}
+    rows = json.loads(run.stdout)
+    assert {json.loads(r["params"])["data_plane"] for r in rows} == {"auto"}    # the case
+    assert {json.loads(r["resolved"])["data_plane"] for r in rows} == {want}    # what it ran
 
 
 def test_a_loop_asked_for_by_name_and_not_built_is_skipped_saying_why(monkeypatch):

@@ -412,7 +412,7 @@ def test_accept_checks_every_pair_and_every_hosts_median(tmp_path):
                     'min_host_median = 0.95\n')
     proc = netbench("accept", str(spec), "--results", str(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "host h2 sending: median 6 is 0.60 x the fabric's 10 < 0.95" in proc.stdout
+    assert "host h2 sending: median 6 Gbit/s is 0.60 x the fabric's 10 < 0.95" in proc.stdout
     assert "h0 sending" not in proc.stdout and "receiving" not in proc.stdout
     spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\nmin = 7\n')
     proc = netbench("accept", str(spec), "--results", str(tmp_path))
@@ -522,15 +522,19 @@ def test_a_rank_per_nic_sweep_is_one_matrix_not_one_per_client_nic():
     assert len(m.endpoints) == 6 and len(m.cells) == 12
     assert json.loads(m.params) == {"msg_size": 1048576}
     assert [(h.name, h.role) for h in m.faulty_hosts] == [("c/mlx5_1", "sending")]
-    # A failed pair's row holds the params as planned (data_plane=auto), its measured twins
-    # what auto became: it is still a failed cell of the same matrix.
-    rows["params"] = rows["params"].str.replace("}", ',"data_plane":"compiled","timer":"tsc"}')
-    rows.loc[0, ["status", "value", "reason", "params"]] = [
-        "failed", None, "WRITE: work completion failed with REM_INV_REQ_ERR",
-        '{"data_plane":"auto","device":"mlx5_0","msg_size":1048576}']
+    # A failed pair's row and its measured twins hold the params as planned (data_plane=auto;
+    # the twins say in resolved what auto became): a failed cell of the same matrix.
+    rows["params"] = rows["params"].str.replace("}", ',"data_plane":"auto"}')
+    rows["resolved"] = '{"data_plane":"compiled","timer":"tsc"}'
+    rows.loc[0, ["status", "value", "reason", "resolved"]] = [
+        "failed", None, "WRITE: work completion failed with REM_INV_REQ_ERR", "{}"]
     (m,) = analyse(rows)
     assert len(m.cells) == 12 and [(c.client, c.server) for c in m.failed] == [
         (rows.host[0], rows.peer[0])]
+    # Rows written before params and resolved were kept apart still read: their pairs are
+    # judged by the params they hold.
+    (m,) = analyse(rows[rows["status"] == "ok"].drop(columns="resolved"))
+    assert len(m.cells) == 11 and m.faulty_hosts[0].name == "c/mlx5_1"
 
 
 def test_the_builtin_rendezvous_survives_garbage_and_bounds_what_it_holds():

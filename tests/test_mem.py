@@ -16,7 +16,9 @@ def test_default_is_beyond_the_last_level_cache_and_the_row_names_its_size(tmp_p
     rows = {r["metric"]: r for r in json.loads(proc.stdout)}
     bw = rows["bw"]
     assert bw["status"] == "ok" and bw["value"] > 0
-    size = json.loads(bw["params"])["msg_size"]
+    # The case is what was asked (msg_size=0: the bound); the row says the size it copied.
+    assert json.loads(bw["params"])["msg_size"] == 0
+    size = json.loads(bw["resolved"])["msg_size"]
     assert size == bw["msg_size"] and size & (size - 1) == 0      # no size 0: the one copied
     if cache is not None:                # here /sys says: 32M L3 -> 256M buffers
         llc, level = cache

@@ -24,7 +24,6 @@ whether the benchmark was skipped (and why) or never ran.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -36,7 +35,7 @@ from xml.etree import ElementTree
 
 from netbench.api import finite, parse_size
 from netbench.errors import NetbenchError, UsageError
-from netbench.store import env_of
+from netbench.store import env_of, measured_params
 from netbench.textfile import load_toml, printable
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
@@ -234,7 +233,9 @@ def evaluate(spec: Spec, rows: Any) -> list[Outcome]:
                 continue
             if check.msg_size_max is not None and (size is None or size > check.msg_size_max):
                 continue
-            params = json.loads(row["params"] or "{}")
+            # What the case ran with: a check on data_plane = "compiled" matches auto rows
+            # that became compiled.
+            params = measured_params(row)
             if any(params.get(k) != v for k, v in check.params.items()):
                 continue
             selected.append(row)

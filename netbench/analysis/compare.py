@@ -27,7 +27,7 @@ from netbench.analysis.verdict import (
 from netbench.api import finite, json_safe
 from netbench.errors import NetbenchError, UsageError
 from netbench.stats import median_sorted
-from netbench.store import env_of
+from netbench.store import env_of, keyed
 from netbench.textfile import load_toml
 
 DEFAULT_THRESHOLD = 0.05
@@ -254,6 +254,7 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
     """Every case metric the sides share, judged. ``history``: rows of earlier runs of the
     baseline's host (``history_rows``), whose run-to-run spread is each case's noise model
     where the sides' own repeats say less."""
+    base, cand, history = keyed(base, cand, history)     # the planned params match
     a, b = pool(base), pool(cand)
     common = [k for k in a if k in b]
     if not common:

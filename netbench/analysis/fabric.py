@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netbench.errors import UsageError
+from netbench.store import keyed, params_json, params_of
 
 THRESHOLD = 0.10          # a pair this far below the fabric's median (above, for latency) is slow
 HOST_SHARE = 0.5          # a host is at fault when more than this share of its pairs is slow
@@ -172,51 +173,27 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
     return out
 
 
-def _params(text: Any) -> dict[str, Any]:
-    try:
-        p = json.loads(text or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return p if isinstance(p, dict) else {}
-
-
 def _case_params(rows: Any) -> Any:
-    """Each row's case, as the matrices group it: its params without ``device`` (the
-    endpoint's, not the case's), and for a failed row its measured twins' params. A failed
-    case's row holds the params as planned; its twins hold what each ``auto`` param became
-    (data_plane=auto -> compiled) and what the benchmark added."""
-    def key(p: dict[str, Any]) -> str:
-        return json.dumps({k: v for k, v in p.items() if k != "device"}, sort_keys=True,
-                          separators=(",", ":"))
+    """Each row's case, as the matrices group it: its params as planned (``keyed``: a failed
+    pair's row and its measured twins alike), without ``device`` (the endpoint's, not the
+    case's: a rank per NIC is one matrix, not one per client NIC)."""
+    (keyed_rows,) = keyed(rows)
+    cache: dict[Any, str] = {}
 
-    pairs = rows.loc[rows["params"].notna(), ["benchmark", "params", "status"]].drop_duplicates()
-    parsed = {text: _params(text) for text in pairs["params"].unique()}
-    keys = {text: key(p) for text, p in parsed.items()}
-    ok = pairs[pairs["status"] == "ok"]
-    measured = {(b, keys[t]) for b, t in zip(ok["benchmark"], ok["params"])}
-    twins_of: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for bench, text in set(zip(ok["benchmark"], ok["params"])):
-        twins_of.setdefault(bench, []).append((keys[text], parsed[text]))
-    moved: dict[tuple[str, Any], str] = {}
-    for bench, text in set(zip(pairs["benchmark"], pairs["params"])):
-        if (bench, keys[text]) in measured:
-            continue
-        planned = {k: v for k, v in parsed[text].items() if k != "device"}
-        twins = {k for k, t in twins_of.get(bench, [])
-                 if all(t.get(name) == v or v == "auto" for name, v in planned.items())}
-        if len(twins) == 1:
-            moved[(bench, text)] = twins.pop()
-    out = rows["params"].map(keys)
-    for (bench, text), twin in moved.items():
-        out[(rows["benchmark"] == bench) & (rows["params"] == text)] = twin
-    return out
+    def without_device(text: Any) -> str:
+        if text not in cache:
+            cache[text] = params_json({k: v for k, v in params_of(text).items()
+                                       if k != "device"})
+        return cache[text]
+
+    return keyed_rows["params"].map(without_device)
 
 
 def roles(op: str, params: str, better: str) -> tuple[str, str]:
     """What the client and the server of a pair do with the data, to name a host's role in
     a verdict truly: a slow RDMA READ client is slow receiving, not sending. Latency and
     both-ways runs move data both ways: the roles are just client and server."""
-    p = _params(params)
+    p = params_of(params)
     if better == "lower" or p.get("bidirectional") is True or p.get("direction") == "both":
         return "client", "server"
     if op.startswith("read") or p.get("direction") == "reverse":

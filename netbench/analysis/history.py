@@ -26,6 +26,7 @@ from netbench.analysis.compare import (
 )
 from netbench.analysis.verdict import HISTORY_RUNS, Past, invocation_test, judge
 from netbench.errors import NetbenchError, UsageError
+from netbench.store import keyed
 
 DEFAULT_WINDOW = 5
 
@@ -129,6 +130,7 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
         rows = rows[rows["metric"].isin(metrics)]
     if want is not None:
         rows = rows[[want(b, m) for b, m in zip(rows["benchmark"], rows["metric"])]]
+    (rows,) = keyed(rows)                                  # the planned params match
     order = list(usable["run_id"])
     per_run = {run_id: rows[rows["run_id"] == run_id] for run_id in order}
     per_run = {r: g for r, g in per_run.items() if not g.empty}
