@@ -8,7 +8,8 @@ filling: every flow grows until a link it crosses is full); under ECMP each pair
 takes one of its equal-cost paths, chosen by a hash of the pair (as a switch hashes a flow's
 5-tuple: the same pair the same way every time, a new flow another way), which the analysis
 never sees. A fault scales an element's capacity: a host's NIC, a link, or a switch (every
-link through it). Noise is multiplicative, uniform within +-``noise``.
+link through it), both ways, or one way (``host:X:send``, ``host:X:recv``,
+``link:a->b``). Noise is multiplicative, uniform within +-``noise``.
 """
 
 from __future__ import annotations
@@ -43,9 +44,12 @@ class FabricSim:
     def _hop_capacity(self, hop: tuple[str, str]) -> float:
         a, b = hop
         cap = self.topology.capacity.get(f"link:{link_name(a, b)}", self.capacity)
-        factor = self.faults.get(f"link:{link_name(a, b)}", 1.0)
+        faults = self.faults
+        factor = faults.get(f"link:{link_name(a, b)}", 1.0) * faults.get(f"link:{a}->{b}", 1.0)
         for end in hop:
-            factor *= self.faults.get(f"host:{end}", 1.0) * self.faults.get(f"switch:{end}", 1.0)
+            factor *= faults.get(f"host:{end}", 1.0) * faults.get(f"switch:{end}", 1.0)
+        # One way only: a host's egress shaped (tc tbf), a receive path that drops.
+        factor *= faults.get(f"host:{a}:send", 1.0) * faults.get(f"host:{b}:recv", 1.0)
         return cap * factor
 
     def measure(self, pairs: Sequence[tuple[str, str]]) -> list[float]:

@@ -104,6 +104,8 @@ class Topology:
     _paths: dict[tuple[str, str], list[tuple[str, ...]]] = field(default_factory=dict,
                                                                   repr=False)
     _adjacency: dict[str, list[str]] | None = field(default=None, repr=False)
+    _cores: dict[tuple[str, str, bool], dict[str, float] | None] = field(default_factory=dict,
+                                                                         repr=False)
 
     def add_host(self, host: str, switch: str) -> None:
         if host in self.hosts and self.hosts[host] != switch:
@@ -111,14 +113,14 @@ class Topology:
                              f"({self.hosts[host]} and {switch})")
         self.switches.add(switch)
         self.hosts[host] = switch
-        self._adjacency, self._paths = None, {}
+        self._cores = {}
 
     def add_trunk(self, a: str, b: str) -> None:
         if a == b:
             raise UsageError(f"topology: switch {a} is linked to itself")
         self.switches |= {a, b}
         self.trunks.add((min(a, b), max(a, b)))
-        self._adjacency, self._paths = None, {}
+        self._adjacency, self._paths, self._cores = None, {}, {}
 
     def neighbours(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {s: [] for s in self.switches}
@@ -136,27 +138,60 @@ class Topology:
             self._paths[key] = _shortest_paths(self._adjacency, a, b)
         return self._paths[key]
 
-    def elements(self, src: str, dst: str) -> dict[str, float]:
+    def host_key(self, endpoint: str) -> str | None:
+        """The topology's name for an endpoint: itself (a NIC named ``host/dev``), else its
+        host; None where the topology has neither."""
+        if endpoint in self.hosts:
+            return endpoint
+        host = host_of(endpoint)
+        return host if host in self.hosts else None
+
+    def elements(self, src: str, dst: str, directed: bool = False) -> dict[str, float]:
         """The elements a src -> dst pair's traffic crosses, each with the share of the
-        pair's equal-cost paths that cross it (1.0: every path). Empty when the topology
-        does not hold both hosts or no path joins them."""
-        sa, sb = self.hosts.get(src), self.hosts.get(dst)
-        if sa is None or sb is None:
+        pair's equal-cost paths that cross it (1.0: every path). ``directed`` adds each
+        element's direction of the data: ``host:A:send``, ``host:B:recv``, ``link:x->y`` (a
+        shaper or a bad transceiver slows one way only). Empty when the topology does not
+        hold both ends or no path joins them."""
+        a, b = self.host_key(src), self.host_key(dst)
+        if a is None or b is None:
             return {}
+        sa, sb = self.hosts[a], self.hosts[b]
+        core = self._core(sa, sb, directed)
+        if core is None:
+            return {}
+        out = dict(core)
+        out.update({f"host:{a}": 1.0, f"host:{b}": 1.0, f"link:{link_name(a, sa)}": 1.0,
+                    f"link:{link_name(b, sb)}": 1.0})
+        if directed:
+            out.update({f"host:{a}:send": 1.0, f"host:{b}:recv": 1.0,
+                        f"link:{a}->{sa}": 1.0, f"link:{sb}->{b}": 1.0})
+        return out
+
+    def _core(self, sa: str, sb: str, directed: bool) -> dict[str, float] | None:
+        """The switches and trunks between two switches, with their path shares (cached:
+        a fabric has far fewer switch pairs than host pairs)."""
+        key = (sa, sb, directed)
+        cached = self._cores.get(key)
+        if cached is not None or key in self._cores:
+            return cached
         paths = self.switch_paths(sa, sb)
         if not paths:
-            return {}
-        out = {f"host:{src}": 1.0, f"host:{dst}": 1.0,
-               f"link:{link_name(src, sa)}": 1.0, f"link:{link_name(dst, sb)}": 1.0}
+            self._cores[key] = None
+            return None
+        out: dict[str, float] = {}
         share = 1.0 / len(paths)
         for path in paths:
             for i, switch in enumerate(path):
-                key = f"switch:{switch}"
-                out[key] = out.get(key, 0.0) + share
+                name = f"switch:{switch}"
+                out[name] = out.get(name, 0.0) + share
                 if i:
-                    key = f"link:{link_name(path[i - 1], switch)}"
-                    out[key] = out.get(key, 0.0) + share
-        return {k: min(v, 1.0) for k, v in out.items()}
+                    name = f"link:{link_name(path[i - 1], switch)}"
+                    out[name] = out.get(name, 0.0) + share
+                    if directed:
+                        name = f"link:{path[i - 1]}->{switch}"
+                        out[name] = out.get(name, 0.0) + share
+        self._cores[key] = {k: min(v, 1.0) for k, v in out.items()}
+        return self._cores[key]
 
     def check_hosts(self, endpoints: Iterable[str]) -> list[str]:
         """Warnings for a sweep's endpoints against the topology: hosts it lacks, hosts it
@@ -371,8 +406,9 @@ def _check_tree(children: Sequence[tuple[str, str, int]], source: str) -> None:
 # --- inferred ------------------------------------------------------------------------------------
 
 def infer(pairs: Iterable[tuple[str, str, bool]]) -> Topology:
-    """A shape from the data alone: ``pairs`` are (client, server, fast). Hosts joined by
-    fast pairs are behind one (inferred) switch; the groups are joined by one inferred core,
+    """A shape from the data alone: ``pairs`` are (client, server, fast), endpoints as the
+    sweep names them (a rank per NIC is its own endpoint). Endpoints joined by fast pairs
+    are behind one (inferred) switch; the groups are joined by one inferred core,
     so a slow cut between two groups reads as their switches' uplinks. A host whose every
     pair is slow stands alone: its own NIC. Said to be inferred wherever it is named."""
     parent: dict[str, str] = {}
@@ -383,10 +419,17 @@ def infer(pairs: Iterable[tuple[str, str, bool]]) -> Topology:
             x = parent[x]
         return x
 
+    # Two endpoints are behind one switch when every pair measured between them, either
+    # way, ran fast: a fault that slows one direction only still splits them.
+    fast_between: dict[tuple[str, str], bool] = {}
     for client, server, fast in pairs:
-        a, b = find(host_of(client)), find(host_of(server))
-        if fast and a != b:
-            parent[a] = b
+        key = (min(client, server), max(client, server))
+        fast_between[key] = fast_between.get(key, True) and fast
+        find(client), find(server)
+    for (a, b), fast in fast_between.items():
+        ra, rb = find(a), find(b)
+        if fast and ra != rb:
+            parent[ra] = rb
     groups: dict[str, list[str]] = {}
     for host in list(parent):
         groups.setdefault(find(host), []).append(host)

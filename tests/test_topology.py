@@ -130,3 +130,22 @@ def test_max_min_fairness_shares_a_link():
     rates = sim.measure([("leafA-h0", "leafB-h0"), ("leafA-h1", "leafB-h1")])
     assert rates == pytest.approx([5.0, 5.0])
     assert sim.measure([("leafA-h0", "leafA-h1")]) == pytest.approx([10.0])
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_one_way_fault_is_named_with_its_direction(given):
+    """A shaped egress (tc tbf on one host's NIC; the VM's known answer) slows that host's
+    sending only: its receiving pairs are fast, and it is named sending, not as a NIC."""
+    shape = simulate.fat_tree(leaves=2, hosts_per_leaf=3, spines=1)
+    sim = simulate.FabricSim(shape, faults={"host:l1h2:send": 0.2}, seed=4)
+    loc = localize(_all_pairs(sim, shape.hosts), shape if given else None)
+    (suspect,) = loc.suspects
+    assert suspect.host == ("l1h2", "send") and loc.blamed_hosts == ["l1h2"]
+    assert suspect.slow == suspect.pairs == 5 and "HOST l1h2 sending" in suspect.text()
+    trunk = simulate.FabricSim(shape, faults={"link:leaf0->spine0": 0.2}, seed=5)
+    loc = localize(_all_pairs(trunk, shape.hosts), shape if given else None)
+    assert loc.blamed_hosts == [] and len(loc.suspects) == 1, [s.elements for s in loc.suspects]
+    if given:
+        assert loc.suspects[0].elements[0] == "link:leaf0->spine0"
+    else:
+        assert "(one way)" in loc.suspects[0].text(inferred=True)

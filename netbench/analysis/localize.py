@@ -15,10 +15,11 @@ be told apart, and are named together as one suspect; a suspect over ECMP path s
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from netbench.topology import Topology, host_of, infer
+from netbench.topology import Topology, infer
 
 EPS = 0.02                 # chance a healthy pair reads slow (noise), or a broken one fast
 MAX_SUSPECTS = 16          # elements a verdict may name before it says "widespread"
@@ -48,22 +49,34 @@ class Suspect:
         return "host" if "host" in kinds else "link" if kinds == {"link"} else \
             "switch" if kinds == {"switch"} else "path"
 
+    @property
+    def host(self) -> tuple[str, str] | None:
+        """A host suspect's (endpoint, direction): direction "send", "recv" or ""."""
+        for e in self.elements:
+            if e.startswith("host:"):
+                name, _, way = e[5:].partition(":") if e.count(":") > 1 else (e[5:], "", "")
+                return name, way
+        return None
+
     def text(self, unit: str = "", inferred: bool = False) -> str:
-        names = [e.split(":", 1)[1] for e in self.elements]
-        if self.kind == "host":
-            host = next(e.split(":", 1)[1] for e in self.elements if e.startswith("host:"))
-            what = f"HOST {host}: its NIC, PCIe path or config"
+        names = [_shown(e) for e in self.elements]
+        if self.host is not None:
+            host, way = self.host
+            what = (f"HOST {host}{' ' + WAYS[way] if way else ''}: its NIC, PCIe path or "
+                    "config")
             # An inferred shape's own links are no names to send an engineer to.
             others = [] if inferred else [n for e, n in zip(self.elements, names)
                                           if not e.startswith("host:")]
             if others:
                 what += f" (or its link {', '.join(others[:3])}: they carry the same pairs)"
         elif inferred:
-            groups = sorted({g for n in names for g in n.split("--")
+            groups = sorted({g for e in self.elements for g in re.split(r"--|->", e[5:])
                              if g.startswith("group")})
-            what = (f"PATH between {' and '.join(groups) or ' / '.join(names)} (the link(s) or "
-                    "switch(es) joining them; topology inferred from the pairs: give "
-                    "--topology to name them)")
+            way = " (one way)" if any("->" in e for e in self.elements) and not any(
+                "--" in e for e in self.elements) else ""
+            what = (f"PATH between {' and '.join(groups) or ' / '.join(names)}{way} (the "
+                    "link(s) or switch(es) joining them; topology inferred from the pairs: "
+                    "give --topology to name them)")
         elif len(names) == 1:
             what = f"{self.kind.upper()} {names[0]}"
         else:
@@ -75,6 +88,18 @@ class Suspect:
         return (f"{what}: {self.slow} of {self.pairs} pairs through it slow, median {through}"
                 f"{' ' + unit if unit else ''} against {avoid} for the pairs that avoid it"
                 + ("" if self.pinned else "; ECMP: over the path sets its pairs may take"))
+
+
+WAYS = {"send": "sending", "recv": "receiving"}
+
+
+def _shown(element: str) -> str:
+    """An element as an engineer reads it: ``leaf1--spine2``, ``leaf1->spine2 (one way)``."""
+    name = element.split(":", 1)[1]
+    if element.startswith("host:") and name.count(":"):
+        host, _, way = name.rpartition(":")
+        return f"{host} {WAYS.get(way, way)}"
+    return f"{name} (one way)" if "->" in name else name
 
 
 @dataclass
@@ -91,8 +116,7 @@ class Localization:
 
     @property
     def blamed_hosts(self) -> list[str]:
-        return sorted({e.split(":", 1)[1] for s in self.suspects for e in s.elements
-                       if s.kind == "host" and e.startswith("host:")})
+        return sorted({s.host[0] for s in self.suspects if s.host is not None})
 
 
 def reference(values: Sequence[float], threshold: float,
@@ -113,9 +137,12 @@ def reference(values: Sequence[float], threshold: float,
 
 
 def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold: float = 0.4,
-             better: str = "higher", line_rate: float | None = None) -> Localization:
+             better: str = "higher", line_rate: float | None = None,
+             directed: bool = True) -> Localization:
     """The fewest elements of ``topology`` (inferred from the pairs when None) that explain
-    the slow pairs. ``value`` in the metric's own direction ``better``."""
+    the slow pairs. ``value`` in the metric's own direction ``better``; a pair's data flows
+    client -> server when ``directed`` (a fault may slow one direction only), both ways
+    when not (latency, bidirectional runs)."""
     oriented = [None if p.value is None or not p.value > 0 else
                 (p.value if better == "higher" else 1.0 / p.value) for p in pairs]
     ref, how = reference([v for v in oriented if v is not None], threshold, line_rate)
@@ -128,7 +155,7 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
     through: dict[str, list[tuple[int, float]]] = {}
     unplaced = 0
     for i, p in enumerate(pairs):
-        elements = topology.elements(host_of(p.client), host_of(p.server))
+        elements = topology.elements(p.client, p.server, directed)
         if not elements:
             unplaced += 1
             continue
@@ -172,9 +199,12 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
     return out
 
 
-def _order(element: str) -> tuple[int, str]:
-    """Within a group that cannot be told apart, hosts first, then links, then switches."""
-    return ({"host": 0, "link": 1, "switch": 2}.get(element.split(":", 1)[0], 3), element)
+def _order(element: str) -> tuple[int, int, str]:
+    """Within a group that cannot be told apart, hosts first, then links, then switches;
+    the element itself before one direction of it."""
+    kind = {"host": 0, "link": 1, "switch": 2}.get(element.split(":", 1)[0], 3)
+    one_way = element.count(":") > 1 or "->" in element
+    return kind, one_way, element
 
 
 def _suspect(group: list[str], incidence: list[tuple[int, float]], slow: list[bool],
