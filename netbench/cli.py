@@ -458,7 +458,7 @@ def _relative(first: float | None, newest: float | None) -> str:
 
 
 def cmd_fabric(args: argparse.Namespace) -> int:
-    from netbench import fabric
+    from netbench import fabric, topology
     from netbench.analysis import fabric as verdicts
     from netbench.launch import collective_env, launch_info
     from netbench.probe import probe
@@ -476,6 +476,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         raise UsageError(f"--k {args.k}: at least 1 pair at a time")
     if not 0 < args.threshold < 1:
         raise UsageError(f"--threshold {args.threshold:g}: a fraction between 0 and 1")
+    shape = topology.load(args.topology) if args.topology else None    # bad file: before all
     launched = launch_info()
     writer = launched is not None and launched.is_writer
     store: Any = NullStore() if not writer else (
@@ -497,7 +498,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     import pandas as pd
 
     matrices = verdicts.analyse(pd.DataFrame(result.rows), args.threshold,
-                                min_line_rate=args.min_line_rate)
+                                min_line_rate=args.min_line_rate, topology=shape)
     if args.json:
         print(json.dumps(json_safe({"run_id": result.run_id,
                                     "matrices": verdicts.as_json(matrices)}),
@@ -742,9 +743,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--join-timeout", type=float, default=120.0,
                    help="seconds for every rank to join (default 120)")
     p.add_argument("--threshold", type=float, default=0.10, help="a pair this far below the "
-                   "fabric's median is slow (default 0.10)")
+                   "fabric's healthy rate (the fast pairs' median) is slow (default 0.10)")
     p.add_argument("--min-line-rate", type=float, metavar="FRACTION", help="a pair below this "
                    "share of its client's probed link rate is slow too (e.g. 0.9)")
+    p.add_argument("--topology", metavar="FILE", help="the fabric's shape, so a verdict names "
+                   "the link or switch at fault: Slurm's topology.conf or a netbench TOML "
+                   "(default: inferred from the pairs that ran fast)")
     p.add_argument("--results", default="results", help="results directory (rank 0 writes)")
     p.add_argument("--jsonl", metavar="FILE", help="rank 0 writes rows as JSON lines instead "
                    "(store them later with `netbench import`)")

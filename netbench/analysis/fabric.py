@@ -1,6 +1,7 @@
-"""The verdicts of a fabric sweep: each pair against the fabric's median, each host judged by
-all of its pairs in one role, so that a slow host (its NIC, PCIe path or config: slow with
-every peer) is told apart from a slow link or switch path (a few pairs only).
+"""The verdicts of a fabric sweep: each pair against the fabric's healthy rate, and the
+elements that explain the slow pairs (``netbench.analysis.localize`` over the topology given,
+or the one the pairs imply): a slow host (its NIC, PCIe path or config: slow with every peer)
+told apart from a slow link, switch or trunk, which never blames the hosts behind it.
 
 A cell is one (client, server) pair of one case: the case's headline metric as the client
 measured it. For tcp.stream and the RDMA write/send tests the client sends, so a row of the
@@ -14,10 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from netbench.analysis.localize import Localization, Pair, Suspect, localize, reference
 from netbench.errors import UsageError
 from netbench.store import keyed, params_json, params_of
+from netbench.topology import Topology
 
-THRESHOLD = 0.10          # a pair this far below the fabric's median (above, for latency) is slow
+THRESHOLD = 0.10          # a pair this far below the healthy rate (above, for latency) is slow
 HOST_SHARE = 0.5          # a host is at fault when more than this share of its pairs is slow
 
 
@@ -26,7 +29,7 @@ class Cell:
     client: str
     server: str
     value: float | None           # None: the pair failed
-    ratio: float | None           # value / fabric median, better-is-higher oriented (<1 slow)
+    ratio: float | None           # value / the healthy rate, higher-is-better (<1 slower)
     slow: bool
     reason: str = ""              # a failed pair's reason
     cause: str = ""               # "client", "server" (the host at fault) or "link"
@@ -60,6 +63,9 @@ class Matrix:
     cells: Any = None
     hosts: list[HostVerdict] = field(default_factory=list)
     roles: tuple[str, str] = ("sending", "receiving")   # the client's, the server's
+    faulty: list[HostVerdict] = field(default_factory=list)   # hosts localize names
+    localization: Localization | None = None
+    notes: list[str] = field(default_factory=list)     # topology warnings, said once
 
     def _cells(self, frame: Any) -> list[Cell]:
         return [Cell(str(r.client), str(r.server), None if r.value != r.value else r.value,
@@ -68,7 +74,20 @@ class Matrix:
 
     @property
     def faulty_hosts(self) -> list[HostVerdict]:
-        return [h for h in self.hosts if h.at_fault]
+        return sorted({(h.name, h.role): h for h in self.faulty}.values(),
+                      key=lambda h: (h.name, h.role))
+
+    @property
+    def suspects(self) -> list[Suspect]:
+        """The links, switches and paths at fault (hosts are in ``faulty_hosts``)."""
+        return [s for s in (self.localization.suspects if self.localization else [])
+                if s.host is None]
+
+    @property
+    def unexplained(self) -> set[tuple[str, str]]:
+        """Slow pairs no suspect explains: each pair's own path."""
+        return {(p.client, p.server) for p in self.localization.unexplained} \
+            if self.localization else set()
 
     @property
     def slow_links(self) -> list[Cell]:
@@ -85,7 +104,7 @@ class Matrix:
         return self._cells(self.cells)
 
     def flagged(self) -> bool:
-        return bool(self.faulty_hosts or self.slow_links or self.failed)
+        return bool(self.faulty_hosts or self.suspects or self.slow_links or self.failed)
 
 
 def _headline(benchmark: str) -> str | None:
@@ -113,11 +132,16 @@ def _line_rates(measured: Any) -> dict[str, float]:
 
 
 def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
-            min_line_rate: float | None = None) -> list[Matrix]:
+            min_line_rate: float | None = None,
+            topology: Topology | None = None) -> list[Matrix]:
     """One matrix per (benchmark, case params) of a sweep's rows: its headline metric (or
-    ``metric``) per pair, the median, slow pairs, and who is at fault. A bandwidth pair is
-    also set against its client's link rate from the probe (``of_line``); with
-    ``min_line_rate`` a pair below that share of it is slow too."""
+    ``metric``) per pair, slow pairs, and what is at fault (``netbench.analysis.localize``:
+    the elements of ``topology``, or of the shape the pairs imply, that explain the slow
+    pairs; never the hosts beside a slow link). A pair is judged against the healthy rate
+    (the median of the fast pairs: a fault that slows most pairs would drag the median of
+    all of them down with it), and a bandwidth pair also against its client's link rate
+    from the probe (``of_line``); with ``min_line_rate`` a pair below that share of it is
+    slow too."""
     import numpy as np
     import pandas as pd
 
@@ -144,8 +168,10 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
         median = float(np.median(cells["value"])) if len(cells) else None
         value = cells["value"].to_numpy(dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = (value / median if better == "higher" else median / value) if median \
-                else np.full(len(value), np.nan)
+            healthy, _ = reference((value if better == "higher" else 1.0 / value).tolist(),
+                                   threshold)
+            ratio = (value / healthy if better == "higher" else 1.0 / (healthy * value)) \
+                if healthy else np.full(len(value), np.nan)
         cells["ratio"] = np.where(np.isfinite(ratio), ratio, np.nan)
         cells["slow"] = cells["ratio"] < 1 - threshold
         rates = _line_rates(measured) if first is not None and first["unit"] == "Gbit/s" \
@@ -168,7 +194,7 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
                    else "", better, endpoints, median, cells,
                    roles=roles(str(group["op"].iloc[0]) if "op" in group else "",
                                str(params), better))
-        _attribute(m)
+        _attribute(m, topology, threshold)
         out.append(m)
     return out
 
@@ -201,26 +227,61 @@ def roles(op: str, params: str, better: str) -> tuple[str, str]:
     return "sending", "receiving"
 
 
-def _attribute(m: Matrix) -> None:
-    """Per host and role, how many of its pairs are slow; a slow pair is the fault of a
-    host that is slow in that role with most of its peers, else of the link between them."""
+def _attribute(m: Matrix, topology: Topology | None, threshold: float) -> None:
+    """Per host and role, how many of its pairs are slow (the evidence a verdict quotes);
+    then which elements explain the slow pairs (``localize``): a host is at fault only
+    where it is one of them, and a slow pair is the fault of the host that explains it,
+    else of the link or switch path."""
     import numpy as np
 
     cells = m.cells
     ok = cells[cells["value"].notna()]
-    m.hosts = []
+    stats_of: dict[tuple[str, str], HostVerdict] = {}
     for column, role in zip(("client", "server"), m.roles):
         stats = ok.groupby(column).agg(pairs=("slow", "size"), slow=("slow", "sum"),
                                        median_ratio=("ratio", "median"))
-        m.hosts += [HostVerdict(str(name), role, int(r.pairs), int(r.slow),
-                                None if r.median_ratio != r.median_ratio else
-                                float(r.median_ratio)) for name, r in stats.iterrows()]
-    m.hosts.sort(key=lambda h: (h.name, h.role))
-    as_client = {h.name for h in m.hosts if h.at_fault and h.role == m.roles[0]}
-    as_server = {h.name for h in m.hosts if h.at_fault and h.role == m.roles[1]}
-    cause = np.where(cells["client"].isin(as_client), "client",
-                     np.where(cells["server"].isin(as_server), "server", "link"))
+        for name, r in stats.iterrows():
+            stats_of[(str(name), role)] = HostVerdict(
+                str(name), role, int(r.pairs), int(r.slow),
+                None if r.median_ratio != r.median_ratio else float(r.median_ratio))
+    m.hosts = sorted(stats_of.values(), key=lambda h: (h.name, h.role))
+    pairs = [Pair(c, s, None if v != v else v) for c, s, v in
+             zip(_strings(ok["client"]), _strings(ok["server"]),
+                 ok["value"].astype(float).tolist())]
+    if topology is not None:
+        m.notes += topology.check_hosts(m.endpoints)
+    m.localization = localize(pairs, topology, threshold, m.better,
+                              slow=ok["slow"].tolist())
+    m.notes += m.localization.warnings
+    client_at_fault, server_at_fault = set(), set()
+    for suspect in m.localization.suspects:
+        if suspect.host is None:
+            continue
+        name, way = suspect.host
+        ways = [way] if way else [w for w, role in (("send", m.roles[0]), ("recv", m.roles[1]))
+                                  if (stats_of.get((name, role)) or _NONE).slow]
+        for w in ways or ("send", "recv"):
+            role = m.roles[0] if w == "send" else m.roles[1]
+            verdict = stats_of.get((name, role))
+            if verdict is not None:
+                m.faulty.append(verdict)
+            (client_at_fault if w == "send" else server_at_fault).add(name)
+    cause = np.where(cells["client"].isin(client_at_fault), "client",
+                     np.where(cells["server"].isin(server_at_fault), "server", "link"))
     cells["cause"] = np.where(cells["slow"], cause, None)
+
+
+_NONE = HostVerdict("", "", 0, 0, None)
+
+
+def _strings(column: Any) -> list[str]:
+    """A column of host names as Python strings, a million in well under a second (names
+    repeat: each is made once)."""
+    import pandas as pd
+
+    codes, names = pd.factorize(column)
+    names = [str(n) for n in names]
+    return [names[i] for i in codes.tolist()]
 
 
 def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
@@ -231,19 +292,29 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
         params = json.loads(m.params or "{}")
         case = " ".join(f"{k}={v}" for k, v in sorted(params.items())
                         if k in ("msg_size", "streams", "direction", "qps", "bidirectional"))
+        healthy = m.localization.reference if m.localization else None
         lines.append(f"{m.benchmark} {case}".rstrip() + f": {m.metric} over "
                      f"{len(m.endpoints)} endpoints, {len(m.cells)} pairs, median "
-                     + (f"{m.median:.4g} {m.unit}" if m.median is not None else "-"))
+                     + (f"{m.median:.4g} {m.unit}" if m.median is not None else "-")
+                     + (f", healthy {healthy:.4g} (the fast pairs' median)"
+                        if healthy is not None and m.median is not None else ""))
         if len(m.cells) > worst:
             lines[-1] += f" (the {worst} worst below)"
         for h in m.faulty_hosts:
             lines.append(f"  HOST {h.name}: slow {h.role} with {h.slow} of {h.pairs} peers "
                          f"(median {h.median_ratio:.2f} x the fabric's): its NIC, PCIe path "
                          "or config")
+        loc = m.localization
+        for suspect in m.suspects:
+            lines.append("  " + suspect.text(m.unit, loc.inferred if loc else False, m.roles))
+        unexplained = m.unexplained
         for c in m.slow_links:
-            lines.append(f"  LINK {c.client} -> {c.server}: {c.ratio:.2f} x the median, "
-                         "while both hosts are fine with their other peers: the link or "
-                         "switch path")
+            if (c.client, c.server) in unexplained:
+                lines.append(f"  LINK {c.client} -> {c.server}: {c.ratio:.2f} x the fabric's, "
+                             "while both hosts are fine with their other peers: the pair's "
+                             "own path (one pair: retest it)")
+        for note in m.notes:
+            lines.append(f"  note: {note}")
         for c in m.failed:
             lines.append(f"  FAILED {c.client} -> {c.server}: {c.reason}")
         line = m.cells["of_line"].dropna() if "of_line" in m.cells else []
@@ -252,7 +323,7 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
                          f"{line.min():.2f}")
         for c in m.worst(worst):
             lines.append(f"    {c.client:>20} -> {c.server:<20} {c.value:.4g} {m.unit}  "
-                         f"{c.ratio:.2f} x median" + ("  slow" if c.slow else ""))
+                         f"{c.ratio:.2f} x healthy" + ("  slow" if c.slow else ""))
         if not m.flagged():
             lines.append("  nothing flagged")
     return "\n".join(lines)
@@ -266,6 +337,14 @@ def as_json(matrices: Sequence[Matrix]) -> list[Mapping[str, Any]]:
                                "pairs": h.pairs} for h in m.faulty_hosts],
              "slow_links": [{"client": c.client, "server": c.server, "ratio": c.ratio}
                             for c in m.slow_links],
+             "suspects": [{"elements": s.elements, "kind": s.kind, "slow": s.slow,
+                           "pairs": s.pairs, "median_through": s.median_through,
+                           "median_avoiding": s.median_avoiding, "pinned": s.pinned,
+                           "text": s.text(m.unit, m.localization.inferred, m.roles)}
+                          for s in m.suspects],
+             "healthy": m.localization.reference if m.localization else None,
+             "topology": m.localization.topology if m.localization else "",
+             "notes": m.notes,
              "failed": [{"client": c.client, "server": c.server, "reason": c.reason}
                         for c in m.failed],
              "cells": [{"client": c.client, "server": c.server, "value": c.value,

@@ -18,6 +18,9 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from netbench.topology import Topology, infer
 
@@ -58,11 +61,13 @@ class Suspect:
                 return name, way
         return None
 
-    def text(self, unit: str = "", inferred: bool = False) -> str:
-        names = [_shown(e) for e in self.elements]
+    def text(self, unit: str = "", inferred: bool = False,
+             ways: tuple[str, str] = ("sending", "receiving")) -> str:
+        """``ways``: what a pair's client and server do (a slow RDMA READ client receives)."""
+        names = [_shown(e, ways) for e in self.elements]
         if self.host is not None:
             host, way = self.host
-            what = (f"HOST {host}{' ' + WAYS[way] if way else ''}: its NIC, PCIe path or "
+            what = (f"HOST {host}{' ' + _way(way, ways) if way else ''}: its NIC, PCIe path or "
                     "config")
             # An inferred shape's own links are no names to send an engineer to.
             others = [] if inferred else [n for e, n in zip(self.elements, names)
@@ -90,15 +95,17 @@ class Suspect:
                 + ("" if self.pinned else "; ECMP: over the path sets its pairs may take"))
 
 
-WAYS = {"send": "sending", "recv": "receiving"}
+def _way(way: str, ways: tuple[str, str]) -> str:
+    """A host element's direction in the matrix's words: ``send`` is the pair's client."""
+    return ways[0] if way == "send" else ways[1] if way == "recv" else way
 
 
-def _shown(element: str) -> str:
+def _shown(element: str, ways: tuple[str, str] = ("sending", "receiving")) -> str:
     """An element as an engineer reads it: ``leaf1--spine2``, ``leaf1->spine2 (one way)``."""
     name = element.split(":", 1)[1]
     if element.startswith("host:") and name.count(":"):
         host, _, way = name.rpartition(":")
-        return f"{host} {WAYS.get(way, way)}"
+        return f"{host} {_way(way, ways)}"
     return f"{name} (one way)" if "->" in name else name
 
 
@@ -124,12 +131,13 @@ def reference(values: Sequence[float], threshold: float,
     """The healthy rate a pair is judged against, and where it came from."""
     if line_rate:
         return line_rate, "the probed line rate"
-    finite = sorted(v for v in values if v is not None and math.isfinite(v) and v > 0)
-    if not finite:
+    array = np.array([np.nan if v is None else v for v in values], dtype=float)
+    finite = np.sort(array[np.isfinite(array) & (array > 0)])
+    if not len(finite):
         return None, "no pair measured"
     top = finite[min(len(finite) - 1, int(TOP * len(finite)))]
-    fast = [v for v in finite if v >= (1 - threshold) * top]
-    ref = fast[len(fast) // 2]
+    fast = finite[finite >= (1 - threshold) * top]
+    ref = float(fast[len(fast) // 2])
     how = f"the median of the {len(fast)} fast pairs (near the {TOP:.0%} quantile)"
     if len(fast) < MIN_FAST:
         how += f"; only {len(fast)} fast pair(s): give --min-line-rate or more pairs"
@@ -138,65 +146,114 @@ def reference(values: Sequence[float], threshold: float,
 
 def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold: float = 0.4,
              better: str = "higher", line_rate: float | None = None,
-             directed: bool = True) -> Localization:
+             directed: bool = True, slow: Sequence[bool] | None = None) -> Localization:
     """The fewest elements of ``topology`` (inferred from the pairs when None) that explain
-    the slow pairs. ``value`` in the metric's own direction ``better``; a pair's data flows
-    client -> server when ``directed`` (a fault may slow one direction only), both ways
-    when not (latency, bidirectional runs)."""
+    the slow pairs. ``value`` in the metric's own direction ``better``; each pair oriented
+    client -> server, and with ``directed`` each element's two directions are suspects of
+    their own too (a fault may slow one way only). ``slow``: which pairs are slow, where the
+    caller judged them (against a line rate too); else against ``reference``."""
     oriented = [None if p.value is None or not p.value > 0 else
                 (p.value if better == "higher" else 1.0 / p.value) for p in pairs]
     ref, how = reference([v for v in oriented if v is not None], threshold, line_rate)
-    slow = [v is None or (ref is not None and v < (1 - threshold) * ref) for v in oriented]
+    if slow is None:
+        slow = [v is None or (ref is not None and v < (1 - threshold) * ref) for v in oriented]
+    slow = list(slow)
     if topology is None:
         topology = infer([(p.client, p.server, not s) for p, s in zip(pairs, slow)])
     out = Localization(ref, how, slow=sum(slow), measured=len(pairs),
                        topology=topology.source, inferred=topology.inferred)
-    # element -> [(pair index, share of the pair's paths through it)]
-    through: dict[str, list[tuple[int, float]]] = {}
-    unplaced = 0
-    for i, p in enumerate(pairs):
-        elements = topology.elements(p.client, p.server, directed)
-        if not elements:
-            unplaced += 1
-            continue
-        for element, share in elements.items():
-            through.setdefault(element, []).append((i, share))
+    through, unplaced = _incidence(pairs, topology, directed)
     if unplaced:
         out.warnings.append(f"{unplaced} pair(s) have no path in the topology "
                             f"({topology.source}): judged by nothing")
-    p_slow = [EPS] * len(pairs)          # the model so far: no element broken
+    is_slow = np.array(slow, dtype=bool)
+    p_slow = np.full(len(pairs), EPS)        # the model so far: no element broken
     penalty = 1.5 * math.log((1 - EPS) / EPS)
 
     def gain(element: str) -> float:
         total = 0.0
-        for i, share in through[element]:
-            now = p_slow[i]
+        for idx, share in through[element]:
+            now = p_slow[idx]
             new = 1 - (1 - now) * (1 - share * (1 - EPS))
-            total += math.log(new / now) if slow[i] else math.log((1 - new) / (1 - now))
+            total += float(np.where(is_slow[idx], np.log(new / now),
+                                    np.log((1 - new) / (1 - now))).sum())
         return total
 
-    candidates = {e for e, ps in through.items() if any(slow[i] for i, _ in ps)}
-    signature = {e: tuple(through[e]) for e in candidates}
+    candidates = {e for e, blocks in through.items()
+                  if any(is_slow[idx].any() for idx, _ in blocks)}
+    signature = {e: _signature(through[e]) for e in candidates}
     chosen: list[str] = []
     while candidates and len(chosen) < MAX_SUSPECTS:
-        scored = sorted(((gain(e), e) for e in candidates), key=lambda t: (-t[0], t[1]))
-        best_gain, best = scored[0]
+        best_gain, best = min(((gain(e), e) for e in candidates), key=lambda t: (-t[0], t[1]))
         if best_gain <= penalty:
             break
         chosen.append(best)
         group = [e for e in candidates if signature[e] == signature[best]]
         candidates -= set(group)
-        for i, share in through[best]:
-            p_slow[i] = 1 - (1 - p_slow[i]) * (1 - share * (1 - EPS))
-        out.suspects.append(_suspect(sorted(group, key=_order), through[best], slow,
-                                     oriented, len(pairs)))
-    explained = {i for e in chosen for i, _ in through[e]}
-    out.unexplained = [p for i, (p, s) in enumerate(zip(pairs, slow))
-                       if s and i not in explained]
+        for idx, share in through[best]:
+            p_slow[idx] = 1 - (1 - p_slow[idx]) * (1 - share * (1 - EPS))
+        out.suspects.append(_suspect(sorted(group, key=_order), through[best], is_slow,
+                                     oriented))
+    explained = np.zeros(len(pairs), dtype=bool)
+    for e in chosen:
+        for idx, _ in through[e]:
+            explained[idx] = True
+    out.unexplained = [pairs[i] for i in np.flatnonzero(is_slow & ~explained)]
     if len(chosen) >= MAX_SUSPECTS:
         out.warnings.append(f"more than {MAX_SUSPECTS} elements would be needed: the fault "
                             "is widespread (a threshold too tight, or a fabric-wide setting)")
     return out
+
+
+Blocks = list[tuple[Any, float]]     # (pair indices, the share of their paths through it)
+
+
+def _incidence(pairs: Sequence[Pair], topology: Topology,
+               directed: bool) -> tuple[dict[str, Blocks], int]:
+    """Element -> blocks of the pairs that cross it: each end's NIC and access link by the
+    pairs it is an end of, the switches and trunks by the pairs of each switch pair (a
+    fabric has far fewer switch pairs than host pairs: a million pairs in numpy, not one
+    dict per pair)."""
+    import pandas as pd
+
+    through: dict[str, Blocks] = {}
+    names = {e: topology.host_key(e) for e in {p.client for p in pairs} | {p.server
+                                                                           for p in pairs}}
+    client = [names[p.client] for p in pairs]
+    server = [names[p.server] for p in pairs]
+    placed = np.array([c is not None and s is not None for c, s in zip(client, server)],
+                      dtype=bool)
+    frame = pd.DataFrame({"c": client, "s": server})[placed]
+    frame["sc"] = frame["c"].map(topology.hosts)
+    frame["ss"] = frame["s"].map(topology.hosts)
+    unplaced = int((~placed).sum())
+    routed = np.ones(len(frame), dtype=bool)
+    for (sa, sb), idx in frame.groupby(["sc", "ss"], sort=False).indices.items():
+        core = topology.core(sa, sb, directed)
+        rows = frame.index.to_numpy()[idx]
+        if core is None:
+            routed[idx] = False
+            continue
+        for element, share in core.items():
+            through.setdefault(element, []).append((rows, share))
+    gone = frame.index.to_numpy()[~routed]
+    unplaced += len(gone)
+    frame = frame[routed]
+    for column, way in (("c", "send"), ("s", "recv")):
+        for host, idx in frame.groupby(column, sort=False).indices.items():
+            rows = frame.index.to_numpy()[idx]
+            for element in topology.end_elements(host, way, directed):
+                through.setdefault(element, []).append((rows, 1.0))
+    return through, unplaced
+
+
+def _signature(blocks: Blocks) -> bytes:
+    """The pairs an element carries and its share of each, exactly: equal for elements
+    that cannot be told apart."""
+    idx = np.concatenate([b for b, _ in blocks])
+    share = np.concatenate([np.full(len(b), s) for b, s in blocks])
+    order = np.lexsort((share, idx))
+    return idx[order].tobytes() + np.round(share[order], 9).tobytes()
 
 
 def _order(element: str) -> tuple[int, int, str]:
@@ -207,12 +264,16 @@ def _order(element: str) -> tuple[int, int, str]:
     return kind, one_way, element
 
 
-def _suspect(group: list[str], incidence: list[tuple[int, float]], slow: list[bool],
-             oriented: list[float | None], n: int) -> Suspect:
-    inside = {i for i, _ in incidence}
-    values_in = sorted(v for i, v in enumerate(oriented) if i in inside and v is not None)
-    values_out = sorted(v for i, v in enumerate(oriented) if i not in inside and v is not None)
-    return Suspect(group, sum(slow[i] for i in inside), len(inside),
-                   values_in[len(values_in) // 2] if values_in else None,
-                   values_out[len(values_out) // 2] if values_out else None,
-                   pinned=all(share >= 1.0 for _, share in incidence))
+def _suspect(group: list[str], blocks: Blocks, slow: Any,
+             oriented: Sequence[float | None]) -> Suspect:
+    inside = np.zeros(len(oriented), dtype=bool)
+    for idx, _ in blocks:
+        inside[idx] = True
+    values = np.array([np.nan if v is None else v for v in oriented], dtype=float)
+
+    def median(mask: Any) -> float | None:
+        picked = values[mask & ~np.isnan(values)]
+        return float(np.sort(picked)[len(picked) // 2]) if len(picked) else None
+
+    return Suspect(group, int(slow[inside].sum()), int(inside.sum()), median(inside),
+                   median(~inside), pinned=all(share >= 1.0 for _, share in blocks))

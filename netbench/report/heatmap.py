@@ -40,8 +40,8 @@ def fabric_chart(matrix: Any) -> dict[str, Any] | None:
     data: list[dict[str, Any]] = [{
         "type": "heatmap", "x": labels, "y": labels, "z": z_list, "zmin": 0, "zmax": 1.2,
         "colorscale": [[0, "#b2182b"], [0.75, "#fddbc7"], [0.83, "#f7f7f7"], [1, "#2166ac"]],
-        "colorbar": {"title": {"text": "x median"}, "x": 0.72},
-        "hovertemplate": "%{y} -> %{x}<br>%{z:.2f} x the fabric's median<extra></extra>",
+        "colorbar": {"title": {"text": "x healthy"}, "x": 0.72},
+        "hovertemplate": "%{y} -> %{x}<br>%{z:.2f} x the fabric's healthy rate<extra></extra>",
         "name": "pairs"}]
     marks = cells[cells["slow"] | cells["value"].isna()].head(MAX_MARKS)
     if len(marks):
@@ -49,27 +49,31 @@ def fabric_chart(matrix: Any) -> dict[str, Any] | None:
             "type": "scatter", "mode": "markers", "name": "slow or failed pair",
             "x": [labels[index[s] // step] for s in marks["server"]],
             "y": [labels[index[c] // step] for c in marks["client"]],
-            "text": [f"{c} -> {s}: " + (f"{r:.2f} x median ({cause})" if r == r else
+            "text": [f"{c} -> {s}: " + (f"{r:.2f} x healthy ({cause})" if r == r else
                                          f"failed: {why}")
                      for c, s, r, cause, why in zip(marks["client"], marks["server"],
                                                     marks["ratio"], marks["cause"],
                                                     marks["reason"])],
             "hovertemplate": "%{text}<extra></extra>",
             "marker": {"symbol": "x", "size": 9 if side <= 64 else 5, "color": "black"}})
+    at_fault = {(h.name, h.role) for h in matrix.faulty_hosts}      # what localize named
     for role, colour in zip(matrix.roles, ("#4d4d4d", "#999999")):
         hosts = {h.name: h for h in matrix.hosts if h.role == role}
-        shown = [h for h in hosts.values() if step == 1 or h.at_fault]
+        shown = [h for h in hosts.values() if step == 1 or (h.name, role) in at_fault]
         data.append({
             "type": "bar", "orientation": "h", "xaxis": "x2", "yaxis": "y",
             "name": f"host median, {role}",
             "y": [labels[index[h.name] // step] for h in shown],
             "x": [h.median_ratio for h in shown],
-            "marker": {"color": ["#b2182b" if h.at_fault else colour for h in shown]},
-            "hovertemplate": "%{y} " + role + ": %{x:.2f} x median<extra></extra>"})
-    faulty = ", ".join(f"{h.name} ({h.role})" for h in matrix.faulty_hosts) or "none"
+            "marker": {"color": ["#b2182b" if (h.name, role) in at_fault else colour
+                                 for h in shown]},
+            "hovertemplate": "%{y} " + role + ": %{x:.2f} x healthy<extra></extra>"})
+    faulty = [f"{h.name} ({h.role})" for h in matrix.faulty_hosts] + [
+        _short(s.elements) for s in matrix.suspects]
+    healthy = matrix.localization.reference if matrix.localization else None
     title = (f"{matrix.benchmark} {matrix.metric}: {n} endpoints, {len(cells)} pairs vs the "
-             f"median {matrix.median:.4g} {matrix.unit}; hosts at fault: {faulty}"
-             if matrix.median is not None else f"{matrix.benchmark}: no measured pair")
+             f"healthy {healthy:.4g} {matrix.unit}; at fault: {', '.join(faulty) or 'none'}"
+             if healthy is not None else f"{matrix.benchmark}: no measured pair")
     if step > 1:
         title += f" (tiles of {step} hosts, each its worst pair)"
     size = min(900, 200 + 12 * side)
@@ -79,6 +83,11 @@ def fabric_chart(matrix: Any) -> dict[str, Any] | None:
                   "showticklabels": side <= 64},
         "yaxis": {"title": {"text": "client (sends)"}, "type": "category",
                   "autorange": "reversed", "showticklabels": side <= 64},
-        "xaxis2": {"domain": [0.8, 1], "title": {"text": "host median / fabric median"},
+        "xaxis2": {"domain": [0.8, 1], "title": {"text": "host median / healthy rate"},
                    "range": [0, 1.2]},
         "barmode": "group", "legend": {"orientation": "h", "y": -0.3}}}
+
+
+def _short(elements: list[str]) -> str:
+    names = [e.split(":", 1)[1] for e in elements]
+    return " / ".join(names[:2]) + (" ..." if len(names) > 2 else "")

@@ -1,0 +1,104 @@
+"""The fabric known answer of a slow trunk, in network namespaces (root; CI runs it): eight
+hosts on two leaf switches (Linux bridges, each in a namespace of its own) joined by one
+trunk shaped with `tc tbf` both ways. Before localization the sweep blamed 7 of the 8 healthy
+hosts ("slow receiving with 4 of 7 peers") and sat its median among the slow pairs. Now the
+trunk is named, by name with Slurm's topology.conf and as the path between the two inferred
+groups without one, and no host is blamed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+from test_fabric import _finish, _free_port, _needs_root, _rank, _sh
+
+HOST_MBIT, TRUNK_MBIT = 400, 40
+TOPOLOGY = ROOT / "tests" / "fixtures" / "topology" / "two-leaves.conf"
+
+
+@pytest.fixture
+def two_leaves():
+    _needs_root()
+    tag = f"{os.getpid() % 10000}"
+    leaves = {"leafA": f"nblA{tag}", "leafB": f"nblB{tag}"}
+    hosts = [(f"{leaf}-h{i}", f"nb{leaf[-1]}{i}x{tag}") for leaf in leaves for i in range(4)]
+    made = []
+    try:
+        for ns in (*leaves.values(), *(ns for _, ns in hosts)):
+            _sh("ip", "netns", "add", ns)
+            made.append(ns)
+    except subprocess.CalledProcessError as exc:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        pytest.skip(f"cannot create network namespaces here: {exc.stderr.decode().strip()}")
+    try:
+        for ns in leaves.values():
+            _sh("ip", "-n", ns, "link", "add", "br0", "type", "bridge")
+            _sh("ip", "-n", ns, "link", "set", "br0", "up")
+        # The trunk: a veth between the two bridges, shaped both ways.
+        a, b = f"nbtA{tag}", f"nbtB{tag}"
+        _sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+        for end, leaf in ((a, "leafA"), (b, "leafB")):
+            ns = leaves[leaf]
+            _sh("ip", "link", "set", end, "netns", ns)
+            _sh("ip", "-n", ns, "link", "set", end, "master", "br0")
+            _sh("ip", "-n", ns, "link", "set", end, "up")
+            _sh("tc", "-n", ns, "qdisc", "add", "dev", end, "root", "tbf", "rate",
+                f"{TRUNK_MBIT}mbit", "burst", "256kb", "latency", "200ms")
+        addrs = []
+        for i, (name, ns) in enumerate(hosts):
+            leaf = leaves[name.split("-")[0]]
+            inside, outside = f"nbv{i}i{tag}", f"nbv{i}o{tag}"
+            _sh("ip", "link", "add", inside, "type", "veth", "peer", "name", outside)
+            _sh("ip", "link", "set", inside, "netns", ns)
+            _sh("ip", "link", "set", outside, "netns", leaf)
+            _sh("ip", "-n", leaf, "link", "set", outside, "master", "br0")
+            _sh("ip", "-n", leaf, "link", "set", outside, "up")
+            addrs.append(f"10.205.0.{i + 1}")
+            _sh("ip", "-n", ns, "addr", "add", f"{addrs[-1]}/24", "dev", inside)
+            _sh("ip", "-n", ns, "link", "set", inside, "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            _sh("tc", "-n", ns, "qdisc", "add", "dev", inside, "root", "tbf", "rate",
+                f"{HOST_MBIT}mbit", "burst", "256kb", "latency", "100ms")
+        yield hosts, addrs
+    finally:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.mark.root
+def test_a_slow_trunk_between_two_leaves_is_named_and_no_host_blamed(two_leaves, tmp_path):
+    hosts, addrs = two_leaves
+    port, res = _free_port(), tmp_path / "res"
+    args = ["tcp.stream", "-p", "duration=0.6", "-p", "warmup=0.2", "--timeout", "30",
+            "--threshold", "0.4", "--topology", str(TOPOLOGY), "--results", str(res),
+            "--json"]
+    procs = [_rank(r, len(hosts), port, args, name, netns=ns, master=addrs[0])
+             for r, (name, ns) in enumerate(hosts)]
+    outs = _finish(procs, timeout=400)
+    assert [o[0] for o in outs[1:]] == [0] * (len(hosts) - 1), outs
+    assert outs[0][0] == 1, outs[0]                       # something flagged: exit 1
+    (m,) = json.loads(outs[0][1])["matrices"]
+    assert m["faulty_hosts"] == [], m["faulty_hosts"]     # no host blamed
+    (suspect,) = m["suspects"]
+    # Slurm's tree puts a core switch between the leaves: its two links and the core carry
+    # exactly the cross pairs, so they are named together.
+    assert set(suspect["elements"]) >= {"link:core--leafA", "link:core--leafB"}, suspect
+    assert suspect["slow"] == suspect["pairs"] == 32, suspect
+    assert m["healthy"] > 0.6 * HOST_MBIT / 1000, m["healthy"]
+    verdict = outs[0][2][outs[0][2].find("tcp.stream"):]
+    assert "PATH core--leafA / core--leafB / core (carry the same pairs" in verdict, verdict
+    assert "HOST" not in verdict and "LINK leaf" not in verdict, verdict
+    # The same rows without the topology: the path between the two inferred groups.
+    from netbench import load as netbench_load
+    from netbench.analysis.fabric import analyse, summary
+
+    rows = netbench_load(res)
+    (inferred,) = analyse(pd.DataFrame(rows[rows["status"] == "ok"]), 0.4)
+    assert inferred.faulty_hosts == [] and len(inferred.suspects) == 1
+    text = summary([inferred])
+    assert "PATH between group0(leafA-h0..leafA-h3) and group1(leafB-h0..leafB-h3)" in text
