@@ -32,15 +32,18 @@ def _size(text: str) -> int:
 
 class KVServer:
     """Rank 0's store: a thread per connection, at most ``world + 8`` connections. When they
-    are all taken, the oldest one that has not sent a request yet is dropped for the new one:
-    silent connections cannot keep a rank out (and each is dropped after FIRST_TIMEOUT)."""
+    are all taken, one is dropped for the new one: the oldest that has not sent a request yet
+    (and each of those is dropped after FIRST_TIMEOUT anyway), else the one idle longest.
+    Neither silent connections nor busy ones can keep a rank out: a rank whose connection
+    was dropped opens another and repeats its request (every request is idempotent)."""
 
     def __init__(self, port: int, world: int, bind: str) -> None:
         self.data: dict[str, str] = {}
         self.total = 0
         self.lock = threading.Lock()
         self.max_connections = world + EXTRA_CONNECTIONS
-        self.open: dict[socket.socket, float | None] = {}   # -> accepted at, None once heard
+        # -> (accepted at, last request at or None while never heard, answering one now)
+        self.open: dict[socket.socket, tuple[float, float | None, bool]] = {}
         try:
             self.sock = socket.create_server((bind, port), reuse_port=False)
         except OSError as exc:
@@ -69,13 +72,14 @@ class KVServer:
     def _admit(self, conn: socket.socket) -> bool:
         with self.lock:
             if len(self.open) >= self.max_connections:
-                silent = [(t, c) for c, t in self.open.items() if t is not None]
-                if not silent:
-                    return False
-                oldest = min(silent, key=lambda item: item[0])[1]
-                del self.open[oldest]
-                hang_up(oldest)
-            self.open[conn] = time.monotonic()
+                idle = [((last is not None, last or accepted), c)
+                        for c, (accepted, last, busy) in self.open.items() if not busy]
+                if not idle:
+                    return False        # every one is being answered this instant: retry
+                victim = min(idle, key=lambda item: item[0])[1]
+                del self.open[victim]
+                hang_up(victim)
+            self.open[conn] = (time.monotonic(), None, False)
         return True
 
     def _serve(self, conn: socket.socket, name: str) -> None:
@@ -88,10 +92,15 @@ class KVServer:
                 except PeerError:
                     return                  # gone, silent, or garbage: this connection ends
                 with self.lock:
-                    if conn in self.open:
-                        self.open[conn] = None  # heard from: never dropped for a newcomer
+                    if conn not in self.open:
+                        return              # dropped for a newcomer meanwhile
+                    self.open[conn] = (self.open[conn][0], time.monotonic(), True)
                 timeout = IDLE_TIMEOUT
                 channel.send(self._answer(request))
+                with self.lock:
+                    if conn in self.open:
+                        accepted, last, _ = self.open[conn]
+                        self.open[conn] = (accepted, last, False)
         except PeerError:
             pass
         finally:

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -187,6 +188,47 @@ def test_silent_connections_cannot_keep_a_rank_out():
     finally:
         for sock in silent:
             sock.close()
+        rank0.close()
+
+
+def test_connections_that_keep_asking_cannot_keep_a_rank_out():
+    """The bug this guards: a client that opened every connection (world + 8), sent a request
+    on each and repeated them every second was never dropped for a newcomer, so rank 1 failed
+    after 8 s with "closed the connection". Now the one idle longest makes room (a rank
+    dropped so reconnects and repeats its request), even against a client that reconnects
+    as fast as it is dropped."""
+    from netbench.wire import Channel
+
+    port = _free_port()
+    rank0 = kvstore.KVClient("127.0.0.1", port, 2, True, 10)
+    stop = threading.Event()
+
+    def hog() -> None:                 # one of world + 8 connections, asking every 0.2 s
+        while not stop.is_set():
+            try:
+                channel = Channel(socket.create_connection(("127.0.0.1", port), timeout=2),
+                                  "hog")
+                while not stop.wait(0.2):
+                    channel.send({"op": "check", "keys": []})
+                    channel.recv(2)
+            except Exception:          # noqa: BLE001 - dropped: come straight back
+                continue
+
+    hogs = [threading.Thread(target=hog, daemon=True) for _ in range(2 + kvstore.EXTRA_CONNECTIONS)]
+    for thread in hogs:
+        thread.start()
+    try:
+        time.sleep(1.0)
+        start = time.monotonic()
+        rank1 = kvstore.KVClient("127.0.0.1", port, 2, False, 10)
+        rank1.set("join/1", '{"host": "b"}')
+        assert rank1.get("join/1") == b'{"host": "b"}' and rank0.check(["join/1"])
+        assert time.monotonic() - start < 5
+        rank1.close()
+    finally:
+        stop.set()
+        for thread in hogs:
+            thread.join(5)
         rank0.close()
 
 
