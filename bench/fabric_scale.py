@@ -28,8 +28,8 @@ def main() -> int:
     import numpy as np
     import pandas as pd
 
-    from netbench import schedule
     from netbench.analysis import fabric
+    from netbench.sweep import schedule
 
     names = [f"node{i:04d}" for i in range(args.hosts)]
     t0 = time.perf_counter()

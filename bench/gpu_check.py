@@ -235,7 +235,7 @@ def smi_link() -> list[dict[str, str]]:
 
 def hop_states(address: str, sysfs: Path = Path("/sys")) -> list[str]:
     """The path's summary and each hop from the GPU up, read now, as `netbench probe` says it."""
-    from netbench.linkpath import hop_line, walk
+    from netbench.env.linkpath import hop_line, walk
     path = walk(sysfs, address)
     if path is None:
         return [f"{address}: not under /sys/bus/pci/devices"]

@@ -118,11 +118,11 @@ class NetbenchCases:
     against the far end's `netbench serve`, each case a run of its own as `netbench run`."""
 
     def __init__(self, addr: str, plane: str) -> None:
-        from netbench.probe import probe
+        from netbench.env.probe import probe
         from netbench.report.console import Reporter
-        from netbench.runner import Runner
+        from netbench.run.runner import Runner
+        from netbench.run.suite import plan_single
         from netbench.store import NullStore
-        from netbench.suite import plan_single
 
         self.plane, self.plan_single = plane, plan_single
         self.runner = Runner(NullStore(), probe(), label="crosscheck-netbench",

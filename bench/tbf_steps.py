@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from netbench.peer import ServerProcess  # noqa: E402
+from netbench.run.peer import ServerProcess  # noqa: E402
 
 
 def sh(*cmd: str) -> None:

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
-from netbench import linkpath, softroce, stats
+from netbench import stats
+from netbench.env import linkpath, softroce
+from netbench.env.launch import launch_info
 from netbench.errors import NetbenchError, PeerError, SkipCase, UsageError
-from netbench.launch import launch_info
-from netbench.wire import Channel
+from netbench.run.wire import Channel
 
 __all__ = [
     "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Measurement",

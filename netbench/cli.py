@@ -38,7 +38,7 @@ def _format_default(param: Any) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from netbench import registry
-    from netbench.probe import probe
+    from netbench.env.probe import probe
 
     env = probe(args.sysfs_root)
     benchmarks = registry.all_benchmarks()
@@ -80,8 +80,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from netbench.linkpath import CAPTURED_PROC, capture, hop_line
-    from netbench.probe import CAPTURED_HOST, host_facts, probe
+    from netbench.env.linkpath import CAPTURED_PROC, capture, hop_line
+    from netbench.env.probe import CAPTURED_HOST, host_facts, probe
 
     if args.capture:
         dest = Path(args.capture)
@@ -170,7 +170,7 @@ def _stop_on_signals() -> Iterator[None]:
     """While a run measures, SIGTERM (a job scheduler, `kill`) and SIGHUP (a closed
     terminal) stop it as Ctrl-C does: the case in flight is cancelled, the finished rows
     kept and the run left resumable, instead of the process dying mid-write."""
-    from netbench.runner import Stopped
+    from netbench.run.runner import Stopped
 
     def stop(signum: int, frame: Any) -> None:
         raise Stopped(signal.Signals(signum).name)
@@ -198,12 +198,12 @@ def _resume_command(args: argparse.Namespace, run_id: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from netbench.launch import collective_env, launch_info
-    from netbench.probe import probe
+    from netbench.env.launch import collective_env, launch_info
+    from netbench.env.probe import probe
     from netbench.report.console import Reporter, summary_table
-    from netbench.runner import Runner
+    from netbench.run.runner import Runner
+    from netbench.run.suite import load_suite, parse_cli_params, plan_single, repeated
     from netbench.store import JsonlStore, NullStore, ResultStore
-    from netbench.suite import load_suite, parse_cli_params, plan_single, repeated
 
     params = parse_cli_params(args.param or [])
     target = args.target
@@ -227,7 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         store = JsonlStore(args.jsonl) if args.jsonl else ResultStore(args.results)
     if args.peer:
-        from netbench.wire import parse_hostport
+        from netbench.run.wire import parse_hostport
         parse_hostport(args.peer, 1)
     reporter = Reporter(open(os.devnull, "w")) if quiet else Reporter()
     env = probe(args.sysfs_root)
@@ -237,7 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                            "world_size": launched.world_size, "job": launched.job_id()}
     resume = None
     if args.resume:
-        from netbench.runner import prepare_resume
+        from netbench.run.runner import prepare_resume
 
         if quiet or args.jsonl:
             raise UsageError("--resume continues a run in the Parquet store (not with "
@@ -315,7 +315,7 @@ def _refuse_a_complete_run(store: Any, run_id: str, plan: Any) -> None:
     """``--resume`` of a run holding every planned case (it finished, or a reader finished a
     killed writer's compaction) names no run to resume: a usage error (exit 2) that says
     where the run is, not a failure of the run (exit 1)."""
-    from netbench.runner import plan_fingerprint
+    from netbench.run.runner import plan_fingerprint
     store.check_writable()                  # a killed compaction is finished first
     index = store.runs()
     match = index[index["run_id"] == run_id] if not index.empty else index
@@ -458,12 +458,13 @@ def _relative(first: float | None, newest: float | None) -> str:
 
 
 def cmd_fabric(args: argparse.Namespace) -> int:
-    from netbench import fabric, topology
     from netbench.analysis import fabric as verdicts
-    from netbench.launch import collective_env, launch_info
-    from netbench.probe import probe
+    from netbench.env import topology
+    from netbench.env.launch import collective_env, launch_info
+    from netbench.env.probe import probe
+    from netbench.run.suite import load_suite, parse_cli_params, plan_single
     from netbench.store import JsonlStore, NullStore, ResultStore
-    from netbench.suite import load_suite, parse_cli_params, plan_single
+    from netbench.sweep import fabric
 
     params = parse_cli_params(args.param or [])
     if args.target.endswith(".toml") or Path(args.target).is_file():
@@ -614,7 +615,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_rxe(args: argparse.Namespace) -> int:
-    from netbench import softroce
+    from netbench.env import softroce
 
     if args.action == "add":
         netdev = softroce.add(args.netdev, args.name)
@@ -635,7 +636,7 @@ def cmd_rxe(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from netbench import registry
-    from netbench.peer import Server
+    from netbench.run.peer import Server
 
     # Our own handler: libraries imported later (pyverbs) may configure the root logger.
     log = logging.getLogger("netbench.serve")
@@ -670,7 +671,7 @@ def _port(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from netbench.peer import DEFAULT_PORT
+    from netbench.run.peer import DEFAULT_PORT
 
     parser = _Parser(
         prog="netbench", description="Interconnect benchmarks: RDMA, collectives, host-to-GPU "

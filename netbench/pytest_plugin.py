@@ -107,12 +107,12 @@ class NetbenchRunner:
         return verdicts
 
     def run(self, benchmark: str, **params: Any) -> NetbenchResult:
+        from netbench.env.probe import probe
         from netbench.errors import NetbenchError
-        from netbench.probe import probe
         from netbench.report.console import Reporter
-        from netbench.runner import Runner
+        from netbench.run.runner import Runner
+        from netbench.run.suite import plan_single
         from netbench.store import ResultStore
-        from netbench.suite import plan_single
 
         try:
             plan = plan_single(benchmark, {k: v for k, v in params.items()})

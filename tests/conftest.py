@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from netbench.peer import ServerProcess
+from netbench.run.peer import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

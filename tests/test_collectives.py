@@ -260,7 +260,7 @@ def test_backend_gives_every_rank_on_a_host_its_own_gpu(monkeypatch, requested, 
                                                         expected):
     """One GPU here (patched: this host has none); every rank decides from the same facts."""
     from netbench.benchmarks.collectives import _backend
-    from netbench.launch import LaunchInfo
+    from netbench.env.launch import LaunchInfo
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

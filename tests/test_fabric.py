@@ -161,7 +161,7 @@ def test_under_a_real_mpirun(tmp_path):
 
 
 def test_slurm_node_lists_name_their_first_host():
-    from netbench.launch import LaunchInfo, first_host, rendezvous_address
+    from netbench.env.launch import LaunchInfo, first_host, rendezvous_address
 
     assert first_host("gpu[007-012,020],login1") == "gpu007"
     assert first_host("node1,node2") == "node1"
@@ -494,8 +494,8 @@ def test_a_slow_host_is_named_by_what_its_data_does(tmp_path, bench, op, params,
 
 
 def test_a_ranks_nic_is_its_cases_device_unless_a_case_names_one():
-    from netbench.fabric import check_plan
-    from netbench.suite import plan_single
+    from netbench.run.suite import plan_single
+    from netbench.sweep.fabric import check_plan
 
     plan = plan_single("rdma.write_bw", {"msg_size": "1M"}, 30.0)
     (case,) = check_plan(plan, "each", "mlx5_3").cases
@@ -538,8 +538,8 @@ def test_a_rank_per_nic_sweep_is_one_matrix_not_one_per_client_nic():
 
 
 def test_the_builtin_rendezvous_survives_garbage_and_bounds_what_it_holds():
-    from netbench import kvstore
-    from netbench.wire import Channel
+    from netbench.run.wire import Channel
+    from netbench.sweep import kvstore
 
     port = _free_port()
     client = kvstore.KVClient("127.0.0.1", port, 2, True, 5)

@@ -11,7 +11,7 @@ import psutil
 import pytest
 from conftest import ROOT, assert_clean_error, netbench, wait_for
 
-from netbench.peer import ServerProcess
+from netbench.run.peer import ServerProcess
 
 SUITE = """
 [[case]]

@@ -14,8 +14,8 @@ import pytest
 from netbench.analysis.accept import load_spec
 from netbench.analysis.compare import load_thresholds
 from netbench.errors import NetbenchError
+from netbench.run.suite import load_suite
 from netbench.store import COLUMNS, ResultStore, import_jsonl
-from netbench.suite import load_suite
 
 KEYS = ["suite", "case", "accept", "check", "thresholds", "name", "benchmark", "metric",
         "timeout", "msg_size", "iterations", "min", "max", "min_line_rate", "line_rate",

@@ -65,7 +65,7 @@ def test_gpu_rows_name_the_gpu_and_its_link():
     from test_linkpath import TREE
 
     from netbench.benchmarks.gpu_feed import link_bound
-    from netbench.probe import gpu_summary, probe
+    from netbench.env.probe import gpu_summary, probe
 
     env = probe(TREE)
     assert [g["pci_address"] for g in env["gpus"]] == ["0000:01:00.0", "0000:05:00.0"]
@@ -121,7 +121,7 @@ def test_the_link_is_read_again_while_the_copies_run(tmp_path):
     from pathlib import Path
 
     from netbench.benchmarks.gpu_feed import LinkUnderLoad
-    from netbench.probe import probe
+    from netbench.env.probe import probe
 
     tree = tmp_path / "tree"
     shutil.copytree(Path(__file__).parent / "fixtures/sysfs/qemu-q35-pcie", tree, symlinks=True)

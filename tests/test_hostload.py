@@ -1,4 +1,4 @@
-"""The host's load recorded around a case (netbench.hostload), with real processes."""
+"""The host's load recorded around a case (netbench.env.hostload), with real processes."""
 
 import os
 import signal
@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from netbench import hostload
+from netbench.env import hostload
 
 
 def _spin(seconds: float) -> None:

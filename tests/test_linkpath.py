@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import netbench
 
-from netbench.linkpath import capture, lane_gbytes, parse_speed, walk
-from netbench.probe import probe
+from netbench.env.linkpath import capture, lane_gbytes, parse_speed, walk
+from netbench.env.probe import probe
 
 TREE = Path(__file__).parent / "fixtures" / "sysfs" / "qemu-q35-pcie"
 

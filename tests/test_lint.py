@@ -87,19 +87,56 @@ def test_benchmarks_import_only_the_api_and_their_own_helpers():
 
 def test_running_never_imports_presentation_and_storage_knows_no_verdicts():
     mods = _modules()
-    running = ["netbench.runner", "netbench.suite", "netbench.probe", "netbench.peer",
-               "netbench.store", "netbench.registry", "netbench.hooks", "netbench.api"]
+    running = ["netbench.run.runner", "netbench.run.suite", "netbench.env.probe",
+               "netbench.run.peer", "netbench.store", "netbench.registry", "netbench.hooks",
+               "netbench.api"]
     assert _offenders(mods, running, ["netbench.report", "netbench.cli"]) == []
     analysis = [m for m in mods if m.startswith("netbench.analysis")]
     assert _offenders(mods, analysis, ["netbench.report", "netbench.cli",
-                                       "netbench.runner"]) == []
+                                       "netbench.run.runner"]) == []
     assert _offenders(mods, ["netbench.store"], ["netbench.analysis"]) == []
 
 
 def test_importing_the_core_loads_no_benchmark():
     """And at run time too: the CLI's own import loads no benchmark module."""
-    code = ("import sys, netbench.runner, netbench.store, netbench.cli, netbench.suite, "
+    code = ("import sys, netbench.run.runner, netbench.store, netbench.cli, netbench.run.suite, "
             "netbench.analysis.compare, netbench.analysis.accept, netbench.report.dashboard;"
             "print([m for m in sys.modules if m.startswith('netbench.benchmarks.')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# The pipeline's stages, as folders: what each may import of the others (the arrows run down
+# it: probe -> plan -> run -> store -> analyse -> present; cli, registry, hooks, api and the
+# benchmarks sit beside it).
+STAGES = ("env", "run", "sweep", "store", "analysis", "report")
+MAY_IMPORT = {"env": set(), "run": {"env", "store"}, "sweep": {"env", "run", "store"},
+              "store": set(), "analysis": {"env", "store"},
+              "report": {"env", "store", "analysis"}}
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
+
+
+def test_the_layout_is_the_pipeline_and_its_arrows_run_down_it():
+    mods = _modules()
+    assert {_stage(m) for m in mods} >= set(STAGES)        # every stage has its folder
+    flat = sorted(m for m in mods if m.count(".") == 1 and _stage(m) is None
+                  and m.split(".")[1] not in ("api", "errors", "registry", "stats", "cli",
+                                              "hooks", "pytest_plugin", "textfile",
+                                              "__main__", "benchmarks", "analysis", "report"))
+    assert flat == [], f"modules outside the pipeline's folders: {flat}"
+    upstream = sorted(f"{src} imports {dep}" for src, deps in mods.items()
+                      for dep in deps if (s := _stage(src)) and (t := _stage(dep))
+                      and t != s and t not in MAY_IMPORT[s])
+    assert upstream == []
+
+
+def test_the_stage_rule_can_fail():
+    """The rule above, on a module graph that breaks it: storage importing a verdict."""
+    mods = {"netbench.store.x": {"netbench.analysis.verdict"}}
+    assert [f"{s} imports {d}" for s, deps in mods.items() for d in deps
+            if _stage(d) not in MAY_IMPORT[_stage(s)]] == [
+        "netbench.store.x imports netbench.analysis.verdict"]

@@ -13,7 +13,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from netbench.peer import ServerProcess
+from netbench.run.peer import ServerProcess
 
 RATE_MBIT = 200
 

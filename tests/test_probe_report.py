@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import assert_clean_error, netbench
 
 from netbench.api import Case
-from netbench.probe import nic_summary, probe, probe_nics, probe_rdma
+from netbench.env.probe import nic_summary, probe, probe_nics, probe_rdma
 from netbench.report.console import Reporter, summary_table
 
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import assert_clean_error, netbench
 
 from netbench import registry
-from netbench.probe import probe
+from netbench.env.probe import probe
 
 RDMA = ["rdma.write_bw", "rdma.read_bw", "rdma.send_bw", "rdma.write_lat", "rdma.read_lat",
         "rdma.send_lat"]
@@ -123,10 +123,10 @@ def test_softroce_setup_keeps_what_the_cli_added_to_the_environment(monkeypatch)
     new) but keeps the launcher and collective facts the CLI put in the fingerprint, and
     undoes the set-up at the end. rdma_rxe cannot load on this kernel, so the two
     kernel-facing calls are stood in for."""
-    from netbench import runner as runner_mod
-    from netbench import softroce
+    from netbench.env import softroce
+    from netbench.run import runner as runner_mod
+    from netbench.run.suite import Plan, plan_single
     from netbench.store import NullStore
-    from netbench.suite import Plan, plan_single
 
     removed = []
     monkeypatch.setattr(softroce, "add", lambda netdev, name: "lo")

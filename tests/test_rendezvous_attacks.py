@@ -16,8 +16,8 @@ from datetime import timedelta
 import pytest
 from conftest import ROOT, assert_clean_error, netbench, wait_for
 
-from netbench import kvstore
-from netbench.wire import Channel
+from netbench.run.wire import Channel
+from netbench.sweep import kvstore
 
 STREAM = ["tcp.stream", "-p", "duration=0.3", "-p", "warmup=0.1", "--timeout", "20"]
 
@@ -197,7 +197,7 @@ def test_connections_that_keep_asking_cannot_keep_a_rank_out():
     after 8 s with "closed the connection". Now the one idle longest makes room (a rank
     dropped so reconnects and repeats its request), even against a client that reconnects
     as fast as it is dropped."""
-    from netbench.wire import Channel
+    from netbench.run.wire import Channel
 
     port = _free_port()
     rank0 = kvstore.KVClient("127.0.0.1", port, 2, True, 10)

@@ -3,8 +3,8 @@ the round counts of the circle method, k-batch, one-to-all, pairs files and thei
 
 import pytest
 
-from netbench import schedule
 from netbench.errors import UsageError
+from netbench.sweep import schedule
 
 
 def _names(n):

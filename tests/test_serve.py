@@ -7,8 +7,8 @@ import struct
 import pytest
 from conftest import netbench
 
-from netbench.peer import MAX_CLIENTS, ClientSession
-from netbench.wire import MAX_MESSAGE, Channel
+from netbench.run.peer import MAX_CLIENTS, ClientSession
+from netbench.run.wire import MAX_MESSAGE, Channel
 
 
 def _frame(obj) -> bytes:

@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, netbench, wait_for
 
 from netbench.errors import PeerError
-from netbench.peer import (
+from netbench.run.peer import (
     HELLO_TIMEOUT,
     IDLE_TIMEOUT,
     MAX_CLIENTS,
@@ -28,7 +28,7 @@ from netbench.peer import (
     ClientSession,
     ServerProcess,
 )
-from netbench.wire import Channel
+from netbench.run.wire import Channel
 
 
 def _frame(obj) -> bytes:
@@ -334,7 +334,7 @@ def _stream_ok(server: ServerProcess, tmp_path) -> bool:
 
 def test_an_idle_session_is_dropped_after_the_idle_timeout(tmp_path):
     assert IDLE_TIMEOUT <= 60                 # it was 600 s: 32 idle sessions, 10 minutes
-    proc, port, log = _serve_proc(tmp_path, "import netbench.peer as p; p.IDLE_TIMEOUT = 1.0")
+    proc, port, log = _serve_proc(tmp_path, "import netbench.run.peer as p; p.IDLE_TIMEOUT = 1.0")
     try:
         idle = ClientSession("127.0.0.1", port)
         start = time.monotonic()

@@ -14,9 +14,9 @@ from conftest import ROOT, assert_clean_error, netbench
 
 from netbench import load as netbench_load
 from netbench.errors import NetbenchError
-from netbench.runner import prepare_resume
+from netbench.run.runner import prepare_resume
+from netbench.run.suite import load_suite
 from netbench.store import ResultStore
-from netbench.suite import load_suite
 
 SUITE = ('[suite]\nname = "long"\n'
          '[[case]]\nbenchmark = "mem.copy"\nmsg_size = ["64K", "128K", "256K"]\n'

@@ -317,8 +317,8 @@ def test_resume_of_a_run_another_process_finished_compacting_is_a_usage_error(tm
     """Every case was in when its writer was killed compacting; a reader finished the job.
     `--resume` then has nothing to run: it says the run is complete and where, exit 2 (the
     run named is not one to resume), as for any other run that finished."""
-    from netbench.runner import plan_fingerprint
-    from netbench.suite import parse_cli_params, plan_single
+    from netbench.run.runner import plan_fingerprint
+    from netbench.run.suite import parse_cli_params, plan_single
 
     params = ["msg_size=64K,128K,256K", "iterations=2"]
     plan = plan_single("mem.copy", parse_cli_params(params))

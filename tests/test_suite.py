@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from netbench.errors import UsageError
-from netbench.suite import load_suite, parse_cli_params, plan_single
+from netbench.run.suite import load_suite, parse_cli_params, plan_single
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,6 @@
 """The fabric's shape in (Slurm topology.conf, netbench TOML, inferred), and the verdict it
 makes possible: the element that is broken named, the healthy hosts beside it not blamed.
-Pairs come from the flow simulator (netbench.simulate): no test machine has the fabric."""
+Pairs come from the flow simulator (netbench.sweep.simulate): no test machine has the fabric."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import itertools
 import pytest
 from conftest import ROOT
 
-from netbench import simulate, topology
 from netbench.analysis.localize import Pair, localize
+from netbench.env import topology
 from netbench.errors import UsageError
+from netbench.sweep import simulate
 
 FIXTURES = ROOT / "tests" / "fixtures" / "topology"
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netbench.analysis.localize import Localization, Pair, Suspect, localize, reference
+from netbench.env.topology import Topology
 from netbench.errors import UsageError
 from netbench.store import keyed, params_json, params_of
-from netbench.topology import Topology
 
 THRESHOLD = 0.10          # a pair this far below the healthy rate (above, for latency) is slow
 HOST_SHARE = 0.5          # a host is at fault when more than this share of its pairs is slow

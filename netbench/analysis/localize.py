@@ -1,7 +1,7 @@
 """Which elements of the fabric explain its slow pairs: the link, switch or host that is
 broken, never the healthy hosts beside it.
 
-Each measured pair crosses elements of the topology (``netbench.topology``: its hosts' NICs,
+Each measured pair crosses elements of the topology (``netbench.env.topology``: its hosts' NICs,
 their access links, switches and the links between them; under ECMP a share of them). A pair
 is slow when it reads below ``1 - threshold`` of the fabric's healthy rate (the probed line
 rate, or the median of the fast pairs: never the median of all pairs, which a fault that
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from netbench.topology import Topology, infer
+from netbench.env.topology import Topology, infer
 
 EPS = 0.02                 # chance a healthy pair reads slow (noise), or a broken one fast
 MAX_SUSPECTS = 16          # elements a verdict may name before it says "widespread"

@@ -19,7 +19,7 @@ The verdicts:
 - ``unverified``: beyond the threshold with no invocation-level spread to judge it by (one
   invocation a side, no history): says what would decide it;
 - ``disturbed``: it would be a regression (or an improvement) but the two sides ran with
-  different amounts of other work on the host (``netbench.hostload``), which moves a figure
+  different amounts of other work on the host (``netbench.env.hostload``), which moves a figure
   either way: named, and not blamed on the code, unless the case's history holds runs at
   both load levels (then its spread allows for that load, and it decides).
 Only ``regressed`` fails a gate by default.
@@ -31,7 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from netbench.hostload import BUSY_CORES
+from netbench.env.hostload import BUSY_CORES
 from netbench.stats import t_sf2
 
 REGRESSED, IMPROVED, UNCHANGED = "regressed", "improved", "unchanged"

@@ -555,7 +555,7 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
 
 
 def _load_text(v: Any) -> str:
-    """What the hover says of the host's load on each side (netbench.hostload), and why a
+    """What the hover says of the host's load on each side (netbench.env.hostload), and why a
     disturbed verdict is not a regression."""
     base, cand = ("not recorded" if b is None else f"{b:.2g}" for b in v.busy)
     text = f"cores busy outside netbench: baseline {base}, candidate {cand}"
@@ -654,10 +654,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _busiest(group: Any) -> str:
-    """The case of a run that ran beside the most other work (netbench.hostload), or '-'."""
+    """The case of a run that ran beside the most other work (netbench.env.hostload), or '-'."""
     if "load_other_cores" not in group or group["load_other_cores"].isna().all():
         return "-"
-    from netbench.hostload import BUSY_CORES
+    from netbench.env.hostload import BUSY_CORES
 
     load = group["load_other_cores"].fillna(0)
     if "load_steal_cores" in group:

@@ -24,7 +24,7 @@ from typing import Any
 
 from netbench import __version__
 from netbench.errors import NetbenchError, PeerError, UsageError
-from netbench.wire import PROTOCOL, Channel, hang_up, parse_hostport
+from netbench.run.wire import PROTOCOL, Channel, hang_up, parse_hostport
 
 DEFAULT_PORT = 5301
 HELLO_TIMEOUT = 5.0      # a new connection must say who it is within this (the whole frame)

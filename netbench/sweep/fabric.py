@@ -27,14 +27,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from netbench import registry
-from netbench import schedule as sched
+from netbench.env.launch import rendezvous_address
 from netbench.errors import NetbenchError, UsageError
-from netbench.launch import rendezvous_address
-from netbench.peer import Server
-from netbench.runner import Runner, plan_fingerprint
+from netbench.run.peer import Server
+from netbench.run.runner import Runner, plan_fingerprint
+from netbench.run.suite import Plan, PlannedCase
+from netbench.run.wire import parse_hostport
 from netbench.store import RUN_ENV, NullStore
-from netbench.suite import Plan, PlannedCase
-from netbench.wire import parse_hostport
+from netbench.sweep import schedule as sched
 
 JOIN_TIMEOUT = 120.0      # seconds for every rank to join the rendezvous
 ROUND_SLACK = 30.0        # beyond a round's case timeouts, before a silent rank is declared gone
@@ -134,7 +134,7 @@ def _torch_store() -> Any:
 
 
 class Rendezvous:
-    """torch.distributed's TCPStore (or, without torch, netbench.kvstore's), with deadlines
+    """torch.distributed's TCPStore (or, without torch, netbench.sweep.kvstore's), with deadlines
     that name who is missing."""
 
     def __init__(self, host: str, port: int, rank: int, world: int, timeout: float,
@@ -148,7 +148,7 @@ class Rendezvous:
                 self.store = tcpstore(host, port, world, rank == 0,
                                       timedelta(seconds=timeout), wait_for_workers=False)
             else:
-                from netbench.kvstore import KVClient
+                from netbench.sweep.kvstore import KVClient
                 self.store = KVClient(host, port, world, rank == 0, timeout)
         except NetbenchError:
             raise

@@ -20,13 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from netbench import hooks, hostload
-from netbench import peer as peer_mod
+from netbench import hooks
 from netbench.api import Benchmark, Case, ClientSession, Measurement, RunSetup, format_size
+from netbench.env import hostload
+from netbench.env.probe import gpu_summary, nic_summary, probe, rdma_summary
 from netbench.errors import NetbenchError, SkipCase, UsageError
-from netbench.probe import gpu_summary, nic_summary, probe, rdma_summary
+from netbench.run import peer as peer_mod
+from netbench.run.suite import Plan, PlannedCase
 from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
-from netbench.suite import Plan, PlannedCase
 
 CONNECT_TIMEOUT = 10.0   # at most, to reach the peer and hear its hello
 CANCEL_GRACE = 10.0   # after a timeout fires, how long a benchmark gets to unwind
@@ -241,7 +242,7 @@ def prepare_resume(store: Any, run_id: str, plan: Plan, host: str | None,
 def _timed(rows: list[dict[str, Any]], began: float, load: Any,
            meter: hostload.Meter) -> None:
     """Each row of a case: how long the case took, harness included, and how busy the host
-    was outside netbench meanwhile (netbench.hostload)."""
+    was outside netbench meanwhile (netbench.env.hostload)."""
     seconds, busy = time.monotonic() - began, meter.finish(load)
     for row in rows:
         row["case_seconds"] = seconds

@@ -25,10 +25,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from netbench import __version__, hooks, linkpath
+from netbench import __version__, hooks
+from netbench.env import linkpath
+from netbench.env.linkpath import read_attr as _read
+from netbench.env.linkpath import read_int as _read_int
 from netbench.errors import UsageError
-from netbench.linkpath import read_attr as _read
-from netbench.linkpath import read_int as _read_int
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GDRVINFO = 0x00000003

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from netbench.errors import NetbenchError, PeerError
-from netbench.wire import Channel, hang_up
+from netbench.run.wire import Channel, hang_up
 
 MAX_MESSAGE = 64 << 20        # one rank's rows of one round (samples included)
 MAX_TOTAL = 2 << 30           # everything the store holds: keys and values, UTF-8 bytes

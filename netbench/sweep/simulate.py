@@ -18,7 +18,7 @@ import random
 import zlib
 from collections.abc import Mapping, Sequence
 
-from netbench.topology import Topology, link_name
+from netbench.env.topology import Topology, link_name
 
 
 class FabricSim:

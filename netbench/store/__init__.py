@@ -56,7 +56,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("unit_note", "string"),
     # A fabric sweep's far end: the peer's device (host and peer name the pair).
     ("peer_device", "string"),
-    # How busy the host was outside netbench while the case ran (netbench.hostload).
+    # How busy the host was outside netbench while the case ran (netbench.env.hostload).
     ("load_other_cores", "float64"), ("load_own_cores", "float64"),
     ("load_steal_cores", "float64"), ("load_avg1", "float64"), ("load_cpu_mhz", "float64"),
     ("load_throttle_events", "int64"),
