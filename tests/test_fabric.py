@@ -285,6 +285,22 @@ def _sh(*cmd):
     subprocess.run(cmd, check=True, capture_output=True, timeout=20)
 
 
+def plug(host: str, bridge: str, inside: str, outside: str, addr: str, mbit: int) -> None:
+    """A host namespace's NIC: a veth from it into the bridge namespace's br0, addressed
+    (a /24), its egress shaped to ``mbit``."""
+    _sh("ip", "link", "add", inside, "type", "veth", "peer", "name", outside)
+    _sh("ip", "link", "set", inside, "netns", host)
+    _sh("ip", "link", "set", outside, "netns", bridge)
+    _sh("ip", "-n", bridge, "link", "set", outside, "master", "br0")
+    _sh("ip", "-n", bridge, "link", "set", outside, "up")
+    _sh("ip", "-n", host, "addr", "add", f"{addr}/24", "dev", inside)
+    _sh("ip", "-n", host, "link", "set", inside, "up")
+    _sh("ip", "-n", host, "link", "set", "lo", "up")
+    # burst must hold a whole GSO super-packet (64 KiB) or tbf drops it
+    _sh("tc", "-n", host, "qdisc", "add", "dev", inside, "root", "tbf", "rate", f"{mbit}mbit",
+        "burst", "256kb", "latency", "100ms")
+
+
 @pytest.fixture
 def bridged_hosts():
     _needs_root()
@@ -304,20 +320,9 @@ def bridged_hosts():
         _sh("ip", "-n", bridge, "link", "set", "br0", "up")
         addrs = []
         for i, ns in enumerate(hosts):
-            inside, outside = f"nbf{i}i{tag}", f"nbf{i}o{tag}"
-            _sh("ip", "link", "add", inside, "type", "veth", "peer", "name", outside)
-            _sh("ip", "link", "set", inside, "netns", ns)
-            _sh("ip", "link", "set", outside, "netns", bridge)
-            _sh("ip", "-n", bridge, "link", "set", outside, "master", "br0")
-            _sh("ip", "-n", bridge, "link", "set", outside, "up")
             addrs.append(f"10.204.0.{i + 1}")
-            _sh("ip", "-n", ns, "addr", "add", f"{addrs[-1]}/24", "dev", inside)
-            _sh("ip", "-n", ns, "link", "set", inside, "up")
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            rate = SLOW_MBIT if i == 2 else FAST_MBIT
-            # burst must hold a whole GSO super-packet (64 KiB) or tbf drops it
-            _sh("tc", "-n", ns, "qdisc", "add", "dev", inside, "root", "tbf", "rate",
-                f"{rate}mbit", "burst", "256kb", "latency", "100ms")
+            plug(ns, bridge, f"nbf{i}i{tag}", f"nbf{i}o{tag}", addrs[-1],
+                 SLOW_MBIT if i == 2 else FAST_MBIT)
         yield hosts, addrs
     finally:
         for ns in made:

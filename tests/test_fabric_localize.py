@@ -14,7 +14,7 @@ import subprocess
 import pandas as pd
 import pytest
 from conftest import ROOT
-from test_fabric import _finish, _free_port, _needs_root, _rank, _sh
+from test_fabric import _finish, _free_port, _needs_root, _rank, _sh, plug
 
 HOST_MBIT, TRUNK_MBIT = 400, 40
 TOPOLOGY = ROOT / "tests" / "fixtures" / "topology" / "two-leaves.conf"
@@ -51,19 +51,9 @@ def two_leaves():
                 f"{TRUNK_MBIT}mbit", "burst", "256kb", "latency", "200ms")
         addrs = []
         for i, (name, ns) in enumerate(hosts):
-            leaf = leaves[name.split("-")[0]]
-            inside, outside = f"nbv{i}i{tag}", f"nbv{i}o{tag}"
-            _sh("ip", "link", "add", inside, "type", "veth", "peer", "name", outside)
-            _sh("ip", "link", "set", inside, "netns", ns)
-            _sh("ip", "link", "set", outside, "netns", leaf)
-            _sh("ip", "-n", leaf, "link", "set", outside, "master", "br0")
-            _sh("ip", "-n", leaf, "link", "set", outside, "up")
             addrs.append(f"10.205.0.{i + 1}")
-            _sh("ip", "-n", ns, "addr", "add", f"{addrs[-1]}/24", "dev", inside)
-            _sh("ip", "-n", ns, "link", "set", inside, "up")
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            _sh("tc", "-n", ns, "qdisc", "add", "dev", inside, "root", "tbf", "rate",
-                f"{HOST_MBIT}mbit", "burst", "256kb", "latency", "100ms")
+            plug(ns, leaves[name.split("-")[0]], f"nbv{i}i{tag}", f"nbv{i}o{tag}", addrs[-1],
+                 HOST_MBIT)
         yield hosts, addrs
     finally:
         for ns in made:

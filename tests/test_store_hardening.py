@@ -685,3 +685,38 @@ def test_an_import_never_replaces_a_stored_run_with_fewer_cases(tmp_path):
     assert_clean_error(proc, "again0000001", "already stored", "2 of its 3 cases")
     assert sorted(pd.read_parquet(results)["case_index"]) == [0, 1, 2]   # nothing lost
     assert ResultStore(results).runs()["run_id"].tolist() == ["again0000001"]
+
+
+def test_resume_of_a_run_whose_writer_died_before_compacting_finishes_it(tmp_path):
+    """Every case in its parts, the writer gone before it compacted them: `runs` says
+    interrupted and names --resume; the resume runs nothing and compacts, and the run is
+    finished (it said "every case already finished; nothing to resume", exit 1, and the run
+    stayed interrupted for good)."""
+    import pyarrow.parquet as pq
+
+    from netbench.store import ResultStore
+
+    results = tmp_path / "r"
+    made = netbench("run", "mem.copy", "-p", "msg_size=1M", "-p", "iterations=2", "--results",
+                    str(results))
+    assert made.returncode == 0, made.stderr
+    (done,) = results.glob("2*.parquet")
+    run_id = done.stem.split("-", 1)[1]
+    table = pq.read_table(done)
+    extra = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    rows = table.to_pylist()
+    done.unlink()
+    store = ResultStore(results)
+    writer = store.open_run(done, {k: v for k, v in extra.items()
+                                   if k.startswith("netbench_plan")})
+    writer.append(rows)
+    writer._lock.close()                 # the writer is gone: its lock with it
+    listed = netbench("runs", "--results", str(results))
+    assert " interrupted " in listed.stdout, listed.stdout
+    resumed = netbench("run", "mem.copy", "-p", "msg_size=1M", "-p", "iterations=2",
+                       "--results", str(results), "--resume", run_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 finished case(s) kept, 0 to run" in resumed.stderr, resumed.stderr
+    listed = netbench("runs", "--results", str(results))
+    assert " finished " in listed.stdout and " interrupted " not in listed.stdout, listed.stdout
+    assert done.exists() and not done.with_name(done.stem + ".parts").exists()

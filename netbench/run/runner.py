@@ -227,10 +227,9 @@ def prepare_resume(store: Any, run_id: str, plan: Plan, host: str | None,
                             "(corrupt?); start a new run")
     done = {int(c) for c, reason in zip(rows["case_index"], rows["reason"])
             if reason != "interrupted by the user"}
+    # Every case may be in already (the writer died before it compacted them): resuming then
+    # runs nothing and compacts the parts, so the run ends finished, not interrupted forever.
     left = [i for i in range(len(plan.cases)) if i not in done]
-    if not left:
-        raise NetbenchError(f"--resume {run_id}: every case already finished; nothing to "
-                            "resume")
     path = Path(str(run["path"]))
     if path.name.endswith(".parts"):
         path = path.with_name(path.name[:-len(".parts")] + ".parquet")
