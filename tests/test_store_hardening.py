@@ -222,9 +222,10 @@ def test_an_import_of_many_runs_keeps_no_file_open_per_run(tmp_path):
 def test_a_streamed_import_keeps_the_environment_and_units_in_the_footer(tmp_path, monkeypatch,
                                                                           open_files):
     import netbench.store as store_mod
+    import netbench.store.jsonl as jsonl_mod
 
-    monkeypatch.setattr(store_mod, "IMPORT_BATCH_BYTES", 100)    # a batch every row or so
-    monkeypatch.setattr(store_mod, "MAX_OPEN_IMPORTS", open_files)
+    monkeypatch.setattr(jsonl_mod, "IMPORT_BATCH_BYTES", 100)    # a batch every row or so
+    monkeypatch.setattr(jsonl_mod, "MAX_OPEN_IMPORTS", open_files)
     rows = [_row("envs00000001", i, env_kernel="6.1.0", env_json='{"host": "h"}',
                  unit="us (half RTT)") for i in range(5)]
     store_mod.import_jsonl(_jsonl(tmp_path / "rows.jsonl", rows), ResultStore(tmp_path / "r"))

@@ -1,0 +1,276 @@
+"""The rows' schema: the columns and their types, what a row's params are and how a case is
+keyed, the run-level facts kept in a file's footer, and the checks every writer applies. One
+module both stores (Parquet and JSON lines) and every reader share.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from netbench.errors import UsageError
+
+SCHEMA_VERSION = 1
+MAX_STORED_SAMPLES = 100_000   # beyond this, samples are thinned evenly; n_samples stays true
+
+# (column, arrow type name) in file order; env_* columns flatten the fingerprint.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("schema_version", "int32"), ("run_id", "string"), ("label", "string"),
+    ("started_at", "timestamp"), ("host", "string"), ("peer", "string"), ("suite", "string"),
+    ("case_index", "int32"), ("benchmark", "string"), ("family", "string"), ("op", "string"),
+    ("transport", "string"), ("device", "string"), ("msg_size", "int64"), ("params", "string"),
+    ("metric", "string"), ("value", "float64"), ("unit", "string"), ("better", "string"),
+    ("n_samples", "int64"), ("samples", "list<double>"), ("status", "string"),
+    ("reason", "string"), ("env_kernel", "string"), ("env_os", "string"),
+    ("env_cpu", "string"), ("env_nic", "string"), ("env_rdma_device", "string"),
+    ("env_gpu", "string"), ("env_netbench", "string"), ("env_python", "string"),
+    ("env_torch", "string"), ("env_nccl", "string"), ("env_rdma_core", "string"),
+    ("env_json", "string"),
+    # Added within schema 1 (files without them read them as missing): when each case
+    # started and how long it took, harness included.
+    ("case_started_at", "timestamp"), ("case_seconds", "float64"),
+    # The unit's qualifier ("half RTT"): the unit column spells each quantity one way ("us").
+    ("unit_note", "string"),
+    # A fabric sweep's far end: the peer's device (host and peer name the pair).
+    ("peer_device", "string"),
+    # How busy the host was outside netbench while the case ran (netbench.env.hostload).
+    ("load_other_cores", "float64"), ("load_own_cores", "float64"),
+    ("load_steal_cores", "float64"), ("load_avg1", "float64"), ("load_cpu_mhz", "float64"),
+    ("load_throttle_events", "int64"),
+    # What a case's ``auto`` params became on this machine (data_plane=auto -> compiled, a
+    # size of 0 -> the size measured), JSON; ``params`` stays as planned: the case's identity.
+    # Rows of files written before the two were kept apart have no resolved (their params
+    # hold both): see case_identity.
+    ("resolved", "string"),
+)
+
+
+# The run's environment: the same on every row of one host's run, so a file keeps it once, in
+# its footer (ENVS: {host: {column: value}}), and ``ResultStore.read`` joins it back. The
+# env_nic / env_rdma_device / env_gpu columns stay on the rows: they name the case's device.
+RUN_ENV = ("env_kernel", "env_os", "env_cpu", "env_netbench", "env_python", "env_torch",
+           "env_nccl", "env_rdma_core", "env_json")
+ENVS = "netbench_envs"
+_UNIT_NOTE = re.compile(r"^\s*(?P<unit>[^()]+?)\s*\((?P<note>[^()]*)\)\s*$")
+
+
+def arrow_schema() -> Any:
+    import pyarrow as pa
+
+    types = {"int32": pa.int32(), "int64": pa.int64(), "float64": pa.float64(),
+             "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"),
+             "list<double>": pa.list_(pa.float64())}
+    return pa.schema([(name, types[kind]) for name, kind in COLUMNS],
+                     metadata={"netbench_schema_version": str(SCHEMA_VERSION)})
+
+
+class _RunFacts:
+    """What a run's footer says about its rows, gathered row by row (an import streams)."""
+
+    def __init__(self) -> None:
+        self.first: Mapping[str, Any] | None = None
+        self.hosts: set[str] = set()
+        self.benchmarks: set[str] = set()
+        self.ok_benchmarks: set[str] = set()
+        self.by_case: dict[Any, set[str]] = {}
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        if self.first is None:
+            self.first = {k: row.get(k) for k in ("run_id", "label", "started_at", "suite")}
+        if row.get("host"):
+            self.hosts.add(str(row.get("host")))
+        self.benchmarks.add(str(row.get("benchmark")))
+        if row.get("status") == "ok":
+            self.ok_benchmarks.add(str(row.get("benchmark")))
+        self.by_case.setdefault(row.get("case_index"), set()).add(str(row.get("status")))
+
+    def metadata(self) -> dict[str, str]:
+        """Run-level facts kept in the file footer, so a store's index needs no column reads."""
+        first = self.first
+        if first is None:
+            return {"netbench_schema_version": str(SCHEMA_VERSION)}
+        started = first.get("started_at")
+        hosts = sorted(self.hosts)       # a run of several hosts (a fabric sweep): how many
+        return {
+            "netbench_schema_version": str(SCHEMA_VERSION),
+            "netbench_run_id": str(first.get("run_id") or ""),
+            "netbench_label": str(first.get("label") or ""),
+            "netbench_started_at": started.isoformat() if hasattr(started, "isoformat")
+            else str(started),
+            "netbench_suite": str(first.get("suite") or ""),
+            "netbench_host": hosts[0] if len(hosts) == 1 else
+            f"{len(hosts)} hosts" if hosts else "",
+            "netbench_benchmarks": json.dumps(sorted(self.benchmarks)),
+            "netbench_ok_benchmarks": json.dumps(sorted(self.ok_benchmarks)),
+            "netbench_cases": json.dumps(_by_status(self.by_case)),
+        }
+
+
+def _run_metadata(rows: list[Mapping[str, Any]]) -> dict[str, str]:
+    facts = _RunFacts()
+    for row in rows:
+        facts.add(row)
+    return facts.metadata()
+
+
+def case_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Cases (not rows) by status: a case is failed if any of its rows failed, skipped if all
+    were skipped, else ok."""
+    by_case: dict[Any, set[str]] = {}
+    for row in rows:
+        by_case.setdefault(row.get("case_index"), set()).add(str(row.get("status")))
+    return _by_status(by_case)
+
+
+def _by_status(by_case: Mapping[Any, set[str]]) -> dict[str, int]:
+    counts = {"ok": 0, "skipped": 0, "failed": 0}
+    for statuses in by_case.values():
+        status = "failed" if "failed" in statuses else "ok" if "ok" in statuses else "skipped"
+        counts[status] += 1
+    return counts
+
+
+def params_json(params: Mapping[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def params_of(text: Any) -> dict[str, Any]:
+    """A row's ``params`` (or ``resolved``) as a dict: the one parser of them; {} where the
+    text is missing or no JSON object."""
+    if not isinstance(text, str) or not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def measured_params(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What a row's case ran with on its machine: the planned params, ``auto`` resolved."""
+    return {**params_of(row.get("params")), **params_of(row.get("resolved"))}
+
+
+def keyed(*frames: Any) -> list[Any]:
+    """``frames`` of rows with ``params`` made each row's case as compare, history and the
+    fabric matrices match it: the params as planned (data_plane=auto on every machine,
+    whatever auto became there). Rows of files written before params and resolved were
+    kept apart (no ``resolved``: their params hold what auto became) can only be matched as
+    measured, so where any frame holds one, every row of every frame is keyed by its params
+    with resolved merged in (None frames pass through)."""
+    present = [f for f in frames if f is not None and not f.empty]
+    unsplit = any("resolved" not in f or f["resolved"].isna().any() for f in present)
+    if not unsplit:
+        return list(frames)
+    cache: dict[tuple[Any, Any], Any] = {}
+
+    def merged(params: Any, resolved: Any) -> Any:
+        key = (params, resolved)
+        if key not in cache:
+            extra = params_of(resolved)
+            cache[key] = params_json({**params_of(params), **extra}) if extra else params
+        return cache[key]
+
+    out = []
+    for f in frames:
+        if f is None or f.empty or "resolved" not in f:
+            out.append(f)
+            continue
+        out.append(f.assign(params=[merged(p, r) for p, r in zip(f["params"],
+                                                                 f["resolved"])]))
+    return out
+
+
+def thin(samples: Sequence[float], limit: int = MAX_STORED_SAMPLES) -> list[float]:
+    if len(samples) <= limit:
+        return [float(s) for s in samples]
+    step = len(samples) / limit
+    return [float(samples[int(i * step)]) for i in range(limit)]
+
+
+def clean_value(value: float | None) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9_]{1,64}")
+RUN_ID_RULE = "1 to 64 ASCII letters, digits or underscores (netbench makes 12 hex digits)"
+def _conform(table: Any, schema: Any) -> Any:
+    """A stored table in the current schema: columns added since it was written become
+    nulls (a run written by an older netbench and resumed by this one)."""
+    import pyarrow as pa
+
+    columns = [table.column(f.name) if f.name in table.column_names
+               else pa.nulls(len(table), type=f.type) for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema.remove_metadata())
+
+
+def _table(rows: list[dict[str, Any]], metadata: Mapping[str, str]) -> Any:
+    """Rows as a table, the run's environment moved from its rows into the footer."""
+    import pyarrow as pa
+
+    envs = _envs_of(rows)
+    if envs:
+        metadata = {**metadata, ENVS: json.dumps(envs, sort_keys=True)}
+        blank = dict.fromkeys(RUN_ENV)
+        rows = [{**r, **blank} for r in rows]
+    rows = [{**r, **split_unit(r.get("unit"))} for r in rows]
+    return pa.Table.from_pylist(rows, schema=arrow_schema().with_metadata(dict(metadata)))
+
+
+def split_unit(unit: Any) -> dict[str, Any]:
+    """The stored spelling: "us (half RTT)" -> unit "us", unit_note "half RTT"."""
+    match = _UNIT_NOTE.match(unit) if isinstance(unit, str) else None
+    return {"unit": match.group("unit"), "unit_note": match.group("note")} if match else \
+        {"unit": unit}
+
+
+
+def _envs_of(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{host: {env column: value}} from the first row of each host that carries them."""
+    envs: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        host = str(row.get("host") or "")
+        if host not in envs and any(row.get(c) is not None for c in RUN_ENV):
+            envs[host] = {c: row.get(c) for c in RUN_ENV}
+    return envs
+
+
+def env_of(text: Any) -> dict[str, Any]:
+    """A row's env_json (or a footer's JSON) as a dict; {} where none was recorded (missing,
+    NaN, not JSON, not an object)."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    if not isinstance(text, str) or not text:
+        return {}
+    try:
+        env = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return env if isinstance(env, dict) else {}
+
+
+def _footer_envs(metadata: Mapping[bytes, bytes] | None) -> dict[str, dict[str, Any]]:
+    return env_of((metadata or {}).get(ENVS.encode()))
+
+
+def _missing(value: Any) -> bool:
+    try:
+        return value is None or bool(value != value)
+    except (TypeError, ValueError):
+        return False
+
+
+def check_run_id(run_id: Any) -> str:
+    """A run id that can name a file in the store, or a UsageError saying what is accepted."""
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id):
+        shown = repr(run_id)[:80] if isinstance(run_id, str) else \
+            f"{type(run_id).__name__} {str(run_id)[:60]!r}"
+        raise UsageError(f"run_id {shown} cannot name a run's file: a run id is {RUN_ID_RULE}")
+    return run_id
+
+
