@@ -485,6 +485,8 @@ def test_resolved_params_are_stored_and_the_fallback_said_once(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert len(rows) == 3
-    assert all(json.loads(r["params"])["plane"] == "py" for r in rows)
+    # The case as planned (its identity), what auto became beside it.
+    assert all(json.loads(r["params"])["plane"] == "auto" for r in rows)
+    assert all(json.loads(r["resolved"]) == {"plane": "py"} for r in rows)
     lines = [ln for ln in proc.stderr.splitlines() if "slow plane" in ln]
     assert len(lines) == 1 and "3" in lines[0], proc.stderr

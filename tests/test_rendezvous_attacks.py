@@ -302,7 +302,7 @@ def test_a_message_of_many_empty_lists_costs_the_store_about_its_bytes(tmp_path)
     import psutil
 
     port = _free_port()
-    code = ("import sys, time; from netbench import kvstore; "
+    code = ("import sys, time; from netbench.sweep import kvstore; "
             "kvstore.KVServer(int(sys.argv[1]), 2, '127.0.0.1'); print('up', flush=True); "
             "time.sleep(120)")
     server = subprocess.Popen([sys.executable, "-c", code, str(port)], cwd=ROOT,
