@@ -302,7 +302,7 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
             lines[-1] += f" (the {worst} worst below)"
         for h in m.faulty_hosts:
             lines.append(f"  HOST {h.name}: slow {h.role} with {h.slow} of {h.pairs} peers "
-                         f"(median {h.median_ratio:.2f} x the fabric's): its NIC, PCIe path "
+                         f"(median {h.median_ratio:.2f} x the healthy rate): its NIC, PCIe path "
                          "or config")
         loc = m.localization
         for suspect in m.suspects:
@@ -310,7 +310,7 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
         unexplained = m.unexplained
         for c in m.slow_links:
             if (c.client, c.server) in unexplained:
-                lines.append(f"  LINK {c.client} -> {c.server}: {c.ratio:.2f} x the fabric's, "
+                lines.append(f"  LINK {c.client} -> {c.server}: {c.ratio:.2f} x the healthy rate, "
                              "while both hosts are fine with their other peers: the pair's "
                              "own path (one pair: retest it)")
         for note in m.notes:
