@@ -168,8 +168,8 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
         median = float(np.median(cells["value"])) if len(cells) else None
         value = cells["value"].to_numpy(dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
-            healthy, _ = reference((value if better == "higher" else 1.0 / value).tolist(),
-                                   threshold)
+            judged = reference(value if better == "higher" else 1.0 / value, threshold)
+            healthy = judged[0]
             ratio = (value / healthy if better == "higher" else 1.0 / (healthy * value)) \
                 if healthy else np.full(len(value), np.nan)
         cells["ratio"] = np.where(np.isfinite(ratio), ratio, np.nan)
@@ -194,7 +194,7 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
                    else "", better, endpoints, median, cells,
                    roles=roles(str(group["op"].iloc[0]) if "op" in group else "",
                                str(params), better))
-        _attribute(m, topology, threshold)
+        _attribute(m, topology, threshold, judged)
         out.append(m)
     return out
 
@@ -227,7 +227,8 @@ def roles(op: str, params: str, better: str) -> tuple[str, str]:
     return "sending", "receiving"
 
 
-def _attribute(m: Matrix, topology: Topology | None, threshold: float) -> None:
+def _attribute(m: Matrix, topology: Topology | None, threshold: float,
+               healthy: tuple[float | None, str]) -> None:
     """Per host and role, how many of its pairs are slow (the evidence a verdict quotes);
     then which elements explain the slow pairs (``localize``): a host is at fault only
     where it is one of them, and a slow pair is the fault of the host that explains it,
@@ -251,7 +252,7 @@ def _attribute(m: Matrix, topology: Topology | None, threshold: float) -> None:
     if topology is not None:
         m.notes += topology.check_hosts(m.endpoints)
     m.localization = localize(pairs, topology, threshold, m.better,
-                              slow=ok["slow"].tolist())
+                              slow=ok["slow"].tolist(), healthy=healthy)
     m.notes += m.localization.warnings
     client_at_fault, server_at_fault = set(), set()
     for suspect in m.localization.suspects:

@@ -126,12 +126,13 @@ class Localization:
         return sorted({s.host[0] for s in self.suspects if s.host is not None})
 
 
-def reference(values: Sequence[float], threshold: float,
+def reference(values: Sequence[float | None] | Any, threshold: float,
               line_rate: float | None = None) -> tuple[float | None, str]:
-    """The healthy rate a pair is judged against, and where it came from."""
+    """The healthy rate a pair is judged against, and where it came from (``values``: a
+    sequence or an array, None or NaN where a pair has none)."""
     if line_rate:
         return line_rate, "the probed line rate"
-    array = np.array([np.nan if v is None else v for v in values], dtype=float)
+    array = np.array(values, dtype=float)        # None -> NaN
     finite = np.sort(array[np.isfinite(array) & (array > 0)])
     if not len(finite):
         return None, "no pair measured"
@@ -146,15 +147,17 @@ def reference(values: Sequence[float], threshold: float,
 
 def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold: float = 0.4,
              better: str = "higher", line_rate: float | None = None,
-             directed: bool = True, slow: Sequence[bool] | None = None) -> Localization:
+             directed: bool = True, slow: Sequence[bool] | None = None,
+             healthy: tuple[float | None, str] | None = None) -> Localization:
     """The fewest elements of ``topology`` (inferred from the pairs when None) that explain
     the slow pairs. ``value`` in the metric's own direction ``better``; each pair oriented
     client -> server, and with ``directed`` each element's two directions are suspects of
     their own too (a fault may slow one way only). ``slow``: which pairs are slow, where the
-    caller judged them (against a line rate too); else against ``reference``."""
+    caller judged them (against a line rate too); else against ``reference`` (``healthy``:
+    the caller's, where it has worked it out already)."""
     oriented = [None if p.value is None or not p.value > 0 else
                 (p.value if better == "higher" else 1.0 / p.value) for p in pairs]
-    ref, how = reference([v for v in oriented if v is not None], threshold, line_rate)
+    ref, how = healthy or reference(oriented, threshold, line_rate)
     if slow is None:
         slow = [v is None or (ref is not None and v < (1 - threshold) * ref) for v in oriented]
     slow = list(slow)
