@@ -260,7 +260,7 @@ def _attribute(m: Matrix, topology: Topology | None, threshold: float,
             continue
         name, way = suspect.host
         ways = [way] if way else [w for w, role in (("send", m.roles[0]), ("recv", m.roles[1]))
-                                  if (stats_of.get((name, role)) or _NONE).slow]
+                                  if getattr(stats_of.get((name, role)), "slow", 0)]
         for w in ways or ("send", "recv"):
             role = m.roles[0] if w == "send" else m.roles[1]
             verdict = stats_of.get((name, role))
@@ -270,9 +270,6 @@ def _attribute(m: Matrix, topology: Topology | None, threshold: float,
     cause = np.where(cells["client"].isin(client_at_fault), "client",
                      np.where(cells["server"].isin(server_at_fault), "server", "link"))
     cells["cause"] = np.where(cells["slow"], cause, None)
-
-
-_NONE = HostVerdict("", "", 0, 0, None)
 
 
 def _strings(column: Any) -> list[str]:
