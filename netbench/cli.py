@@ -373,7 +373,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print("environment changes:" if changes else "environment: no differences recorded")
         for what, a, b in changes:
             print(f"  {_change(what, a, b)}")
-    if any(v.verdict == "regressed" for v in verdicts):
+    if any(v.verdict.fails_gate() for v in verdicts):
         return 1
     if args.fail_on_noisy and cmp.undecided(verdicts):
         return 3
@@ -384,6 +384,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis import history as hist
     from netbench.analysis.cases import case_names
+    from netbench.analysis.verdict import Verdict
     from netbench.report.console import format_value
     from netbench.store import ResultStore
 
@@ -393,7 +394,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     h = hist.build(ResultStore(args.results), args.label or (), args.benchmark or (),
                    args.metric or (), args.last, args.window, thresholds, args.alpha,
                    args.host or ())
-    regressed = [s for s in h.series if s.newest.verdict == "regressed"]
+    regressed = [s for s in h.series if s.newest.verdict == Verdict.REGRESSED]
     if args.json:
         print(hist.to_json(h))
         return 1 if regressed else 0
@@ -416,9 +417,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     body = []
     for name, s in zip(names, h.series):
         new = s.newest
-        marks = [f"{'down' if st.verdict == 'regressed' else 'up'} #{number[st.run_id]}"
-                 for st in s.steps[1:-1] if st.verdict in ("regressed", "improved")]
-        verdict = new.verdict.upper() if new.verdict == "regressed" else new.verdict
+        marks = [f"{'down' if st.verdict == Verdict.REGRESSED else 'up'} #{number[st.run_id]}"
+                 for st in s.steps[1:-1] if st.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)]
+        verdict = new.verdict.display if new.verdict else ""
         body.append((shown(s.benchmark), shown(name[len(s.benchmark) + 1:]), shown(s.metric),
                      shown(s.unit),
                      hist.sparkline([st.value for st in s.steps]),

@@ -27,9 +27,12 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:       # imported when judged, not when pytest loads the plugin
+    from netbench.analysis.compare import MetricVerdict
 
 _TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -77,7 +80,8 @@ class NetbenchRunner:
         self.results, self.peer, self.label, self.baseline = results, peer, label, baseline
 
     def verdicts(self, result: NetbenchResult, baseline: str | None = None,
-                 thresholds: dict[str, float] | None = None, alpha: float = 0.05) -> list[Any]:
+                 thresholds: dict[str, float] | None = None,
+                 alpha: float = 0.05) -> list[MetricVerdict]:
         """``result`` judged against ``baseline`` (a label, run id or results directory) by
         ``netbench.analysis.compare.judge_selections``: what `netbench compare` says."""
         from netbench.analysis.compare import judge_selections
@@ -97,9 +101,9 @@ class NetbenchRunner:
             pytest.fail(f"netbench: {exc}", pytrace=False)
 
     def assert_no_regression(self, result: NetbenchResult, baseline: str | None = None,
-                             **options: Any) -> list[Any]:
+                             **options: Any) -> list[MetricVerdict]:
         verdicts = self.verdicts(result, baseline, **options)
-        regressed = [v for v in verdicts if v.verdict == "regressed"]
+        regressed = [v for v in verdicts if v.verdict and v.verdict.fails_gate()]
         if regressed:
             pytest.fail("regressed: " + "; ".join(
                 f"{v.benchmark} {v.metric} {v.change:+.1%} (p {v.p_adjusted:.3g})"

@@ -18,7 +18,7 @@ from typing import Any
 
 from netbench.analysis.verdict import (
     HISTORY_RUNS,
-    UNDECIDED,
+    Judgement,
     Past,
     Side,
     invocation_test,
@@ -37,7 +37,9 @@ CLOCK = ("load_cpu_mhz", "load_throttle_events")
 
 
 @dataclass
-class Verdict:
+class MetricVerdict(Judgement):
+    """One case metric compared: judge's decision (verdict, p_value, p_adjusted, evidence,
+    needs, disturbed: see netbench.analysis.verdict.Judgement) and what it was judged on."""
     benchmark: str
     params: str
     msg_size: int | None
@@ -48,15 +50,10 @@ class Verdict:
     candidate: float
     change: float              # relative, (candidate - baseline) / |baseline|
     threshold: float
-    p_value: float | None      # Student's t on the invocations; None without evidence
-    verdict: str               # see netbench.analysis.verdict.VERDICTS
-    evidence: str = "none"     # repeats, history (the store's earlier runs), none
-    needs: str = ""            # unverified or noisy: what would decide it
-    p_adjusted: float | None = None     # Benjamini-Hochberg over the comparison: decides
     invocations: tuple[int, int] = (0, 0)   # baseline, candidate
     history_runs: int = 0      # earlier runs of the case on its host used as noise model
-    busy: tuple[float, float] = (0.0, 0.0)  # cores busy outside netbench, each side's mean
-    disturbed: str = ""        # which side ran on a busy host, when that decided it
+    busy: tuple[float | None, float | None] = (0.0, 0.0)   # cores busy outside netbench,
+    # each side's mean (None: not recorded)
     steal: tuple[float | None, float | None] = (0.0, 0.0)   # of busy, stolen by the hypervisor
 
 
@@ -250,7 +247,7 @@ def check_units(key: tuple[str, str, str], *sides: Mapping[str, Any]) -> None:
 
 
 def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float = 0.05,
-            history: Any = None) -> list[Verdict]:
+            history: Any = None) -> list[MetricVerdict]:
     """Every case metric the sides share, judged. ``history``: rows of earlier runs of the
     baseline's host (``history_rows``), whose run-to-run spread is each case's noise model
     where the sides' own repeats say less."""
@@ -275,13 +272,12 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
         change = change_of(x, y)
         runs = len(past.get(key, Past()).values)
         j = judge(side(x), side(y), change, x["better"], threshold, q, evidence, alpha,
-                  history_runs=runs, what=bench, sd=sd, past=past.get(key))
-        verdicts.append(Verdict(bench, params, x["msg_size"], metric, x["unit"], x["better"],
-                                x["value"], y["value"], change, threshold, p, j.verdict,
-                                j.evidence, j.needs, q, (len(x["values"]), len(y["values"])),
-                                runs if j.evidence == "history" else 0,
-                                (x["busy"], y["busy"]), j.disturbed,
-                                (x.get("steal"), y.get("steal"))))
+                  history_runs=runs, what=bench, sd=sd, past=past.get(key), p_value=p)
+        verdicts.append(MetricVerdict(
+            bench, params, x["msg_size"], metric, x["unit"], x["better"], x["value"],
+            y["value"], change, threshold, (len(x["values"]), len(y["values"])),
+            runs if j.evidence == "history" else 0, (x["busy"], y["busy"]),
+            (x.get("steal"), y.get("steal")), **j.decision()))
     return verdicts
 
 
@@ -335,7 +331,7 @@ def history_rows(store: Any, base_ids: Sequence[str], cand_ids: Sequence[str],
 
 def judge_selections(store: Any, base: Any, cand: Any, thresholds: Mapping[str, float],
                      alpha: float = 0.05, pool_hosts: bool = False,
-                     use_history: bool = True) -> list[Verdict]:
+                     use_history: bool = True) -> list[MetricVerdict]:
     """Two chosen sides (``netbench.analysis.selection.Selection``) judged: what compare, the
     dashboard and the pytest plugin each call, so the same runs get the same verdicts."""
     check_hosts("baseline", base.rows, pool_hosts)
@@ -363,8 +359,8 @@ def failed_cases(base: Any, cand: Any) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def undecided(verdicts: Sequence[Verdict]) -> list[Verdict]:
-    return [v for v in verdicts if v.verdict in UNDECIDED]
+def undecided(verdicts: Sequence[MetricVerdict]) -> list[MetricVerdict]:
+    return [v for v in verdicts if v.verdict and v.verdict.undecided]
 
 
 # --- what changed in the environment -------------------------------------------------------------
@@ -403,7 +399,7 @@ def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
-def to_json(verdicts: Sequence[Verdict], changes: Sequence[tuple[str, Any, Any]],
+def to_json(verdicts: Sequence[MetricVerdict], changes: Sequence[tuple[str, Any, Any]],
             sides: Mapping[str, Any] | None = None,
             failed: Sequence[tuple[str, str, str, str]] = ()) -> str:
     """Verdicts, environment changes, and (``sides``: name -> Selection) the runs chosen."""

@@ -24,7 +24,7 @@ from netbench.analysis.compare import (
     side,
     threshold_for,
 )
-from netbench.analysis.verdict import HISTORY_RUNS, Past, invocation_test, judge
+from netbench.analysis.verdict import HISTORY_RUNS, Judgement, Past, invocation_test, judge
 from netbench.errors import NetbenchError, UsageError
 from netbench.store import keyed
 
@@ -32,19 +32,15 @@ DEFAULT_WINDOW = 5
 
 
 @dataclass
-class Step:
+class Step(Judgement):
+    """One run of a series, judged as compare judges (the Judgement's fields; the first run's
+    verdict is "": nothing before it); p_adjusted is over this run's steps of every series."""
     run_id: str
     started_at: Any
     label: str
     value: float
-    verdict: str = ""           # "" for the first run; else as compare's
     change: float | None = None
-    p_value: float | None = None
-    evidence: str = ""
     against: int = 0            # how many earlier runs this step was judged against
-    p_adjusted: float | None = None   # over this run's steps of every series (BH)
-    needs: str = ""             # unverified or noisy: what would decide it
-    disturbed: str = ""         # which side ran on a busy host, when that decided it
 
 
 @dataclass
@@ -180,12 +176,10 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
         for (step, base, cand, key, sd, past), q in zip(
                 family, adjust([t[0].p_value for t in family])):
             threshold = threshold_for(thresholds or {}, key[0], key[2])
-            step.p_adjusted = q
-            j = judge(side(base), side(cand), step.change or 0.0, base["better"], threshold, q,
-                      step.evidence, alpha, history_runs=step.against + len(past.values),
-                      what=key[0], sd=sd, past=past)
-            step.verdict, step.evidence, step.needs, step.disturbed = (
-                j.verdict, j.evidence, j.needs, j.disturbed)
+            step.adopt(judge(side(base), side(cand), step.change or 0.0, base["better"],
+                             threshold, q, step.evidence, alpha,
+                             history_runs=step.against + len(past.values), what=key[0],
+                             sd=sd, past=past, p_value=step.p_value))
     if not series:
         what = "; ".join(f"{b} {m} (run {r})" for b, m, r in single[:5])
         raise NetbenchError("a trend needs a case measured in at least two runs; every chosen "

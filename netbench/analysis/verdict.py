@@ -29,17 +29,47 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any, Literal
 
 from netbench.env.hostload import BUSY_CORES
 from netbench.stats import t_sf2
 
-REGRESSED, IMPROVED, UNCHANGED = "regressed", "improved", "unchanged"
-NOISY, UNVERIFIED, DISTURBED = "noisy", "unverified", "disturbed"
-VERDICTS = (REGRESSED, IMPROVED, DISTURBED, NOISY, UNVERIFIED, UNCHANGED)
-# Beyond the threshold, but not shown to be the code's doing: a gate fails on them only when
-# asked (--fail-on-noisy).
-UNDECIDED = (NOISY, UNVERIFIED, DISTURBED)
+
+class Verdict(StrEnum):
+    """The kind of verdict on a change: the one spelling compare, history, the dashboard and
+    the plugin share. A ``str`` whose value is the word itself, so JSON, printed and stored text
+    stay the plain words and ``v.verdict == "regressed"`` keeps working in users' code. Members
+    in the order a summary lists them (the worst news first)."""
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    DISTURBED = "disturbed"
+    NOISY = "noisy"
+    UNVERIFIED = "unverified"
+    UNCHANGED = "unchanged"
+
+    @property
+    def undecided(self) -> bool:
+        """Beyond the threshold, but not shown to be the code's doing: a gate fails on it only
+        when asked (--fail-on-noisy)."""
+        return self in (Verdict.NOISY, Verdict.UNVERIFIED, Verdict.DISTURBED)
+
+    def fails_gate(self, fail_on_noisy: bool = False) -> bool:
+        """Does this verdict fail a regression gate? Only ``regressed`` by default."""
+        return self is Verdict.REGRESSED or (fail_on_noisy and self.undecided)
+
+    @property
+    def display(self) -> str:
+        """As a table prints it: a regression in capitals, so it stands out among the rest."""
+        return self.value.upper() if self is Verdict.REGRESSED else self.value
+
+
+# The members by their old names, which callers and tests import.
+REGRESSED, IMPROVED, UNCHANGED = Verdict.REGRESSED, Verdict.IMPROVED, Verdict.UNCHANGED
+NOISY, UNVERIFIED, DISTURBED = Verdict.NOISY, Verdict.UNVERIFIED, Verdict.DISTURBED
+VERDICTS = tuple(Verdict)
+UNDECIDED = tuple(v for v in Verdict if v.undecided)
 
 MIN_DF = 2          # degrees of freedom the invocations' spread needs before it can decide
 HISTORY_RUNS = 8    # earlier runs of a case on its host that make its noise model
@@ -79,13 +109,32 @@ class Past:
     steal: Sequence[float | None] = ()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Judgement:
-    verdict: str
-    p_value: float | None          # the t test's, before adjustment; None without evidence
-    evidence: str                  # repeats, history, none
-    needs: str = ""                # unverified, noisy: what would decide it
-    disturbed: str = ""            # which side ran busy, how busy, what it would have been
+    """What ``judge`` decides about one change, declared once: compare's per-metric record and
+    history's steps are Judgements with their case's identity added. Keyword-only, so a
+    subclass's own fields keep their positions in its constructor."""
+    verdict: Verdict | Literal[""] = ""    # "": not judged (a history's first run)
+    p_value: float | None = None       # the t test's, before adjustment; None without evidence
+    p_adjusted: float | None = None    # Benjamini-Hochberg over the comparison: decides
+    evidence: str = ""                 # repeats, history (the store's earlier runs), none
+    needs: str = ""                    # unverified, noisy: what would decide it
+    disturbed: str = ""                # which side ran busy, how busy, what it would have been
+
+    def __post_init__(self) -> None:
+        # A record built from plain text (stored JSON, a user's own) holds the kind too, and a
+        # word that is no verdict fails here rather than reading as "not regressed".
+        if self.verdict:
+            self.verdict = Verdict(self.verdict)
+
+    def decision(self) -> dict[str, Any]:
+        """The judgement's fields by name, to build a record from."""
+        return {f.name: getattr(self, f.name) for f in fields(Judgement)}
+
+    def adopt(self, judged: Judgement) -> None:
+        """Take ``judged``'s decision (history makes a run's steps, then judges them together)."""
+        for name, value in judged.decision().items():
+            setattr(self, name, value)
 
 
 def _centre_spread(values: Sequence[float], log: bool) -> tuple[float, float, int]:
@@ -134,17 +183,23 @@ def invocation_test(base: Side, cand: Side,
 def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
           p_adjusted: float | None, evidence: str, alpha: float = 0.05,
           history_runs: int = 0, what: str = "", sd: float = 0.0,
-          past: Past | None = None) -> Judgement:
+          past: Past | None = None, p_value: float | None = None) -> Judgement:
     """The verdict on a relative ``change`` (candidate against baseline, in the metric's
-    own direction ``better``), from the test's (adjusted) p-value, evidence and spread."""
+    own direction ``better``), from the test's (adjusted) p-value, evidence and spread.
+    ``p_value``: the test's own, before adjustment (default ``p_adjusted``: a test alone)."""
+    raw = p_adjusted if p_value is None else p_value
+
+    def made(verdict: Verdict, evidence: str = evidence, needs: str = "",
+             disturbed: str = "") -> Judgement:
+        return Judgement(verdict=verdict, p_value=raw, p_adjusted=p_adjusted,
+                         evidence=evidence, needs=needs, disturbed=disturbed)
+
     if abs(change) <= threshold:
-        return Judgement(UNCHANGED, p_adjusted, evidence)
+        return made(UNCHANGED)
     if evidence == "none" or p_adjusted is None:
-        return Judgement(UNVERIFIED, None, "none",
-                         needs=needs_text(base, cand, history_runs))
+        return made(UNVERIFIED, evidence="none", needs=needs_text(base, cand, history_runs))
     if p_adjusted >= alpha:
-        return Judgement(NOISY, p_adjusted, evidence,
-                         needs=f"about {repeats_needed(sd, change, alpha)} repeats a side")
+        return made(NOISY, needs=f"about {repeats_needed(sd, change, alpha)} repeats a side")
     worse = change < 0 if better == "higher" else change > 0
     verdict = REGRESSED if worse else IMPROVED
     # The sides ran on a host in different states: other work moves a figure either way (a
@@ -154,15 +209,13 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     # holds runs in both states, so that the spread it was judged by allows for that load.
     clock = clock_differs(base, cand)
     if clock:
-        return Judgement(DISTURBED, p_adjusted, evidence,
-                         disturbed=clock + (f" during {what}" if what else "")
-                         + f"; on an even clock it would read {verdict}")
+        return made(DISTURBED, disturbed=clock + (f" during {what}" if what else "")
+                    + f"; on an even clock it would read {verdict}")
     apart = load_differs(base, cand)
     if apart and not (evidence == "history" and covers(past, base, cand)):
-        return Judgement(DISTURBED, p_adjusted, evidence,
-                         disturbed=apart + (f" during {what}" if what else "")
-                         + f"; quiet on both it would read {verdict}")
-    return Judgement(verdict, p_adjusted, evidence)
+        return made(DISTURBED, disturbed=apart + (f" during {what}" if what else "")
+                    + f"; quiet on both it would read {verdict}")
+    return made(verdict)
 
 
 CLOCK_GAP = 0.10     # CPU clocks this far apart (relative) are two different machines' worth

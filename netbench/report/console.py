@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from netbench import stats
 from netbench.analysis.cases import case_names
+from netbench.analysis.verdict import VERDICTS, Verdict
 from netbench.api import Case, format_size
 from netbench.textfile import printable  # stored params and hosts may hold escapes
 
@@ -283,7 +284,7 @@ def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None
     header = ("case", "metric", "baseline", "candidate", "change", "verdict", "why")
     body: list[tuple[str, ...]] = []
     folded: dict[str, int] = {}
-    noted = ("regressed", "improved", "disturbed")
+    noted = (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.DISTURBED)
     for key, group in by_case.items():
         wanted = (headlines or {}).get(key[0]) or group[0].metric
         head = next((v for v in group if v.metric == wanted), group[0])
@@ -295,7 +296,7 @@ def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None
                          printable(f"{v.metric} [{v.unit}]"),
                          format_value(v.baseline), format_value(v.candidate),
                          f"{v.change:+.1%}",
-                         v.verdict.upper() if v.verdict == "regressed" else v.verdict,
+                         v.verdict.display,
                          printable(_why(v))))
     widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
     for row in (header, *body):
@@ -303,8 +304,7 @@ def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None
     if folded:
         lines.append("other metrics (--all shows them): "
                      + ", ".join(f"{n} {k}" for k, n in sorted(folded.items())))
-    order = ("regressed", "improved", "disturbed", "noisy", "unverified", "unchanged")
-    counts = {k: sum(v.verdict == k for v in verdicts) for k in order}
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in VERDICTS}
     lines.append("verdicts: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     busy = sorted({v.disturbed for v in verdicts if v.disturbed})
     for text in busy[:6]:
@@ -315,19 +315,19 @@ def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None
 def _why(v: Any) -> str:
     """The evidence behind a verdict, in a few words."""
     n_base, n_cand = v.invocations
-    if v.verdict == "unverified":
+    if v.verdict == Verdict.UNVERIFIED:
         return v.needs
-    if v.verdict == "disturbed":
+    if v.verdict == Verdict.DISTURBED:
         return v.disturbed
     if v.evidence == "history":
         basis = f"spread of {v.history_runs} earlier runs on this host"
     elif v.evidence == "repeats":
         basis = f"{n_base} vs {n_cand} repeats"
     else:
-        basis = "within the threshold" if v.verdict == "unchanged" else ""
+        basis = "within the threshold" if v.verdict == Verdict.UNCHANGED else ""
     p = "" if v.p_adjusted is None else f", p {_p_text(v.p_adjusted)}"
-    extra = f"; {v.needs}" if v.verdict == "noisy" and v.needs else ""
-    if v.verdict == "unchanged" and abs(v.change) <= v.threshold:
+    extra = f"; {v.needs}" if v.verdict == Verdict.NOISY and v.needs else ""
+    if v.verdict == Verdict.UNCHANGED and abs(v.change) <= v.threshold:
         return f"within {v.threshold:.0%}"
     return f"{basis}{p}{extra}"
 

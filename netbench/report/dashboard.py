@@ -23,15 +23,17 @@ from typing import Any
 
 from netbench import stats
 from netbench.analysis.cases import case_names, case_text, param_text
+from netbench.analysis.verdict import Verdict
 from netbench.errors import NetbenchError, UsageError
 from netbench.report.console import ITEMSIZE
 from netbench.stats import median_sorted
 from netbench.store import env_of
 from netbench.textfile import write_atomic
 
-# One colour per verdict of netbench.analysis.verdict.VERDICTS (a test holds them together).
-VERDICT_COLOURS = {"regressed": "#d62728", "improved": "#2ca02c", "unchanged": "#7f7f7f",
-                   "noisy": "#ff7f0e", "unverified": "#c7c7c7", "disturbed": "#9467bd"}
+# One colour per Verdict (a test holds them together); this order is the legend's.
+VERDICT_COLOURS = {Verdict.REGRESSED: "#d62728", Verdict.IMPROVED: "#2ca02c",
+                   Verdict.UNCHANGED: "#7f7f7f", Verdict.NOISY: "#ff7f0e",
+                   Verdict.UNVERIFIED: "#c7c7c7", Verdict.DISTURBED: "#9467bd"}
 
 
 # Series colours: none of them a verdict's, so a trend's verdict marker never reads as a series.
