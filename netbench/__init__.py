@@ -7,10 +7,12 @@ __version__ = "0.1.0"
 
 
 def load(path: str = "results", run_ids: Any = None, params: bool = True) -> Any:
-    """The result store as a tidy pandas DataFrame (see ``netbench.store.load``)."""
+    """The result store as a tidy pandas DataFrame (see ``netbench.store.load``), the traits
+    of cases stored before they carried them filled in from the installed benchmarks."""
+    from netbench import registry
     from netbench.store import load as _load
 
-    rows = _load(path, run_ids, params)
+    rows = _load(path, run_ids, params, registry.stored_traits)
     if params:
         _whole_params_as_int64(rows)
     return rows

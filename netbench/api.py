@@ -9,6 +9,7 @@ The harness (runner, store, CLI) does everything else.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 import threading
@@ -25,9 +26,9 @@ from netbench.errors import NetbenchError, PeerError, SkipCase, UsageError
 from netbench.run.wire import Channel
 
 __all__ = [
-    "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Measurement",
+    "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Flow", "Measurement",
     "Metric", "NetbenchError", "Param", "PeerError", "RunSetup", "ServerSession", "SkipCase",
-    "UsageError", "softroce",
+    "Traits", "UsageError", "softroce",
     "BEYOND_CACHE", "format_size", "host_memory_available", "last_level_cache",
     "launch_info", "parse_size", "pcie_path", "stats",
 ]
@@ -326,6 +327,47 @@ class Measurement:
     # stored in the row's params, so a row says what measured it.
     resolved: dict[str, Any] = field(default_factory=dict)
     fallback: str = ""               # said once per run (with a count), e.g. a slower data plane
+    # Bytes one operation moved where the run decided it (a collective's size rounded to a
+    # multiple of its element size): the case's ``Traits.op_bytes``.
+    op_bytes: int | None = None
+
+
+# Which way the data goes between a case's two ends: "forward" from the end that starts the
+# operation (the client, the host) to the far one (the server, the peer, the GPU), "reverse"
+# back (an RDMA READ, tcp.stream direction=reverse, a device-to-host copy), "both" at once.
+Flow = Literal["forward", "reverse", "both"]
+FLOWS: tuple[str, ...] = ("forward", "reverse", "both")
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a case is, for whoever reads its rows later: declared by its benchmark
+    (``Benchmark.traits``) and stored in every row of the case, so analysis and reports read a
+    stored run without asking today's plugin code (a run stays readable after its plugin
+    changed or was uninstalled, and nothing downstream tests a benchmark's name)."""
+
+    headline: str                      # the metric a case is summed up by (trend, fabric)
+    flow: Flow | None = None           # see Flow; None: no data path between two ends
+    op_bytes: int | None = None        # bytes one operation moves: a message, a batch, a buffer
+    bus_factor: float | None = None    # nccl-tests' busbw = algbw x this; None: no collective
+    size_means: str = ""               # what the case's msg_size counts, in words
+    # The columns the reference tool prints before its figures, as (name, value): nccl-tests'
+    # count, type, redop and root; perftest's #iterations. Shown as they are.
+    lead: tuple[tuple[str, str], ...] = ()
+    trail: tuple[tuple[str, str], ...] = ()    # and after them: nccl-tests' #wrong
+
+    def as_row(self) -> dict[str, Any]:
+        """The row columns that store it (the column pairs as JSON text)."""
+        return {"headline": self.headline or None, "flow": self.flow,
+                "op_bytes": self.op_bytes, "bus_factor": self.bus_factor,
+                "size_means": self.size_means or None,
+                **{name: json.dumps([list(p) for p in pairs]) if pairs else None
+                   for name, pairs in (("lead", self.lead), ("trail", self.trail))}}
+
+    def __post_init__(self) -> None:
+        if self.flow is not None and self.flow not in FLOWS:
+            raise ValueError(f"flow must be one of {', '.join(FLOWS)} or None, "
+                             f"not {self.flow!r}")
 
 
 # --- what the harness hands a benchmark ------------------------------------------------------
@@ -392,7 +434,10 @@ class Benchmark:
     metrics: ClassVar[tuple[Metric, ...]] = ()
     params: ClassVar[tuple[Param, ...]] = ()
     needs_peer: ClassVar[bool] = False     # run() calls ctx.connect()
-    headline: ClassVar[str | None] = None  # the metric progress lines show (default: first)
+    headline: ClassVar[str | None] = None  # the metric a case is summed up by (default: first)
+    size_means: ClassVar[str] = "message"  # what msg_size counts, where the params have one
+    flow: ClassVar[Flow | None] = None     # which way its data goes; None: forward where it
+    # has a far end, else no data path between two ends (traits() decides per case)
 
     @property
     def family(self) -> str:
@@ -401,6 +446,20 @@ class Benchmark:
     @property
     def op(self) -> str:
         return self.name.split(".", 1)[1] if "." in self.name else self.name
+
+    def traits(self, case: Case, measured: Measurement | None = None) -> Traits:
+        """What this case is, for readers of its rows (``Traits``); ``measured`` is None for a
+        case that was skipped or failed. The default: the declared headline, data going
+        forward where there is a far end, one msg_size per operation. A benchmark overrides
+        it where a param or the run decides (a direction param, a collective's world)."""
+        size = case.msg_size
+        if measured is not None:
+            resolved = measured.resolved.get("msg_size")
+            size = measured.op_bytes or (resolved if isinstance(resolved, int) else size)
+        return Traits(
+            headline=self.headline or (self.metrics[0].name if self.metrics else ""),
+            flow=self.flow or ("forward" if self.needs_peer or self.has_far_end else None),
+            op_bytes=size, size_means=self.size_means if size is not None else "")
 
     def available(self, env: Mapping[str, Any]) -> str | None:
         """None when this benchmark (with its defaults) can run here, else the reason it

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from netbench import __version__, hooks
+from netbench import __version__, hooks, registry
 from netbench.api import json_safe
 from netbench.errors import NetbenchError, UsageError
 from netbench.textfile import printable as shown  # stored text may hold ANSI escapes
@@ -36,8 +36,15 @@ def _format_default(param: Any) -> str:
     return str(param.default)
 
 
+def _store(directory: str) -> Any:
+    """The results store, reading files of older netbench versions with their cases' traits
+    filled in from the installed benchmarks (``registry.stored_traits``)."""
+    from netbench.store import ResultStore
+
+    return ResultStore(directory, registry.stored_traits)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    from netbench import registry
     from netbench.env.probe import probe
 
     env = probe(args.sysfs_root)
@@ -203,7 +210,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from netbench.report.console import Reporter, summary_table
     from netbench.run.runner import Runner
     from netbench.run.suite import load_suite, parse_cli_params, plan_single, repeated
-    from netbench.store import JsonlStore, NullStore, ResultStore
+    from netbench.store import JsonlStore, NullStore
 
     params = parse_cli_params(args.param or [])
     target = args.target
@@ -225,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if quiet:                       # rank 0 stores and reports the run; the others only run
         store: Any = NullStore()
     else:
-        store = JsonlStore(args.jsonl) if args.jsonl else ResultStore(args.results)
+        store = JsonlStore(args.jsonl) if args.jsonl else _store(args.results)
     if args.peer:
         from netbench.run.wire import parse_hostport
         parse_hostport(args.peer, 1)
@@ -331,25 +338,18 @@ def _refuse_a_complete_run(store: Any, run_id: str, plan: Any) -> None:
                      "again, run without --resume")
 
 
-def _headlines() -> dict[str, str]:
-    """Each installed benchmark's headline metric (presentation: which row leads a case)."""
-    from netbench import registry
-
-    return {name: b.headline or (b.metrics[0].name if b.metrics else "")
-            for name, b in registry.all_benchmarks().items()}
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
+    from netbench.analysis.cases import headlines
     from netbench.analysis.selection import resolve
     from netbench.report.console import compare_summary
-    from netbench.store import ResultStore
 
-    store = ResultStore(args.results)
+    store = _store(args.results)
     base_sel = resolve(store, args.baseline)
     cand_sel = resolve(store, args.candidate)
     base, cand = base_sel.rows, cand_sel.rows
-    thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds)
+    thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds,
+                                     registry.catalog())
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
     try:
@@ -366,7 +366,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(f"baseline:  {shown(base_sel.describe())}\n"
               f"candidate: {shown(cand_sel.describe())}")
-        print(compare_summary(verdicts, _headlines(), everything=args.all))
+        print(compare_summary(verdicts, {**headlines(base), **headlines(cand)},
+                              everything=args.all))
         for side_name, bench, params, reason in failed:
             print(f"not judged: {side_name}: every invocation of {shown(bench)} "
                   f"{shown(params)} failed: {shown(reason[:200])}")
@@ -386,12 +387,12 @@ def cmd_history(args: argparse.Namespace) -> int:
     from netbench.analysis.cases import case_names
     from netbench.analysis.verdict import Verdict
     from netbench.report.console import format_value
-    from netbench.store import ResultStore
 
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
-    thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds)
-    h = hist.build(ResultStore(args.results), args.label or (), args.benchmark or (),
+    thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds,
+                                     registry.catalog())
+    h = hist.build(_store(args.results), args.label or (), args.benchmark or (),
                    args.metric or (), args.last, args.window, thresholds, args.alpha,
                    args.host or ())
     regressed = [s for s in h.series if s.newest.verdict == Verdict.REGRESSED]
@@ -464,7 +465,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     from netbench.env.launch import collective_env, launch_info
     from netbench.env.probe import probe
     from netbench.run.suite import load_suite, parse_cli_params, plan_single
-    from netbench.store import JsonlStore, NullStore, ResultStore
+    from netbench.store import JsonlStore, NullStore
     from netbench.sweep import fabric
 
     params = parse_cli_params(args.param or [])
@@ -482,7 +483,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     launched = launch_info()
     writer = launched is not None and launched.is_writer
     store: Any = NullStore() if not writer else (
-        JsonlStore(args.jsonl) if args.jsonl else ResultStore(args.results))
+        JsonlStore(args.jsonl) if args.jsonl else _store(args.results))
     env = probe(args.sysfs_root)
     env["collective_env"] = collective_env()
     if launched:
@@ -512,9 +513,8 @@ def cmd_fabric(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from netbench.store import ResultStore
 
-    index = ResultStore(args.results).runs()
+    index = _store(args.results).runs()
     if args.label:
         index = index[index["label"] == args.label]
     if index.empty:
@@ -543,10 +543,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_accept(args: argparse.Namespace) -> int:
     from netbench.analysis import accept
-    from netbench.store import ResultStore
 
-    spec = accept.load_spec(args.spec)
-    chosen = accept.choose_run(ResultStore(args.results), spec, args.run, args.label)
+    spec = accept.load_spec(args.spec, registry.catalog())
+    chosen = accept.choose_run(_store(args.results), spec, args.run, args.label)
     rows = chosen.rows
     outcomes = accept.evaluate(spec, rows)
     print(f"acceptance: {shown(spec.name)}, {shown(chosen.describe())} (host "
@@ -567,9 +566,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis.selection import resolve
     from netbench.report import dashboard
-    from netbench.store import ResultStore
 
-    store = ResultStore(args.results)
+    store = _store(args.results)
     verdicts, base, cand = [], None, None
     if args.baseline or args.candidate:
         if not (args.baseline and args.candidate):
@@ -587,10 +585,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from netbench.analysis.selection import resolve
     from netbench.report.export import openmetrics
-    from netbench.store import ResultStore
     from netbench.textfile import write_atomic
 
-    chosen = resolve(ResultStore(args.results), args.run or args.label)
+    chosen = resolve(_store(args.results), args.run or args.label)
     text = openmetrics(chosen.rows.astype(object).where(chosen.rows.notna(), None)
                        .to_dict("records"))
     if not args.output or args.output == "-":
@@ -606,9 +603,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from netbench.store import ResultStore, import_jsonl
+    from netbench.store import import_jsonl
 
-    store = ResultStore(args.results)
+    store = _store(args.results)
     for source in args.files:
         for path in import_jsonl(source, store):
             print(f"imported {source} -> {path}")
@@ -636,7 +633,6 @@ def cmd_rxe(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from netbench import registry
     from netbench.run.peer import Server
 
     # Our own handler: libraries imported later (pyverbs) may configure the root logger.

@@ -84,6 +84,7 @@ class NetbenchRunner:
                  alpha: float = 0.05) -> list[MetricVerdict]:
         """``result`` judged against ``baseline`` (a label, run id or results directory) by
         ``netbench.analysis.compare.judge_selections``: what `netbench compare` says."""
+        from netbench import registry
         from netbench.analysis.compare import judge_selections
         from netbench.analysis.selection import resolve
         from netbench.errors import NetbenchError
@@ -93,7 +94,7 @@ class NetbenchRunner:
         if not ref:
             pytest.fail("netbench.verdicts: name a baseline (or --netbench-baseline)",
                         pytrace=False)
-        store = ResultStore(self.results)
+        store = ResultStore(self.results, registry.stored_traits)
         try:
             return judge_selections(store, resolve(store, ref), resolve(store, result.run_id),
                                     thresholds or {}, alpha)

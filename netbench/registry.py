@@ -6,11 +6,13 @@ module and one entry-point line. A plugin that fails to import is reported, not 
 
 from __future__ import annotations
 
+from dataclasses import fields
 from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
+from typing import Any
 
-from netbench.api import Benchmark
+from netbench.api import Benchmark, Case, Measurement, Traits
 from netbench.errors import UsageError
 
 GROUP = "netbench.benchmarks"
@@ -57,6 +59,12 @@ def all_benchmarks() -> dict[str, Benchmark]:
     return _load()[0]
 
 
+def catalog() -> dict[str, tuple[str, ...]]:
+    """Each installed benchmark's metric names: what a user's file (thresholds, an acceptance
+    spec) may name. Analysis is handed this, never the registry."""
+    return {name: tuple(m.name for m in b.metrics) for name, b in all_benchmarks().items()}
+
+
 def broken_plugins() -> dict[str, str]:
     return _load()[1]
 
@@ -71,3 +79,64 @@ def get(name: str) -> Benchmark:
         raise UsageError("no benchmarks are registered: is netbench installed "
                          "(pip install -e .)?")
     raise UsageError(f"unknown benchmark {name!r}; known: {', '.join(benchmarks)}")
+
+
+TRAITS = tuple(f.name for f in fields(Traits))      # the row columns that store them
+
+
+def stored_traits(rows: Any) -> Any:
+    """``rows`` (a frame read from the store) with the traits of every case stored before
+    cases carried them (no ``headline``) filled in from what its benchmark declares now
+    (``Benchmark.traits`` over the stored params, the defaults beneath them), so analysis and
+    reports read old and new files alike and never ask the registry themselves. Rows of a
+    benchmark no longer installed, or stored with their traits, are left as they are. The
+    CLI hands this to ``ResultStore`` as its upgrade."""
+    import pandas as pd
+
+    if not {"benchmark", "params", "metric"} <= set(rows.columns) or not any(
+            t in rows for t in TRAITS):
+        return rows                      # a narrow read that asked for no trait
+    old = rows["headline"].isna() if "headline" in rows else pd.Series(True, rows.index)
+    if not old.any():
+        return rows
+    rows = rows.copy()
+    for column in TRAITS:
+        if column not in rows:
+            rows[column] = None
+        if column != "op_bytes" and column != "bus_factor":
+            rows[column] = rows[column].astype(object)
+    # A latency case counted its iterations in its headline's samples.
+    counted = rows["n_samples"] if "n_samples" in rows else pd.Series(None, index=rows.index)
+    if {"run_id", "case_index"} <= set(rows.columns):
+        counted = counted.groupby([rows["run_id"], rows["case_index"]],
+                                  dropna=False).transform("max")
+    resolved = rows["resolved"] if "resolved" in rows else pd.Series(None, index=rows.index)
+    measured = rows["status"] == "ok" if "status" in rows else rows["metric"].notna()
+    keys = list(zip(rows["benchmark"], rows["params"], resolved, measured, counted))
+    found: dict[Any, dict[str, Any] | None] = {}
+    for i in rows.index[old.to_numpy()]:
+        key = keys[rows.index.get_loc(i)]
+        if key not in found:
+            found[key] = _declared(*key)
+        if found[key]:
+            for column, value in found[key].items():
+                rows.at[i, column] = value
+    return rows
+
+
+def _declared(name: Any, params: Any, resolved: Any, measured: bool,
+              counted: Any) -> dict[str, Any] | None:
+    """One stored case's traits as its installed benchmark declares them, as row values."""
+    from netbench.store import params_of
+
+    bench = all_benchmarks().get(str(name))
+    if bench is None:
+        return None
+    planned = {p.name: p.default for p in bench.params} | params_of(params)
+    n = int(counted) if measured and counted == counted and counted is not None else 0
+    m = Measurement({}, {bench.headline or "": range(n)} if n else {},
+                    resolved=params_of(resolved)) if measured else None
+    try:
+        return bench.traits(Case(bench.name, planned), m).as_row()
+    except Exception:           # a plugin that cannot say: the rows stay as stored
+        return None

@@ -19,12 +19,14 @@ def _store(tmp_path, bw_by_size, p99=1.8):
     store.check_writable()
     rows = []
     for index, (size, bw) in enumerate(bw_by_size.items()):
-        for bench, metric, value, better in (("rdma.write_bw", "bw_avg", bw, "higher"),
-                                             ("rdma.send_lat", "lat_p99", p99, "lower")):
+        # Each row in its metric's unit: accept quotes the unit the rows were stored in.
+        for bench, metric, value, better, unit in (
+                ("rdma.write_bw", "bw_avg", bw, "higher", "Gbit/s"),
+                ("rdma.send_lat", "lat_p99", p99, "lower", "us")):
             row = {name: None for name, _ in COLUMNS}
             row.update(schema_version=SCHEMA_VERSION, run_id="run1", label="accept-nic",
                        started_at=datetime.now(UTC), host="h1", benchmark=bench, metric=metric,
-                       value=value, better=better, unit="x", status="ok", case_index=index,
+                       value=value, better=better, unit=unit, status="ok", case_index=index,
                        msg_size=size, device="mlx5_0:1", params=params_json({"msg_size": size}),
                        env_json=ENV, suite="nic")
             rows.append(row)

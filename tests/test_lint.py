@@ -140,3 +140,99 @@ def test_the_stage_rule_can_fail():
     assert [f"{s} imports {d}" for s, deps in mods.items() for d in deps
             if _stage(d) not in MAY_IMPORT[_stage(s)]] == [
         "netbench.store.x imports netbench.analysis.verdict"]
+
+
+# --- analysis and report read what a case declared, never who the benchmark is -----------------
+
+def _benchmark_names() -> set[str]:
+    import tomllib
+
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return set(table["project"]["entry-points"]["netbench.benchmarks"])
+
+
+def _name_tests(source: str, names: set[str]) -> list[str]:
+    """String constants in code (docstrings aside) that name a benchmark or a family's
+    prefix ("tcp.stream", "coll.", "gpu.*"): a reader telling benchmarks apart by name."""
+    families = {n.split(".", 1)[0] for n in names}
+    tree = ast.parse(source)
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                 ast.AsyncFunctionDef))
+            and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in docs:
+            text = node.value
+            # A bare family name is also a transport's ("tcp", "rdma"): a declared column.
+            if text in names or text in {f"{f}." for f in families} | {
+                    f"{f}.*" for f in families}:
+                found.append((node.lineno, node.col_offset, f"line {node.lineno}: {text!r}"))
+    return [text for *_, text in sorted(found)]
+
+
+def test_analysis_and_report_never_ask_the_registry_nor_test_a_benchmark_name():
+    """What they need of a case (its headline, which way the data flows, bytes per
+    operation, the bus factor, the reference tool's columns) is stored in its rows."""
+    mods = _modules()
+    readers = [m for m in mods if _stage(m) in ("analysis", "report")]
+    assert _offenders(mods, readers, ("netbench.registry", "netbench.benchmarks")) == []
+    names = _benchmark_names()
+    found = {str(p.relative_to(ROOT)): hits for p in [*(PACKAGE / "analysis").rglob("*.py"),
+                                                     *(PACKAGE / "report").rglob("*.py")]
+             if (hits := _name_tests(p.read_text(), names))}
+    assert found == {}
+
+
+def test_the_name_rule_can_fail():
+    names = {"coll.all_reduce", "gpu.loader_feed"}
+    code = ('"""About coll.all_reduce."""\n'
+            'def f(rows):\n    """gpu.loader_feed in a docstring is prose."""\n'
+            '    a = rows[rows["benchmark"].str.startswith("coll.")]\n'
+            '    return a, rows["benchmark"] != "gpu.loader_feed", "gpu.*"\n')
+    assert _name_tests(code, names) == ["line 4: 'coll.'", "line 5: 'gpu.loader_feed'",
+                                        "line 5: 'gpu.*'"]
+
+
+def _cycles(mods: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in mods.get(v, ()):
+            if w not in mods:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(mods):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_analysis_and_report_have_no_import_circle():
+    mods = _modules()
+    mods = {m: {d for d in deps if _stage(d) in ("analysis", "report")}
+            for m, deps in mods.items() if _stage(m) in ("analysis", "report")}
+    assert _cycles(mods) == []
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]    # it can fail

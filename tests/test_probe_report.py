@@ -86,14 +86,19 @@ def test_summary_table_fixed_decimals_and_the_reference_tools_columns():
                 "params": params, "case_index": case, "status": "ok", "reason": None,
                 "samples": None, "n_samples": kw.get("n"), "msg_size": kw.get("size", 64)}
 
+    # The reference tools' columns as the benchmarks declare them (Traits.lead, .trail).
     coll = '{"dtype":"float32","reduce_op":"sum","msg_size":%d}'
+    nccl = {"lead": '[["count","%s"],["type","float32"],["redop","sum"]]',
+            "trail": '[["#wrong","0"]]'}
     rows = [row("tcp.rr", "tps", 20142.7, "transactions/s", "{}"),
-            row("coll.all_reduce", "busbw", 0.25, "GB/s", coll % 4096, size=4096),
-            row("coll.all_reduce", "busbw", 12.5, "GB/s", coll % 65536, case=1, size=65536),
-            row("rdma.write_lat", "lat_p50", 1.5, "us", '{"iterations":1000}', case=2,
-                n=1000, size=2),
+            {**row("coll.all_reduce", "busbw", 0.25, "GB/s", coll % 4096, size=4096),
+             **nccl, "lead": nccl["lead"] % "1,024"},
+            {**row("coll.all_reduce", "busbw", 12.5, "GB/s", coll % 65536, case=1, size=65536),
+             **nccl, "lead": nccl["lead"] % "16,384"},
+            {**row("rdma.write_lat", "lat_p50", 1.5, "us", '{"iterations":1000}', case=2,
+                   n=1000, size=2), "lead": '[["#iterations","1,000"]]'},
             {**row("rdma.write_bw", None, None, None, "{}", case=3), "status": "skipped",
-             "reason": "no RDMA device"}]
+             "reason": "no RDMA device", "lead": '[["#iterations","-"]]'}]
     text = summary_table(rows)
     assert "e+" not in text and "20,143" in text                   # never 2.014e+04
     lines = text.splitlines()

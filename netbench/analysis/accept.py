@@ -27,15 +27,16 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+from netbench.analysis.cases import flow_of, probed_line_rate, roles
 from netbench.api import finite, parse_size
 from netbench.errors import NetbenchError, UsageError
-from netbench.store import env_of, measured_params
+from netbench.store import measured_params
 from netbench.textfile import load_toml, printable
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
@@ -54,7 +55,7 @@ class Check:
     msg_size_min: int | None = None
     msg_size_max: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
-    unit: str = ""                         # the metric's, as the benchmark declares it
+    unit: str = ""                         # the metric's, as the rows judged store it
 
 
 @dataclass
@@ -93,9 +94,9 @@ def _line(lines: list[str], index: int, key: str | None = None) -> str:
     return f":{start + 1}"
 
 
-def load_spec(path: str | Path) -> Spec:
-    from netbench import registry
-
+def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None) -> Spec:
+    """An acceptance spec; ``known`` (benchmark -> its metric names, the installed ones: the
+    CLI passes ``registry.catalog()``) makes a check naming any other an error."""
     path = Path(path)
     data, text = load_toml(path, "acceptance spec")
     lines = text.splitlines()
@@ -108,7 +109,6 @@ def load_spec(path: str | Path) -> Spec:
                          f"...), not {accept!r}")
     if data.get("case") is not None and not isinstance(data.get("suite", {}), dict):
         raise UsageError(f"{path}: 'suite' must be a table ([suite] name = ...)")
-    benches = registry.all_benchmarks()
     checks = []
     for i, entry in enumerate(entries):
         def fail(msg: str, key: str | None = None, i: int = i) -> None:
@@ -120,12 +120,12 @@ def load_spec(path: str | Path) -> Spec:
             if key not in _CHECK_KEYS:
                 fail(f"unknown key {key!r}; accepted: {', '.join(_CHECK_KEYS)}", key)
         name = entry.get("benchmark")
-        if not isinstance(name, str) or name not in benches:
-            fail(f"unknown benchmark {name!r}; known: {', '.join(benches)}", "benchmark")
+        if not isinstance(name, str) or (known is not None and name not in known):
+            fail(f"unknown benchmark {name!r}; known: {', '.join(known or ())}", "benchmark")
         metric = entry.get("metric")
-        known = [m.name for m in benches[name].metrics]
-        if not isinstance(metric, str) or metric not in known:
-            fail(f"{name} has no metric {metric!r}; its metrics: {', '.join(known)}", "metric")
+        if not isinstance(metric, str) or (known is not None and metric not in known[name]):
+            fail(f"{name} has no metric {metric!r}; its metrics: "
+                 f"{', '.join((known or {}).get(name, ()))}", "metric")
         if not any(k in entry for k in ("min", "max", "min_line_rate", "min_host_median")):
             fail("a check needs a bound: min, max, min_line_rate or min_host_median")
         try:
@@ -138,8 +138,7 @@ def load_spec(path: str | Path) -> Spec:
                 else None,
                 msg_size_max=parse_size(entry["msg_size_max"]) if "msg_size_max" in entry
                 else None,
-                params=dict(entry.get("params") or {}),
-                unit=next(m.unit for m in benches[name].metrics if m.name == metric))
+                params=dict(entry.get("params") or {}))
         except (TypeError, ValueError) as exc:
             fail(str(exc))
         checks.append(check)
@@ -197,27 +196,6 @@ class _SuiteView:
         return self._store.read(run_ids, columns)
 
 
-_RATE = re.compile(r"([\d.]+)\s*Gb/sec")
-
-
-def probed_line_rate(row: Mapping[str, Any]) -> float | None:
-    """Gbit/s of the link the row was measured on, from the run's fingerprint."""
-    env = env_of(row.get("env_json"))
-    device = str(row.get("device") or "")
-    name, _, port = device.partition(":")
-    for dev in env.get("rdma_devices") or []:
-        if dev["name"] == name:
-            for p in dev.get("ports") or []:
-                if str(p.get("port")) == (port or "1"):
-                    match = _RATE.search(str(p.get("rate") or ""))
-                    if match:
-                        return float(match.group(1))
-    for nic in env.get("nics") or []:
-        if nic["name"] == name and nic.get("speed_mbps"):
-            return nic["speed_mbps"] / 1000.0
-    return None
-
-
 def evaluate(spec: Spec, rows: Any) -> list[Outcome]:
     outcomes = []
     for check in spec.checks:
@@ -239,6 +217,9 @@ def evaluate(spec: Spec, rows: Any) -> list[Outcome]:
             if any(params.get(k) != v for k, v in check.params.items()):
                 continue
             selected.append(row)
+        units = ok["unit"].dropna() if "unit" in ok else ()
+        if len(units):                  # the unit the measured rows were stored in
+            check = replace(check, unit=str(units.iloc[0]))
         outcomes.append(_judge(check, spec, selected, skipped))
     return outcomes
 
@@ -320,14 +301,11 @@ def _host_medians(check: Check, rows: list[Any]) -> list[str]:
     all pairs: a host below ``min_host_median`` of it fails."""
     import statistics
 
-    from netbench.analysis.fabric import roles
-
     values = [float(r["value"]) for r in rows]
     fabric = statistics.median(values)
     higher = str(rows[0].get("better") or "higher") == "higher"
     failures = []
-    named = roles(str(rows[0].get("op") or ""), str(rows[0].get("params") or ""),
-                  "higher" if higher else "lower")
+    named = roles(flow_of(rows[0]), "higher" if higher else "lower")
     for key, role in zip(("host", "peer"), named):
         by: dict[str, list[float]] = {}
         for r, v in zip(rows, values):

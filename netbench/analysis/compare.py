@@ -71,8 +71,11 @@ def parse_threshold(text: str) -> float:
     return value
 
 
-def load_thresholds(flags: Sequence[str], path: str | None) -> dict[str, float]:
-    """``metric=5%`` or ``benchmark:metric=0.1`` flags, and a TOML ``[thresholds]`` table."""
+def load_thresholds(flags: Sequence[str], path: str | None,
+                    known: Mapping[str, Sequence[str]] | None = None) -> dict[str, float]:
+    """``metric=5%`` or ``benchmark:metric=0.1`` flags, and a TOML ``[thresholds]`` table;
+    with ``known`` (benchmark -> its metric names: the CLI passes ``registry.catalog()``), a
+    key naming neither is an error."""
     out: dict[str, float] = {}
     if path:
         data, _ = load_toml(path, "thresholds")
@@ -86,22 +89,21 @@ def load_thresholds(flags: Sequence[str], path: str | None) -> dict[str, float]:
         if not sep:
             raise UsageError(f"--threshold {flag!r}: expected METRIC=VALUE, e.g. bw_avg=3%")
         out[key.strip()] = parse_threshold(value)
-    _check_threshold_keys(out)
+    if known is not None:
+        _check_threshold_keys(out, known)
     return out
 
 
-def _check_threshold_keys(thresholds: Mapping[str, float]) -> None:
+def _check_threshold_keys(thresholds: Mapping[str, float],
+                          known: Mapping[str, Sequence[str]]) -> None:
     """A threshold for a metric or benchmark that does not exist would silently never apply:
     name it, with what is accepted."""
-    from netbench import registry
-
-    benches = registry.all_benchmarks()
-    metrics = {m.name for b in benches.values() for m in b.metrics}
+    metrics = {m for names in known.values() for m in names}
     for key in thresholds:
         bench, sep, metric = key.rpartition(":")
-        if key == "default" or (not sep and key in metrics | set(benches)):
+        if key == "default" or (not sep and key in metrics | set(known)):
             continue
-        if sep and bench in benches and metric in {m.name for m in benches[bench].metrics}:
+        if sep and bench in known and metric in known[bench]:
             continue
         raise UsageError(f"threshold {key!r}: no such metric, benchmark or benchmark:metric; "
                          "accepted: a metric name (bw_avg, lat_p99, ...), a benchmark name, "

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from netbench.analysis.cases import flow_of, headline_of, probed_line_rate, roles
 from netbench.analysis.localize import Localization, Pair, Suspect, localize, reference
 from netbench.env.topology import Topology
 from netbench.errors import UsageError
@@ -107,20 +108,8 @@ class Matrix:
         return bool(self.faulty_hosts or self.suspects or self.slow_links or self.failed)
 
 
-def _headline(benchmark: str) -> str | None:
-    from netbench import registry
-
-    try:
-        bench = registry.get(benchmark)
-    except Exception:
-        return None
-    return bench.headline or (bench.metrics[0].name if bench.metrics else None)
-
-
 def _line_rates(measured: Any) -> dict[str, float]:
     """Each client's link rate in Gbit/s, as its own fingerprint recorded it (probe)."""
-    from netbench.analysis.accept import probed_line_rate
-
     if "env_json" not in measured or "device" not in measured:
         return {}
     rates = {}
@@ -154,7 +143,7 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
     # the case, so a sweep over several NICs is one matrix, not one per client NIC.
     rows = rows.assign(params=_case_params(rows))
     for (bench, params), group in rows.groupby(["benchmark", "params"], sort=True):
-        name = metric or _headline(str(bench))
+        name = metric or headline_of(group)
         measured = group[(group["metric"] == name) & group["value"].notna()]
         failed = group[group["status"] == "failed"]
         if measured.empty and failed.empty:
@@ -192,8 +181,7 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
                 "reason": lost["reason"].to_numpy(), "cause": None})], ignore_index=True)
         m = Matrix(str(bench), str(params), str(name), str(first["unit"]) if first is not None
                    else "", better, endpoints, median, cells,
-                   roles=roles(str(group["op"].iloc[0]) if "op" in group else "",
-                               str(params), better))
+                   roles=roles(flow_of(group.iloc[0].to_dict()), better))
         _attribute(m, topology, threshold, judged)
         out.append(m)
     return out
@@ -213,18 +201,6 @@ def _case_params(rows: Any) -> Any:
         return cache[text]
 
     return keyed_rows["params"].map(without_device)
-
-
-def roles(op: str, params: str, better: str) -> tuple[str, str]:
-    """What the client and the server of a pair do with the data, to name a host's role in
-    a verdict truly: a slow RDMA READ client is slow receiving, not sending. Latency and
-    both-ways runs move data both ways: the roles are just client and server."""
-    p = params_of(params)
-    if better == "lower" or p.get("bidirectional") is True or p.get("direction") == "both":
-        return "client", "server"
-    if op.startswith("read") or p.get("direction") == "reverse":
-        return "receiving", "sending"
-    return "sending", "receiving"
 
 
 def _attribute(m: Matrix, topology: Topology | None, threshold: float,

@@ -11,10 +11,11 @@ NCCL, torch) is recorded on that run, so a regression points at its run and at w
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from netbench.analysis.cases import is_headline
 from netbench.analysis.compare import (
     adjust,
     change_of,
@@ -70,11 +71,9 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
           metrics: Sequence[str] = (), last: int | None = None, window: int = DEFAULT_WINDOW,
           thresholds: Mapping[str, float] | None = None, alpha: float = 0.05,
           hosts: Sequence[str] = (),
-          want: Callable[[str, str], bool] | None = None,
-          scan_metrics: Sequence[str] = ()) -> History:
-    """The history of every (chosen) case over the (chosen) runs, oldest first; ``want``
-    (benchmark, metric) narrows the series further (the dashboard: headline metrics), and
-    ``scan_metrics`` names the only metrics worth reading from the files."""
+          headline_only: bool = False) -> History:
+    """The history of every (chosen) case over the (chosen) runs, oldest first;
+    ``headline_only``: of each case only its headline metric (the dashboard's trend)."""
     if window < 1:
         raise UsageError(f"--window {window}: at least 1 earlier run to judge a step against")
     if last is not None and last < 2:
@@ -109,7 +108,7 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
                             + (", ".join(sorted(wanted)) if wanted else "anything")
                             + (f" with label {', '.join(labels)}" if labels else ""))
     where = {k: v for k, v in (("benchmark", benchmarks),
-                               ("metric", metrics or scan_metrics)) if v}
+                               ("metric", metrics)) if v}
     rows = store.read(list(usable["run_id"]), where=where)     # filters pushed into the scan
     if benchmarks:
         unknown = set(benchmarks) - set(rows["benchmark"])
@@ -124,8 +123,8 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
             raise UsageError(f"no chosen case has metric {', '.join(sorted(unknown))}; "
                              f"metrics there: {', '.join(sorted(set(there)))}")
         rows = rows[rows["metric"].isin(metrics)]
-    if want is not None:
-        rows = rows[[want(b, m) for b, m in zip(rows["benchmark"], rows["metric"])]]
+    if headline_only:
+        rows = rows[is_headline(rows)]
     (rows,) = keyed(rows)                                  # the planned params match
     order = list(usable["run_id"])
     per_run = {run_id: rows[rows["run_id"] == run_id] for run_id in order}

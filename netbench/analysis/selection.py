@@ -112,7 +112,7 @@ def resolve(store: Any, ref: str | None, benchmarks: Iterable[str] | None = None
                          later)
     path = Path(ref)
     if path.is_dir():
-        inside = ResultStore(path)
+        inside = ResultStore(path, store.upgrade)
         return _pooled(inside, _index(inside), f"directory {ref}", benchmarks, columns)
     index = _index(store)
     if (index["run_id"] == ref).any():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from netbench.api import (
@@ -22,6 +23,7 @@ from netbench.api import (
     NetbenchError,
     Param,
     SkipCase,
+    Traits,
     UsageError,
     format_size,
     host_memory_available,
@@ -56,6 +58,10 @@ def _params(default_size: int) -> tuple[Param, ...]:
               "CPUs this process may use), as mpirun --bind-to core; under a launcher its own "
               "binding holds", choices=("none", "rank")),
     )
+
+
+ITEMSIZE = {"uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "int32": 4,
+            "float64": 8, "int64": 8}      # bytes per element of the dtypes above
 
 
 _REDUCE = Param("reduce_op", "choice", "sum", "reduction (nccl-tests -o)",
@@ -141,6 +147,25 @@ class _Collective(Benchmark):
         return [Case(c.benchmark, {**c.params, "world_size": launched.world_size})
                 for c in cases]
 
+    size_means = "bytes per operation (nccl-tests' size)"
+
+    def traits(self, case: Case, measured: Measurement | None = None) -> Traits:
+        """No two ends: every rank sends and receives. nccl-tests prints count, type, redop
+        and root before its figures and #wrong after them."""
+        from . import _ranks
+
+        params = case.params
+        lead: list[tuple[str, str]] = []
+        if case.msg_size is not None and "dtype" in params:
+            lead += [("count", f"{case.msg_size // ITEMSIZE[params['dtype']]:,}"),
+                     ("type", str(params["dtype"]))]
+            lead += [(name, str(params[key])) for name, key in (("redop", "reduce_op"),
+                                                                ("root", "root"))
+                     if key in params]
+        return replace(super().traits(case, measured), flow=None, lead=tuple(lead),
+                       trail=(("#wrong", "0" if measured else "-"),),
+                       bus_factor=_ranks.bus_factor(self.op, int(params["world_size"])))
+
     def _spec(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return {"op": self.op, "bytes": params["msg_size"], "dtype": params["dtype"],
                 "iters": params["iterations"], "warmup": params["warmup"],
@@ -198,7 +223,7 @@ class _Collective(Benchmark):
                     "nccl-tests does)")
         samples = {"time_us": window, "algbw": rates, "busbw": [r * factor for r in rates]}
         return Measurement(values, samples, device=_ranks_label(world), transport=backend,
-                           note=note)
+                           note=note, op_bytes=nbytes)
 
 
 _SPLIT = ("all_gather", "reduce_scatter", "all_to_all")
@@ -373,4 +398,5 @@ class CollDdpSync(_Collective):
         return Measurement(values, {"comm_ms": window_ms,
                                     "busbw": [nbytes / (w * 1e-3) / 1e9 * factor
                                               for w in window_ms if w > 0]},
-                           device=_ranks_label(world), transport=backend, note=note)
+                           device=_ranks_label(world), transport=backend, note=note,
+                           op_bytes=nbytes)

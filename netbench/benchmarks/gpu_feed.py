@@ -16,6 +16,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from netbench.api import (
@@ -27,10 +28,12 @@ from netbench.api import (
     NetbenchError,
     Param,
     SkipCase,
+    Traits,
     host_memory_available,
     pcie_path,
 )
 
+ITEMSIZE = {"uint8": 1, "int32": 4, "float16": 2, "bfloat16": 2, "float32": 4}   # loader dtypes
 TORCH_HINT = "torch is not installed: `pip install torch` with a CUDA build"
 HOLD_CYCLES = 200_000_000      # ~0.1 s of GPU clock: longer than queuing any copy loop here
 
@@ -267,6 +270,7 @@ class _Copy(_Gpu):
     """One direction between host and device memory; subclasses name the direction."""
 
     transport = "pcie"
+    size_means = "bytes per copy"
     metrics = (_BW, _PEAK, _EFFICIENCY)
     params = (_SIZE, _HOST, _GPU, _ITERS, _WARMUP)
     to_device: bool
@@ -289,17 +293,21 @@ class GpuH2D(_Copy):
     name = "gpu.h2d"
     description = "host-to-device copy bandwidth (CUDA events, nvbandwidth convention)"
     to_device = True
+    flow = "forward"
 
 
 class GpuD2H(_Copy):
     name = "gpu.d2h"
     description = "device-to-host copy bandwidth (CUDA events, nvbandwidth convention)"
     to_device = False
+    flow = "reverse"
 
 
 class GpuD2D(_Gpu):
     name = "gpu.d2d"
     transport = "device"
+    size_means = "bytes per copy"
+    flow = "forward"
     description = "device-to-device copy: within one GPU, or to a peer GPU (peer_gpu)"
     metrics = (_BW, _PEAK)
     params = (_SIZE, _GPU,
@@ -327,6 +335,8 @@ class GpuD2D(_Gpu):
 class GpuBidir(_Gpu):
     name = "gpu.bidir"
     transport = "pcie"
+    size_means = "bytes per copy, each way"
+    flow = "both"
     description = "host-to-device and device-to-host copies at once, on two streams"
     metrics = (
         Metric("bw", "GB/s", "higher", "both directions' bytes / the span of both"),
@@ -419,6 +429,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
 class GpuLoaderFeed(Benchmark):
     name = "gpu.loader_feed"
     transport = "pcie"
+    flow = "forward"
     description = "a torch DataLoader feeding batches into GPU memory: samples/s, GB/s, link share"
     metrics = (
         Metric("samples_per_s", "samples/s", "higher", "samples delivered per second"),
@@ -459,6 +470,13 @@ class GpuLoaderFeed(Benchmark):
         if reason is None or reason == TORCH_HINT:
             return reason
         return f"{reason}; device=cpu runs the loader alone"
+
+    def traits(self, case: Case, measured: Measurement | None = None) -> Traits:
+        """One operation is one batch delivered."""
+        p = case.params
+        dims = [int(d) for d in str(p["sample_shape"]).lower().split("x")]
+        return replace(super().traits(case, measured), size_means="bytes per batch",
+                       op_bytes=p["batch_size"] * math.prod(dims) * ITEMSIZE[p["dtype"]])
 
     def available_for(self, case: Case, env: Mapping[str, Any]) -> str | None:
         if case.params.get("device") == "cpu":

@@ -100,6 +100,7 @@ class _Buffer:
 class MemCopy(Benchmark):
     name = "mem.copy"
     transport = "memory"
+    size_means = "bytes per copy"
     description = "host memcpy bandwidth (the bound on loopback TCP and pageable copies)"
     metrics = (
         Metric("bw", "GB/s", "higher", "bytes copied / total time"),

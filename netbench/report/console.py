@@ -19,6 +19,7 @@ from netbench import stats
 from netbench.analysis.cases import case_names
 from netbench.analysis.verdict import VERDICTS, Verdict
 from netbench.api import Case, format_size
+from netbench.store import columns_of
 from netbench.textfile import printable  # stored params and hosts may hold escapes
 
 
@@ -139,32 +140,9 @@ def _grid(header: Sequence[str], body: Sequence[Sequence[str]],
             for r in (*heads, *body)]
 
 
-ITEMSIZE = {"uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "int32": 4,
-            "float64": 8, "int64": 8}      # bytes per element of the benchmarks' dtypes
-
-
-def _lead_columns(bench: str, params: Mapping[str, Any], row: Mapping[str, Any]
-                  ) -> list[tuple[str, str]]:
-    """Columns the reference tools print before their figures: nccl-tests' count, type,
-    redop and root; perftest's #iterations."""
-    out: list[tuple[str, str]] = []
-    if bench.startswith("coll.") and "dtype" in params and row.get("msg_size") is not None:
-        size = ITEMSIZE.get(str(params["dtype"]))
-        out.append(("count", f"{int(row['msg_size']) // size:,}" if size else "-"))
-        out.append(("type", str(params["dtype"])))
-        if "reduce_op" in params:
-            out.append(("redop", str(params["reduce_op"])))
-        if "root" in params:
-            out.append(("root", str(params["root"])))
-    if bench.startswith("rdma."):
-        # A latency row keeps one sample per iteration (duration-bound runs too); a bandwidth
-        # row's samples are windows, so its count is the iterations asked for.
-        n = row.get("n_samples") if bench.endswith("_lat") else None
-        n = None if n is None or (isinstance(n, float) and math.isnan(n)) else n
-        iterations = params.get("iterations") if not params.get("duration") else None
-        out.append(("#iterations", f"{int(n if n else iterations):,}" if (n or iterations)
-                    else "-"))
-    return out
+# What a reference tool's column means, said once under the table that shows it.
+COLUMN_NOTES = {"#wrong": "nccl-tests columns; #wrong: result elements checked wrong, a row "
+                "with any fails"}
 
 
 def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -193,8 +171,9 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
                     units[name] = row["unit"]
                     order.insert(order.index(previous) + 1 if previous else 0, name)
                 previous = name
-        placements = bench.startswith("coll.") and any(
-            "in_place" in json.loads(c[0]["params"] or "{}") for c in bench_cases)
+        # Cases that differ in in_place are one line in two groups, as nccl-tests prints them.
+        placements = any("in_place" in json.loads(c[0]["params"] or "{}")
+                         for c in bench_cases)
         keys = [k for k in varying[bench] if not (placements and k == "in_place")]
         lines: dict[tuple[Any, ...], dict[str, Any]] = {}
         notes: list[str] = []
@@ -205,11 +184,10 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
             size = format_size(int(first["msg_size"])) if first["msg_size"] is not None else "-"
             # The reference tools' columns describe what ran: none where no case of this
             # benchmark ran (a table of skips), "-" for a skipped case beside ones that did.
-            lead = _lead_columns(bench, params, first) if ran else []
-            if first["status"] != "ok":             # nothing ran: no iterations to count
-                lead = [(n, "-" if n == "#iterations" else v) for n, v in lead]
+            lead = columns_of(first.get("lead")) if ran else []
             ident = (size, *(str(params.get(k, "")) for k in keys), *(v for _, v in lead))
-            line = lines.setdefault(ident, {"lead": lead, "cells": {}, "status": None})
+            line = lines.setdefault(ident, {"lead": lead, "cells": {}, "status": None,
+                                            "trail": {}})
             group = ("in-place" if params.get("in_place") else "out-of-place") \
                 if placements else ""
             if first["status"] != "ok":
@@ -220,6 +198,7 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 continue
             for row in case_rows:
                 line["cells"][(group, row["metric"])] = row
+            line["trail"][group] = dict(columns_of(first.get("trail")))
         groups = (["out-of-place", "in-place"] if placements else [""])
         groups = [g for g in groups if any(g == c[0] for ln in lines.values()
                                           for c in ln["cells"])] or groups[:1]
@@ -227,9 +206,9 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         places = {col: decimals(ln["cells"][col]["value"] for ln in lines.values()
                                 if col in ln["cells"]) for col in columns}
         lead_names = [n for n, _ in next(iter(lines.values()))["lead"]] if lines else []
-        nccl = bench.startswith("coll.") and any(
-            "dtype" in json.loads(c[0]["params"] or "{}") for c in bench_cases)
-        wrong = nccl and bool(order)
+        # The reference tool's columns after the figures (nccl-tests' #wrong), per group.
+        trail = list(dict.fromkeys(name for c in bench_cases if c[0]["status"] == "ok"
+                                   for name, _ in columns_of(c[0].get("trail"))))
         header = ["size", *keys, *lead_names]
         unit_row = [""] * len(header)
         if not order:                           # nothing measured: a column for why
@@ -238,9 +217,9 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         for g, m in columns:
             header.append(f"{g + ' ' if g and m == order[0] else ''}{m}")
             unit_row.append(units[m])
-            if wrong and m == order[-1]:
-                header.append("#wrong")
-                unit_row.append("")
+            if m == order[-1]:
+                header.extend(trail)
+                unit_row.extend([""] * len(trail))
         body = []
         for ident, line in lines.items():
             cells = list(ident)
@@ -257,11 +236,12 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
                     cell += f" ±{fixed(half, places[(g, m)])}"
                     shown_pm = True
                 cells.append(cell)
-                if wrong and m == order[-1]:
-                    cells.append("0" if row else "-")   # an ok row's result was checked
+                if m == order[-1]:
+                    shown = line["trail"].get(g, {}) if row else {}
+                    cells.extend(shown.get(name, "-") for name in trail)
             body.append(cells)
-        out.append(bench + ("  (nccl-tests columns; #wrong: result elements checked "
-                            "wrong, a row with any fails)" if nccl else ""))
+        notes_here = [COLUMN_NOTES[name] for name in trail if name in COLUMN_NOTES]
+        out.append(bench + "".join(f"  ({n})" for n in notes_here))
         out.extend(_grid(header, body, unit_row))
         out.extend(notes)
         out.append("")

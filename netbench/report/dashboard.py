@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from netbench import stats
-from netbench.analysis.cases import case_names, case_text, param_text
+from netbench.analysis.cases import case_names, case_text, is_headline, param_text
 from netbench.analysis.verdict import Verdict
 from netbench.errors import NetbenchError, UsageError
-from netbench.report.console import ITEMSIZE
 from netbench.stats import median_sorted
 from netbench.store import env_of
 from netbench.textfile import write_atomic
@@ -284,15 +283,18 @@ def _flat(x: Sequence[Any], y: Sequence[float], name: str, dash: str,
 
 
 def memory_bound(rows: Any) -> tuple[float, str] | None:
-    """The host memcpy bound in Gbit/s and where it was read: the best mem.copy whose buffers
-    are beyond the last-level cache (BEYOND_CACHE x, the cache from the run's fingerprint),
-    never a sweep's best point, which is a cache's rate. Where no run says its cache size,
-    the largest buffers measured; where every size fit in the cache, no bound."""
+    """The host memcpy bound in Gbit/s and where it was read: the best host memory copy
+    (transport memory, its headline rate) whose buffers are beyond the last-level cache
+    (BEYOND_CACHE x, the cache from the run's fingerprint), never a sweep's best point, which
+    is a cache's rate. Where no run says its cache size, the largest buffers measured; where
+    every size fit in the cache, no bound."""
     from netbench.api import BEYOND_CACHE, format_size
 
-    mem = _series(rows, ["mem.copy"], "bw").get("mem.copy")
-    if mem is None or mem.empty:
+    ok = _ok(rows)
+    mem = ok[(ok["transport"] == "memory") & is_headline(ok) & (ok["unit"] == "GB/s")]
+    if mem.empty:
         return None
+    source = str(mem["benchmark"].iloc[0])
     envs = {text: (env_of(text).get("cpu_cache") or {}) for text in
             set(mem["env_json"].dropna())} if "env_json" in mem else {}
     beyond, unknown = [], []
@@ -309,12 +311,12 @@ def memory_bound(rows: Any) -> tuple[float, str] | None:
             unknown.append((float(value), size, None))
     if beyond:
         value, size, cache = max(beyond)
-        return value * 8, (f"at {format_size(size)}, beyond the {format_size(cache['bytes'])} "
-                           f"L{cache.get('level', '?')}")
+        return value * 8, (f"({source}) at {format_size(size)}, beyond the "
+                           f"{format_size(cache['bytes'])} L{cache.get('level', '?')}")
     if unknown:
         largest = max(size for _, size, _ in unknown)
         value = max(v for v, size, _ in unknown if size == largest)
-        return value * 8, f"at {format_size(largest)} (cache size not recorded)"
+        return value * 8, f"({source}) at {format_size(largest)} (cache size not recorded)"
     return None
 
 
@@ -322,12 +324,18 @@ def bandwidth_chart(rows: Any) -> dict[str, Any] | None:
     traces = []
     for name, g in _series(rows, None, "bw_avg").items():
         traces.append(_line(g, f"{name} (Gbit/s)"))
-    for name, g in _series(rows, ["tcp.stream"], "goodput").items():
-        shape = g["params"].map(lambda p: (json.loads(p).get("streams"),
-                                           json.loads(p).get("direction")))
-        for (streams, direction), sub in g.groupby(shape):
-            traces.append(_line(sub, f"TCP baseline {name} {direction} x{streams} (Gbit/s)",
-                                dash="dash"))
+    # The TCP baseline: each TCP bandwidth case's headline, one line per shape of the params
+    # that vary besides the size (streams, direction), so cases are never mixed on one line.
+    ok = _ok(rows)
+    tcp = ok[(ok["transport"] == "tcp") & is_headline(ok) & (ok["unit"] == "Gbit/s")]
+    varying = _varying(tcp)
+    for name, g in tcp.groupby("benchmark"):
+        keys = [k for k in varying.get(name, []) if k != "msg_size"]
+        shape = g["params"].map(lambda p, keys=keys: " ".join(
+            f"{k}={param_text(k, _parsed(p).get(k))}" for k in keys))
+        for text, sub in g.sort_values("msg_size").groupby(shape):
+            traces.append(_line(sub, " ".join(filter(None, ["TCP baseline", name, text]))
+                                + " (Gbit/s)", dash="dash"))
     if not traces:
         return None
     # Loopback TCP cannot beat host memcpy: draw that bound (the memory's copy, in Gbit/s).
@@ -338,7 +346,7 @@ def bandwidth_chart(rows: Any) -> dict[str, Any] | None:
         bound, where = found
         sizes = sorted({x for t in traces for x in t["x"] if x == x and x is not None})
         traces.append(_flat([sizes[0], sizes[-1]] if sizes else [1, 1 << 20], [bound, bound],
-                            f"host memcpy bound {bound:.0f} Gbit/s (mem.copy) {where}", "dot",
+                            f"host memcpy bound {bound:.0f} Gbit/s {where}", "dot",
                             "host memcpy bound"))
         title += "memcpy bound dotted)"
     else:                                # the title promises only what is drawn
@@ -429,8 +437,7 @@ def _varying(rows: Any) -> dict[str, list[str]]:
 
 def busbw_chart(rows: Any) -> dict[str, Any] | None:
     ok = _ok(rows)
-    coll = ok[ok["benchmark"].str.startswith("coll.") & (ok["metric"] == "busbw")
-              & ok["msg_size"].notna()]
+    coll = ok[(ok["metric"] == "busbw") & ok["msg_size"].notna()]
     traces = [_line(g, name) for name, g in coll.groupby("benchmark")]
     if not traces:
         return None
@@ -444,13 +451,14 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
     The bound is the one the benchmark divided by (bw / link_efficiency), so the line is the
     probe's narrowest hop of exactly the GPU that row measured."""
     ok = _ok(rows)
-    pcie = ok[ok["benchmark"].str.startswith("gpu.") & (ok["transport"] == "pcie")]
+    pcie = ok[ok["transport"] == "pcie"]
     bw = pcie[pcie["metric"] == "bw"]
     if bw.empty:
         return None
     traces, bounds = [], {}
-    bw = bw.assign(copy_bytes=[_copy_bytes(b, p, m) for b, p, m in
-                               zip(bw["benchmark"], bw["params"], bw["msg_size"])],
+    # Bytes one operation moved (a copy, a loader's batch), as the benchmark declared them.
+    ops = bw["op_bytes"] if "op_bytes" in bw else bw["msg_size"]
+    bw = bw.assign(copy_bytes=ops.where(ops.notna(), bw["msg_size"]).astype(float),
                    host_mem=bw["params"].map(lambda p: json.loads(p).get("host_mem", "")),
                    run=bw["label"].where(bw["label"].fillna("") != "", bw["suite"]))
     several = bw["run_id"].nunique() > 1
@@ -461,7 +469,7 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
         traces.append({**_flat(g["copy_bytes"], g["value"], name, "solid"),
                        "mode": "lines+markers"})
     share = pcie[pcie["metric"].isin(["link_efficiency", "link_fraction"])
-                 & (pcie["benchmark"] != "gpu.bidir")      # bidir's bound is both directions
+                 & (pcie["flow"] != "both" if "flow" in pcie else True)   # a bound each way
                  & (pcie["value"] > 0)]
     pairs = share.merge(bw, on=["run_id", "case_index"], suffixes=("_share", ""))
     for device, bw_value, fraction in zip(pairs["device"], pairs["value"],
@@ -476,24 +484,13 @@ def h2d_chart(rows: Any) -> dict[str, Any] | None:
                    "GB/s")
 
 
-def _copy_bytes(benchmark: str, params: str, msg_size: Any) -> float | None:
-    """Bytes per copy: msg_size, or for the loader feed one batch (batch x sample x dtype)."""
-    if benchmark != "gpu.loader_feed":
-        return msg_size
-    p = json.loads(params or "{}")
-    try:
-        dims = [int(d) for d in str(p["sample_shape"]).lower().split("x")]
-        return float(p["batch_size"] * math.prod(dims) * ITEMSIZE[p["dtype"]])
-    except (KeyError, ValueError, TypeError):
-        return None
-
-
 def h2d_missing(rows: Any) -> str:
     """Why there is no H2D chart: the gpu.* skip reason, and the GPU links the probe found."""
-    gpu = rows[rows["benchmark"].str.startswith("gpu.") & (rows["status"] != "ok")]
-    text = "no gpu.* rows in this run"
+    gpu = rows[(rows["transport"] == "pcie") & (rows["status"] != "ok")]
+    text = "no host-to-GPU (pcie) rows in this run"
     if not gpu.empty:
-        text = f"gpu.* {gpu['status'].iloc[0]}: {gpu['reason'].iloc[0]}"
+        text = (f"{gpu['benchmark'].iloc[0]} {gpu['status'].iloc[0]}: "
+                f"{gpu['reason'].iloc[0]}")
     try:
         env = json.loads(rows["env_json"].dropna().iloc[0])
     except (IndexError, KeyError, TypeError, ValueError):
@@ -821,15 +818,10 @@ def _view(title: str, rows: Any, latest: Any, runs: list[str], base: Any = None,
 def _trend(store: Any, labels: Sequence[Any]) -> Any:
     """The headline metric of every benchmark over the newest runs of these labels only
     (None: no trend): a view never shows another label's runs."""
-    from netbench import registry
     from netbench.analysis.history import build
 
-    heads = {name: b.headline or (b.metrics[0].name if b.metrics else "")
-             for name, b in registry.all_benchmarks().items()}
     try:
-        h = build(store, labels=list(labels), last=TREND_RUNS,
-                  want=lambda bench, metric: heads.get(bench) == metric,
-                  scan_metrics=sorted(set(heads.values())))
+        h = build(store, labels=list(labels), last=TREND_RUNS, headline_only=True)
     except NetbenchError:
         return None
     h.series = sorted(h.series, key=lambda s: -len(s.steps))[:12]

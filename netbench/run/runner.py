@@ -454,18 +454,31 @@ class Runner:
         return self._metric_rows(index, planned, base, outcome["measurement"])
 
     def _common(self, index: int, bench: Benchmark, case: Case, base: Mapping[str, Any],
-                device: str | None = None, transport: str | None = None,
-                pci_address: str | None = None) -> dict[str, Any]:
+                measured: Measurement | None = None) -> dict[str, Any]:
+        m = measured or Measurement({})
         peer = self.peer if self.peer else ("loopback" if bench.needs_peer else None)
         return {
             **base, "peer": peer, "case_index": index, "benchmark": bench.name,
-            "family": bench.family, "op": bench.op, "transport": transport or bench.transport,
-            "device": device, "msg_size": case.msg_size, "params": params_json(case.params),
-            "resolved": "{}",
-            "env_nic": nic_summary(self.env, device),
-            "env_rdma_device": rdma_summary(self.env, device),
-            "env_gpu": gpu_summary(self.env, pci_address),
+            "family": bench.family, "op": bench.op,
+            "transport": m.transport or bench.transport, "device": m.device,
+            "msg_size": case.msg_size, "params": params_json(case.params), "resolved": "{}",
+            "env_nic": nic_summary(self.env, m.device),
+            "env_rdma_device": rdma_summary(self.env, m.device),
+            "env_gpu": gpu_summary(self.env, m.pci_address),
+            **self._traits(bench, case, measured),
         }
+
+    def _traits(self, bench: Benchmark, case: Case,
+                measured: Measurement | None) -> dict[str, Any]:
+        """The case's declared traits as row columns. A plugin whose ``traits`` fails still
+        gets its rows stored, with the defaults, and the run says why once."""
+        try:
+            traits = bench.traits(case, measured)
+        except Exception as exc:    # a plugin's bug must not lose the case's figures
+            self._case_fallbacks.append(f"{bench.name}.traits() failed, defaults stored: "
+                                        f"{type(exc).__name__}: {exc}")
+            traits = Benchmark.traits(bench, case, measured)
+        return traits.as_row()
 
     def status_rows(self, index: int, planned: PlannedCase, base: Mapping[str, Any],
                     status: str, reason: str) -> list[dict[str, Any]]:
@@ -483,8 +496,7 @@ class Runner:
             return self.status_rows(index, planned, base, "failed",
                                      f"{bench.name} reported undeclared metrics: "
                                      f"{', '.join(sorted(undeclared))}")
-        common = self._common(index, bench, planned.case, base, m.device, m.transport,
-                              m.pci_address)
+        common = self._common(index, bench, planned.case, base, m)
         if m.peer:
             common["peer"] = m.peer
         if m.resolved:

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any
@@ -108,9 +108,13 @@ class ResultStore:
     """A results folder: ``<dir>/<started>-<run_id>.parquet``, one file per finished run,
     ``<dir>/<started>-<run_id>.parts/`` while it is written."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str],
+                 upgrade: Callable[[Any], Any] | None = None) -> None:
         self.directory = Path(directory)
         self._index: tuple[Any, Any] | None = None      # runs(), with what it was built from
+        # Fills what files written by an older netbench lack (the CLI passes the registry's
+        # ``stored_traits``): the store itself knows no benchmark.
+        self.upgrade = upgrade
 
     def check_writable(self) -> None:
         """Fail before measuring anything if results could not be kept; sweep what dead
@@ -474,6 +478,8 @@ class ResultStore:
             need = [*(("run_id", "host") if env else ()), *(("unit_note",) if unit else ())]
             columns = [*columns, *(c for c in need if c not in columns)]
         frame = self._read(paths, columns, where)
+        if self.upgrade is not None and len(frame):
+            frame = self.upgrade(frame)
         if env and len(frame):
             self._join_envs(frame, paths, env)
         if unit and len(frame) and "unit_note" in frame:
@@ -536,7 +542,7 @@ class ResultStore:
 
 
 def load(path: str | os.PathLike[str] = "results", run_ids: Iterable[str] | None = None,
-         params: bool = True) -> Any:
+         params: bool = True, upgrade: Callable[[Any], Any] | None = None) -> Any:
     """The store as a tidy DataFrame, for pandas users: counts and sizes as nullable integers
     (Int64, not float64 with NaN), a run without a label as missing (not ""), one spelling
     per unit with the qualifier in ``unit_note`` ("us (half RTT)" -> "us", "half RTT"),
@@ -545,7 +551,7 @@ def load(path: str | os.PathLike[str] = "results", run_ids: Iterable[str] | None
     files; this is the same rows, ready to group."""
     import pandas as pd
 
-    store = ResultStore(path)
+    store = ResultStore(path, upgrade)
     rows = store.read(run_ids)
     for column in ("schema_version", "case_index", "msg_size", "n_samples"):
         rows[column] = pd.array([None if _missing(v) else int(v) for v in rows[column]],

@@ -45,6 +45,15 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     # Rows of files written before the two were kept apart have no resolved (their params
     # hold both): see case_identity.
     ("resolved", "string"),
+    # What the case is, as its benchmark declared it (netbench.api.Traits), so a stored run is
+    # read without the plugin's code: the headline metric, which way the data flows
+    # (forward/reverse/both), bytes one operation moves, nccl-tests' bus factor, what
+    # msg_size counts, and the reference tool's columns before and after its figures (JSON
+    # [[name, value], ...]).
+    # Files written before them read them as missing: readers fall back where they can.
+    ("headline", "string"), ("flow", "string"), ("op_bytes", "int64"),
+    ("bus_factor", "float64"), ("size_means", "string"), ("lead", "string"),
+    ("trail", "string"),
 )
 
 
@@ -147,6 +156,21 @@ def params_of(text: Any) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def columns_of(text: Any) -> list[tuple[str, str]]:
+    """A row's ``lead`` or ``trail`` (the reference tool's columns) as [(name, value)]; []
+    where none was stored or it is not a JSON list of pairs."""
+    if not isinstance(text, str) or not text:
+        return []
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(value, list) or not all(
+            isinstance(p, list) and len(p) == 2 for p in value):
+        return []
+    return [(str(name), str(shown)) for name, shown in value]
 
 
 def measured_params(row: Mapping[str, Any]) -> dict[str, Any]:

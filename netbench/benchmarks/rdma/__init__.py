@@ -16,6 +16,7 @@ import select
 import time
 import zlib
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from netbench.api import (
@@ -31,6 +32,7 @@ from netbench.api import (
     RunSetup,
     ServerSession,
     SkipCase,
+    Traits,
     softroce,
     stats,
 )
@@ -122,6 +124,19 @@ class _Rdma(Benchmark):
 
     def server_memory(self, params: Mapping[str, Any]) -> int:
         return 2 * int(params["msg_size"]) if params["mem"] == "host" else 0   # the MR
+
+    def traits(self, case: Case, measured: Measurement | None = None) -> Traits:
+        """A READ brings the far end's memory back; perftest prints #iterations first."""
+        traits = super().traits(case, measured)
+        return replace(traits, flow="both" if case.params["bidirectional"] else traits.flow,
+                       lead=(("#iterations", self._iterations(case, measured)),))
+
+    def _iterations(self, case: Case, measured: Measurement | None) -> str:
+        """The messages timed: the iterations asked for (a duration-bound run counts none
+        ahead); nothing ran for a skipped or failed case."""
+        if measured is None or case.params["duration"]:
+            return "-"
+        return f"{int(case.params['iterations']):,}"
 
     def run(self, case: Case, ctx: Context) -> Measurement:
         params = case.params
@@ -510,6 +525,7 @@ class RdmaWriteBw(_RdmaBw):
 class RdmaReadBw(_RdmaBw):
     name = "rdma.read_bw"
     verb = "read"
+    flow = "reverse"                    # the far end's memory comes back
     description = "RDMA READ bandwidth and message rate (ib_read_bw)"
 
 
@@ -523,9 +539,15 @@ class RdmaSendBw(_RdmaBw):
 
 class _RdmaLat(_Rdma):
     headline = "lat_p50"
+    flow = "both"                       # a ping-pong; READ's data comes back only
     params = _common_params(1000, 100, 2)
     depth: ClassVar[int] = 16           # send queue of a ping-pong: one in flight, a few reaping
     half_rtt: ClassVar[bool] = True
+
+    def _iterations(self, case: Case, measured: Measurement | None) -> str:
+        # A latency case keeps one sample per iteration, duration-bound runs too.
+        timed = len(measured.samples.get(self.headline or "", ())) if measured else 0
+        return f"{timed:,}" if timed else super()._iterations(case, measured)
 
     def _summary(self, rtts_ns: list[int]) -> tuple[dict[str, float], dict[str, list[float]]]:
         div = 2000.0 if self.half_rtt else 1000.0
@@ -612,6 +634,7 @@ class RdmaWriteLat(_RdmaLat):
 class RdmaReadLat(_RdmaLat):
     name = "rdma.read_lat"
     verb = "read"
+    flow = "reverse"
     half_rtt = False
     description = "RDMA READ latency, the full round trip (ib_read_lat)"
     metrics = _lat_metrics("us (full RTT)", "the full round trip")

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from netbench.api import (
@@ -27,6 +28,7 @@ from netbench.api import (
     Param,
     PeerError,
     ServerSession,
+    Traits,
     UsageError,
     stats,
 )
@@ -278,6 +280,9 @@ class TcpStream(_TcpBenchmark):
         _AFFINITY,
     )
 
+    def traits(self, case: Case, measured: Measurement | None = None) -> Traits:
+        return replace(super().traits(case, measured), flow=case.params["direction"])
+
     def _far_end_bytes(self, params: Mapping[str, Any]) -> int:
         fwd, rev = self._split(params)      # it receives fwd streams, sends rev (one payload)
         return fwd * RECV_BUFFER + (params["msg_size"] if rev else 0)
@@ -369,6 +374,7 @@ class TcpStream(_TcpBenchmark):
 class TcpRr(_TcpBenchmark):
     name = "tcp.rr"
     headline = "lat_p50"
+    flow = "both"             # a request and its response
     description = "TCP request/response latency, half the round trip (sockperf ping-pong)"
     metrics = (
         *(Metric(f"lat_{q}", "us (half RTT)", "lower", f"{q} of half the round trip",
