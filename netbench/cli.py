@@ -7,17 +7,15 @@ bugs show a traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import math
 import os
-import shlex
 import signal
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -172,42 +170,11 @@ def _print_plan(plan: Any, env: Any) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """While a run measures, SIGTERM (a job scheduler, `kill`) and SIGHUP (a closed
-    terminal) stop it as Ctrl-C does: the case in flight is cancelled, the finished rows
-    kept and the run left resumable, instead of the process dying mid-write."""
-    from netbench.run.runner import Stopped
-
-    def stop(signum: int, frame: Any) -> None:
-        raise Stopped(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _resume_command(args: argparse.Namespace, run_id: str) -> str:
-    """The command that continues this run: the same target, params and options that shape
-    the plan or reach the same store and peer, then --resume."""
-    words = ["netbench", "run", args.target]
-    for param in args.param or []:
-        words += ["-p", param]
-    for flag, value in (("--results", None if args.results == "results" else args.results),
-                        ("--repeat", args.repeat), ("--timeout", args.timeout),
-                        ("--peer", args.peer), ("--sysfs-root", args.sysfs_root)):
-        if value is not None:
-            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
-    return shlex.join([*words, "--resume", run_id])
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from netbench.env.launch import collective_env, launch_info
     from netbench.env.probe import probe
     from netbench.report.console import Reporter, summary_table
+    from netbench.run import session
     from netbench.run.runner import Runner
     from netbench.run.suite import load_suite, parse_cli_params, plan_single, repeated
     from netbench.store import JsonlStore, NullStore
@@ -249,14 +216,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         if quiet or args.jsonl:
             raise UsageError("--resume continues a run in the Parquet store (not with "
                              "--jsonl, and from rank 0 under a launcher)")
-        _refuse_a_complete_run(store, args.resume, plan)
+        session.refuse_a_complete_run(store, args.resume, plan)
         resume = prepare_resume(store, args.resume, plan, env.get("host"), args.label)
         index = store.runs()
         args.label = str(index[index["run_id"] == args.resume]["label"].iloc[0] or "")
         print(f"resuming run {args.resume}: {len(resume.done)} finished case(s) kept, "
               f"{len(resume.record['redone'])} to run", file=sys.stderr)
     runner = Runner(store, env, label=args.label or "", peer=args.peer, reporter=reporter)
-    with _stop_on_signals():
+    with session.stop_on_signals():
         result = runner.run(plan, resume)
     stopped = 128 + int(getattr(signal, result.stopped_by or "SIGINT"))   # 130, 143, 129
     if quiet:
@@ -308,7 +275,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             err.write(f"netbench: {how}; finished rows were kept in {args.jsonl}\n")
         else:
             err.write(f"netbench: {how}; finished rows were kept; continue with: "
-                      f"{_resume_command(args, result.run_id)}\n")
+                      f"{session.resume_command(args, result.run_id)}\n")
         return stopped
     if failed:
         first = failed[0]
@@ -316,26 +283,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         err.write(f"netbench: error: {first['benchmark']}: {first['reason']}{more}\n")
         return 1
     return 0
-
-
-def _refuse_a_complete_run(store: Any, run_id: str, plan: Any) -> None:
-    """``--resume`` of a run holding every planned case (it finished, or a reader finished a
-    killed writer's compaction) names no run to resume: a usage error (exit 2) that says
-    where the run is, not a failure of the run (exit 1)."""
-    from netbench.run.runner import plan_fingerprint
-    store.check_writable()                  # a killed compaction is finished first
-    index = store.runs()
-    match = index[index["run_id"] == run_id] if not index.empty else index
-    if match.empty:
-        return                              # prepare_resume names what is wrong
-    run = match.iloc[0]
-    if run["state"] != "finished" or (run["plan"] and run["plan"] != plan_fingerprint(plan)) \
-            or run["ok"] + run["skipped"] + run["failed"] < len(plan.cases):
-        return
-    raise UsageError(f"--resume {shown(run_id)}: nothing to resume: run "
-                     f"{shown(run_id)} is complete ({run['ok']} ok, {run['skipped']} "
-                     f"skipped, {run['failed']} failed cases in {run['path']}); to measure "
-                     "again, run without --resume")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
