@@ -231,14 +231,27 @@ def _incidence(pairs: Sequence[Pair], topology: Topology,
     frame["ss"] = frame["s"].map(topology.hosts)
     unplaced = int((~placed).sum())
     routed = np.ones(len(frame), dtype=bool)
+    # Routed by destination: each pair's one path is known (its destination picks it among
+    # the equal-cost ones), so its elements are pinned; grouped by the path, not the pair.
+    pinned = topology.routing == "dest"
+    route = frame["s"].map(topology.route_of).to_numpy() if pinned else None
+    positions = frame.index.to_numpy()
     for (sa, sb), idx in frame.groupby(["sc", "ss"], sort=False).indices.items():
-        core = topology.core(sa, sb, directed)
-        rows = frame.index.to_numpy()[idx]
-        if core is None:
-            routed[idx] = False
-            continue
-        for element, share in core.items():
-            through.setdefault(element, []).append((rows, share))
+        if pinned:
+            paths = len(topology.switch_paths(sa, sb)) or 1
+            by_path: dict[int, Any] = {}
+            for k in np.unique(route[idx] % paths):
+                by_path[int(k)] = idx[route[idx] % paths == k]
+            cores = [(topology.core_pinned(sa, sb, frame["s"].iloc[part[0]], directed), part)
+                     for part in by_path.values()]
+        else:
+            cores = [(topology.core(sa, sb, directed), idx)]
+        for core, part in cores:
+            if core is None:
+                routed[part] = False
+                continue
+            for element, share in core.items():
+                through.setdefault(element, []).append((positions[part], share))
     gone = frame.index.to_numpy()[~routed]
     unplaced += len(gone)
     frame = frame[routed]

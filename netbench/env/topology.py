@@ -101,11 +101,17 @@ class Topology:
     capacity: dict[str, float] = field(default_factory=dict)    # link name -> Gbit/s
     source: str = ""                                            # where the shape came from
     inferred: bool = False
+    notes: list[str] = field(default_factory=list)              # what the source showed amiss
+    # How a pair's traffic picks among equal-cost paths: "ecmp" (a hash of the flow, which
+    # nobody outside the switch knows: a verdict is over the path set) or "dest" (by the
+    # destination, as InfiniBand's subnet manager routes a fat-tree: the path is known).
+    routing: str = "ecmp"
     _paths: dict[tuple[str, str], list[tuple[str, ...]]] = field(default_factory=dict,
                                                                   repr=False)
     _adjacency: dict[str, list[str]] | None = field(default=None, repr=False)
     _cores: dict[tuple[str, str, bool], dict[str, float] | None] = field(default_factory=dict,
                                                                          repr=False)
+    _rank: dict[str, int] | None = field(default=None, repr=False)
 
     def add_host(self, host: str, switch: str) -> None:
         if host in self.hosts and self.hosts[host] != switch:
@@ -113,7 +119,7 @@ class Topology:
                              f"({self.hosts[host]} and {switch})")
         self.switches.add(switch)
         self.hosts[host] = switch
-        self._cores = {}
+        self._cores, self._rank = {}, None
 
     def add_trunk(self, a: str, b: str) -> None:
         if a == b:
@@ -201,6 +207,48 @@ class Topology:
         self._cores[key] = {k: min(v, 1.0) for k, v in out.items()}
         return self._cores[key]
 
+    def route_of(self, endpoint: str) -> int:
+        """Under ``routing = "dest"``, the index that picks a destination's path among the
+        equal-cost ones (its place among the hosts, as D-mod-K routes by LID)."""
+        if self._rank is None:
+            self._rank = {h: i for i, h in enumerate(sorted(self.hosts))}
+        return self._rank.get(self.host_key(endpoint) or "", 0)
+
+    def path_to(self, sa: str, sb: str, endpoint: str) -> tuple[str, ...] | None:
+        """The switch path a destination-routed pair takes from ``sa`` to ``sb`` toward
+        ``endpoint`` (None: no path)."""
+        paths = self.switch_paths(sa, sb)
+        return paths[self.route_of(endpoint) % len(paths)] if paths else None
+
+    def elements_pinned(self, src: str, dst: str) -> dict[str, float]:
+        """``elements(src, dst, directed=True)`` on the one path the destination's route
+        takes (every share 1.0); {} where the topology lacks an end or a path."""
+        a, b = self.host_key(src), self.host_key(dst)
+        if a is None or b is None:
+            return {}
+        core = self.core_pinned(self.hosts[a], self.hosts[b], dst, True)
+        if core is None:
+            return {}
+        out = dict.fromkeys(self.end_elements(a, "send", True), 1.0)
+        out.update(dict.fromkeys(self.end_elements(b, "recv", True), 1.0))
+        out.update(core)
+        return out
+
+    def core_pinned(self, sa: str, sb: str, endpoint: str,
+                    directed: bool = False) -> dict[str, float] | None:
+        """``core`` on the one path toward a destination-routed ``endpoint``."""
+        path = self.path_to(sa, sb, endpoint)
+        if path is None:
+            return None
+        out: dict[str, float] = {}
+        for i, switch in enumerate(path):
+            out[f"switch:{switch}"] = 1.0
+            if i:
+                out[f"link:{link_name(path[i - 1], switch)}"] = 1.0
+                if directed:
+                    out[f"link:{path[i - 1]}->{switch}"] = 1.0
+        return out
+
     def check_hosts(self, endpoints: Iterable[str]) -> list[str]:
         """Warnings for a sweep's endpoints against the topology: hosts it lacks, hosts it
         has that the sweep did not measure (the verdicts go on with what is known)."""
@@ -222,7 +270,7 @@ class Topology:
         if lone:
             out.append(f"topology ({self.source}): switch(es) with no links: "
                        f"{', '.join(lone[:10])}")
-        return out
+        return out + [f"topology ({self.source}): {note}" for note in self.notes]
 
 
 def host_of(endpoint: str) -> str:

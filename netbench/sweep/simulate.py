@@ -37,7 +37,10 @@ class FabricSim:
         paths = topo.switch_paths(a, b)
         if not paths:
             raise ValueError(f"no path from {client} to {server}")
-        pick = zlib.crc32(f"{client}>{server}#{self.salt}".encode()) % len(paths)
+        if topo.routing == "dest":               # routed by destination: the known path
+            pick = topo.route_of(server) % len(paths)
+        else:
+            pick = zlib.crc32(f"{client}>{server}#{self.salt}".encode()) % len(paths)
         nodes = [client, *paths[pick], server]
         return list(zip(nodes, nodes[1:]))
 
@@ -52,8 +55,11 @@ class FabricSim:
         factor *= faults.get(f"host:{a}:send", 1.0) * faults.get(f"host:{b}:recv", 1.0)
         return cap * factor
 
-    def measure(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        """Each pair's goodput (Gbit/s) when the round's pairs all run at once."""
+    def measure(self, pairs: Sequence[tuple[str, str]], salt: int | None = None) -> list[float]:
+        """Each pair's goodput (Gbit/s) when the round's pairs all run at once; ``salt``: new
+        flows (a new connection hashes onto a new ECMP path, as a real re-run does)."""
+        if salt is not None:
+            self.salt = salt
         flows = [self._path(c, s) for c, s in pairs]
         rates = max_min_fair(flows, self._hop_capacity)
         return [r * (1 + self.rng.uniform(-self.noise, self.noise)) for r in rates]
@@ -101,13 +107,55 @@ def two_leaves(hosts_per_leaf: int = 4) -> Topology:
     return topo
 
 
-def fat_tree(leaves: int, hosts_per_leaf: int, spines: int) -> Topology:
-    """A two-tier leaf-spine fat-tree: every leaf linked to every spine (ECMP across them)."""
+def fat_tree(leaves: int, hosts_per_leaf: int, spines: int,
+             routing: str = "ecmp") -> Topology:
+    """A two-tier leaf-spine fat-tree: every leaf linked to every spine (ECMP across them, or
+    routed by destination: ``routing``)."""
     topo = Topology(source=f"fat-tree {leaves} leaves x {hosts_per_leaf} hosts, {spines} spines "
-                           "(simulated)")
+                           "(simulated)", routing=routing)
     for leaf in range(leaves):
         for h in range(hosts_per_leaf):
             topo.add_host(f"l{leaf}h{h}", f"leaf{leaf}")
         for s in range(spines):
             topo.add_trunk(f"leaf{leaf}", f"spine{s}")
+    return topo
+
+
+def three_tier(pods: int, leaves_per_pod: int, hosts_per_leaf: int, aggs_per_pod: int,
+               cores: int, routing: str = "ecmp") -> Topology:
+    """A three-tier fat-tree: pods of leaves and aggregation switches (every leaf to every
+    agg of its pod), agg i of every pod linked to the cores of plane i (cores / aggs each)."""
+    topo = Topology(source=f"3-tier fat-tree {pods} pods x {leaves_per_pod} leaves x "
+                           f"{hosts_per_leaf} hosts (simulated)", routing=routing)
+    per_plane = max(cores // aggs_per_pod, 1)
+    for p in range(pods):
+        for leaf in range(leaves_per_pod):
+            name = f"p{p}l{leaf}"
+            for h in range(hosts_per_leaf):
+                topo.add_host(f"{name}h{h}", name)
+            for a in range(aggs_per_pod):
+                topo.add_trunk(name, f"p{p}a{a}")
+        for a in range(aggs_per_pod):
+            for c in range(per_plane):
+                topo.add_trunk(f"p{p}a{a}", f"core{a * per_plane + c}")
+    return topo
+
+
+def dragonfly(groups: int, routers: int, hosts_per_router: int) -> Topology:
+    """A dragonfly: routers of a group all linked to each other, one global link between
+    every two groups (spread over the groups' routers), minimal routing (the one shortest
+    path: pinned)."""
+    topo = Topology(source=f"dragonfly {groups} groups x {routers} routers x "
+                           f"{hosts_per_router} hosts (simulated)", routing="dest")
+    for g in range(groups):
+        for r in range(routers):
+            for h in range(hosts_per_router):
+                topo.add_host(f"g{g}r{r}h{h}", f"g{g}r{r}")
+            for other in range(r + 1, routers):
+                topo.add_trunk(f"g{g}r{r}", f"g{g}r{other}")
+    for g in range(groups):
+        for other in range(g + 1, groups):
+            # The global link of groups g and other leaves each from a router of its own,
+            # turning round the group, so the global links spread over the routers.
+            topo.add_trunk(f"g{g}r{(other - 1) % routers}", f"g{other}r{g % routers}")
     return topo
