@@ -219,3 +219,28 @@ def test_a_skip_only_benchmark_is_credited_to_its_latest_run():
                            "ok_benchmarks": ["tcp.rr"]},
                           {"run_id": "new", "benchmarks": ["gpu.h2d"], "ok_benchmarks": []}])
     assert latest_per_benchmark(index) == {"gpu.h2d": "new", "tcp.rr": "old"}
+
+
+def test_the_comparison_axis_stops_near_minus_100_whatever_rises_beside_it():
+    """A fall stops at -100%; a +700% rise beside it once padded the axis to -117%."""
+    from types import SimpleNamespace
+
+    from netbench.analysis.verdict import Verdict
+    from netbench.report.dashboard import comparison_chart
+
+    def verdict(metric, change, kind):
+        return SimpleNamespace(benchmark="tcp.stream", params='{"msg_size":1024}',
+                               metric=metric, change=change, threshold=0.05, verdict=kind,
+                               unit="Gbit/s", baseline=1.0, candidate=1.0 + change,
+                               evidence="repeats", p_adjusted=0.01, busy=(0.0, 0.0),
+                               disturbed="", needs="")
+
+    fig = comparison_chart([verdict("goodput", -1.0, Verdict.REGRESSED),
+                            verdict("goodput_fwd", 7.0, Verdict.IMPROVED),
+                            verdict("cpu_client", 0.01, Verdict.UNCHANGED)])
+    low, high = fig["layout"]["xaxis"]["range"]
+    assert -110 <= low <= -100 and high >= 700
+    fig = comparison_chart([verdict("goodput", -0.2, Verdict.REGRESSED),
+                            verdict("goodput_fwd", 0.3, Verdict.IMPROVED)])
+    low, _ = fig["layout"]["xaxis"]["range"]
+    assert -30 < low < -20                           # a small fall keeps its margin

@@ -523,6 +523,9 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
     low = max(min(min(changes), 0.0), -limit)
     high = min(max(max(changes), 0.0), limit)
     pad = max(0.05 * (high - low), 1.0)
+    # A fall stops at -100%: its margin never runs the axis past -110%, however far a rise
+    # on the other side stretched the span (a -100% beside +700% padded it to -117%).
+    left = max(low - pad, -110.0) if low >= -100.0 else low - pad
     traces = []
     for kind, colour in VERDICT_COLOURS.items():
         picked = [i for i, v in enumerate(verdicts) if v.verdict == kind]
@@ -547,7 +550,7 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
         "height": 120 + 22 * len(verdicts), "barmode": "overlay",
         "margin": {"l": 20, "r": 20, "t": 50, "b": 40},
         "xaxis": {"title": {"text": "% change (candidate vs baseline)"},
-                  "range": [low - pad, high + pad], "zeroline": True},
+                  "range": [left, high + pad], "zeroline": True},
         "yaxis": {"type": "category", "automargin": True, "categoryorder": "array",
                   "categoryarray": labels[::-1]}, "legend": {"orientation": "h", "y": 1.0,
                                                             "yanchor": "bottom"}}}
