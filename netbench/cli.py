@@ -171,60 +171,31 @@ def _print_plan(plan: Any, env: Any) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from netbench.env.launch import collective_env, launch_info
+    from netbench.env.launch import launch_info
     from netbench.env.probe import probe
     from netbench.report.console import Reporter, summary_table
     from netbench.run import session
-    from netbench.run.runner import Runner
-    from netbench.run.suite import load_suite, parse_cli_params, plan_single, repeated
-    from netbench.store import JsonlStore, NullStore
 
-    params = parse_cli_params(args.param or [])
-    target = args.target
-    if args.repeat is not None and not 1 <= args.repeat <= 1000:
-        raise UsageError(f"--repeat {args.repeat}: a whole number 1..1000 (each case runs that "
-                         "many times, interleaved)")
-    if target.endswith(".toml") or Path(target).is_file():
-        if params:
-            raise UsageError("-p applies to a single benchmark; set params in the suite file")
-        plan = load_suite(target, args.timeout, args.repeat)   # --repeat replaces the suite's
-    else:
-        plan = plan_single(target, params, args.timeout)
-        if args.repeat is not None:
-            plan = repeated(plan, args.repeat)
+    plan = session.plan_target(args.target, args.param or [], args.timeout, args.repeat)
     if args.dry_run:
         return _print_plan(plan, probe(args.sysfs_root))
     launched = launch_info()
+    # rank 0 stores and reports the run; the others only run
     quiet = launched is not None and not launched.is_writer
-    if quiet:                       # rank 0 stores and reports the run; the others only run
-        store: Any = NullStore()
-    else:
-        store = JsonlStore(args.jsonl) if args.jsonl else _store(args.results)
+    store = session.choose_store(not quiet, args.jsonl, args.results, _store)
     if args.peer:
         from netbench.run.wire import parse_hostport
         parse_hostport(args.peer, 1)
     reporter = Reporter(open(os.devnull, "w")) if quiet else Reporter()
-    env = probe(args.sysfs_root)
-    env["collective_env"] = collective_env()
-    if launched:
-        env["launcher"] = {"name": launched.launcher, "rank": launched.rank,
-                           "world_size": launched.world_size, "job": launched.job_id()}
+    env = session.run_env(args.sysfs_root, launched)
     resume = None
     if args.resume:
-        from netbench.run.runner import prepare_resume
-
-        if quiet or args.jsonl:
-            raise UsageError("--resume continues a run in the Parquet store (not with "
-                             "--jsonl, and from rank 0 under a launcher)")
-        session.refuse_a_complete_run(store, args.resume, plan)
-        resume = prepare_resume(store, args.resume, plan, env.get("host"), args.label)
-        index = store.runs()
-        args.label = str(index[index["run_id"] == args.resume]["label"].iloc[0] or "")
+        resume, args.label = session.resume_run(store, args.resume, plan, env.get("host"),
+                                                args.label, not (quiet or args.jsonl))
         print(f"resuming run {args.resume}: {len(resume.done)} finished case(s) kept, "
               f"{len(resume.record['redone'])} to run", file=sys.stderr)
-    runner = Runner(store, env, label=args.label or "", peer=args.peer, reporter=reporter)
-    with session.stop_on_signals():
-        result = runner.run(plan, resume)
+    result = session.measure(plan, store, env, resume, label=args.label or "",
+                             peer=args.peer, events=reporter)
     stopped = 128 + int(getattr(signal, result.stopped_by or "SIGINT"))   # 130, 143, 129
     if quiet:
         failed = [r for r in result.rows if r["status"] == "failed"]
@@ -274,8 +245,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         elif args.jsonl:
             err.write(f"netbench: {how}; finished rows were kept in {args.jsonl}\n")
         else:
-            err.write(f"netbench: {how}; finished rows were kept; continue with: "
-                      f"{session.resume_command(args, result.run_id)}\n")
+            again = session.resume_command(
+                result.run_id, args.target, args.param or [], results=args.results,
+                repeat=args.repeat, timeout=args.timeout, peer=args.peer,
+                sysfs_root=args.sysfs_root)
+            err.write(f"netbench: {how}; finished rows were kept; continue with: {again}\n")
         return stopped
     if failed:
         first = failed[0]
@@ -409,19 +383,11 @@ def _relative(first: float | None, newest: float | None) -> str:
 def cmd_fabric(args: argparse.Namespace) -> int:
     from netbench.analysis import fabric as verdicts
     from netbench.env import topology
-    from netbench.env.launch import collective_env, launch_info
-    from netbench.env.probe import probe
-    from netbench.run.suite import load_suite, parse_cli_params, plan_single
-    from netbench.store import JsonlStore, NullStore
+    from netbench.env.launch import launch_info
+    from netbench.run import session
     from netbench.sweep import fabric
 
-    params = parse_cli_params(args.param or [])
-    if args.target.endswith(".toml") or Path(args.target).is_file():
-        if params:
-            raise UsageError("-p applies to a single benchmark; set params in the suite file")
-        plan = load_suite(args.target, args.timeout)
-    else:
-        plan = plan_single(args.target, params, args.timeout)
+    plan = session.plan_target(args.target, args.param or [], args.timeout)
     if args.k is not None and args.k < 1:
         raise UsageError(f"--k {args.k}: at least 1 pair at a time")
     if not 0 < args.threshold < 1:
@@ -429,13 +395,8 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     shape = topology.load(args.topology) if args.topology else None    # bad file: before all
     launched = launch_info()
     writer = launched is not None and launched.is_writer
-    store: Any = NullStore() if not writer else (
-        JsonlStore(args.jsonl) if args.jsonl else _store(args.results))
-    env = probe(args.sysfs_root)
-    env["collective_env"] = collective_env()
-    if launched:
-        env["launcher"] = {"name": launched.launcher, "rank": launched.rank,
-                           "world_size": launched.world_size, "job": launched.job_id()}
+    store = session.choose_store(writer, args.jsonl, args.results, _store)
+    env = session.run_env(args.sysfs_root, launched)
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if writer else \
         (lambda text: None)
     options = fabric.Options(args.pattern, args.direction, args.k, args.center, args.pairs,

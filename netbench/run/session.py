@@ -9,14 +9,85 @@ from __future__ import annotations
 import contextlib
 import shlex
 import signal
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
+from netbench.env.launch import LaunchInfo, collective_env
+from netbench.env.probe import probe
 from netbench.errors import UsageError
+from netbench.run.runner import (
+    Resume,
+    RunEvents,
+    Runner,
+    RunResult,
+    Stopped,
+    plan_fingerprint,
+    prepare_resume,
+)
+from netbench.run.suite import Plan, load_suite, parse_cli_params, plan_single, repeated
+from netbench.store import JsonlStore, NullStore
 from netbench.textfile import printable as shown  # a run id given on the command line
 
-if TYPE_CHECKING:
-    import argparse
+
+def plan_target(target: str, param_items: Sequence[str], timeout: float | None,
+                repeat: int | None = None) -> Plan:
+    """The plan of a suite file, or of one benchmark with its ``-p KEY=VALUE`` params.
+    ``repeat`` (--repeat) replaces a suite's own repeat, never multiplies it."""
+    params = parse_cli_params(list(param_items))
+    if repeat is not None and not 1 <= repeat <= 1000:
+        raise UsageError(f"--repeat {repeat}: a whole number 1..1000 (each case runs that "
+                         "many times, interleaved)")
+    if target.endswith(".toml") or Path(target).is_file():
+        if params:
+            raise UsageError("-p applies to a single benchmark; set params in the suite file")
+        return load_suite(target, timeout, repeat)
+    plan = plan_single(target, params, timeout)
+    return plan if repeat is None else repeated(plan, repeat)
+
+
+def choose_store(writes: bool, jsonl: str | None, results: str,
+                 parquet: Callable[[str], Any]) -> Any:
+    """Where this process's rows go: nowhere where it does not write (a rank other than 0:
+    rank 0 stores a launched run), JSON lines with --jsonl, else the Parquet store that
+    ``parquet`` opens on ``results``. The caller opens that one: the CLI's reads files of
+    older versions with the installed benchmarks' traits."""
+    if not writes:
+        return NullStore()
+    return JsonlStore(jsonl) if jsonl else parquet(results)
+
+
+def run_env(sysfs_root: str | None, launched: LaunchInfo | None) -> dict[str, Any]:
+    """The fingerprint every row of the run is stored with: the probe's, the collective
+    libraries' settings, and under a launcher this rank's place in the job."""
+    env = probe(sysfs_root)
+    env["collective_env"] = collective_env()
+    if launched:
+        env["launcher"] = {"name": launched.launcher, "rank": launched.rank,
+                           "world_size": launched.world_size, "job": launched.job_id()}
+    return env
+
+
+def resume_run(store: Any, run_id: str, plan: Plan, host: str | None, label: str | None,
+               parquet: bool) -> tuple[Resume, str]:
+    """``--resume run_id``: what is left of it, and its own label (a resumed run keeps it).
+    Only a Parquet store written by this process can be continued (``parquet``: not
+    --jsonl, not a rank other than 0); a complete run is a usage error."""
+    if not parquet:
+        raise UsageError("--resume continues a run in the Parquet store (not with "
+                         "--jsonl, and from rank 0 under a launcher)")
+    refuse_a_complete_run(store, run_id, plan)
+    resume = prepare_resume(store, run_id, plan, host, label)
+    index = store.runs()
+    return resume, str(index[index["run_id"] == run_id]["label"].iloc[0] or "")
+
+
+def measure(plan: Plan, store: Any, env: dict[str, Any], resume: Resume | None, *,
+            label: str, peer: str | None, events: RunEvents) -> RunResult:
+    """Run the plan, SIGTERM and SIGHUP stopping it as Ctrl-C does."""
+    runner = Runner(store, env, label=label, peer=peer, reporter=events)
+    with stop_on_signals():
+        return runner.run(plan, resume)
 
 
 @contextlib.contextmanager
@@ -24,8 +95,6 @@ def stop_on_signals() -> Iterator[None]:
     """While a run measures, SIGTERM (a job scheduler, `kill`) and SIGHUP (a closed
     terminal) stop it as Ctrl-C does: the case in flight is cancelled, the finished rows
     kept and the run left resumable, instead of the process dying mid-write."""
-    from netbench.run.runner import Stopped
-
     def stop(signum: int, frame: Any) -> None:
         raise Stopped(signal.Signals(signum).name)
 
@@ -37,15 +106,18 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def resume_command(args: argparse.Namespace, run_id: str) -> str:
+def resume_command(run_id: str, target: str, param_items: Sequence[str], *, results: str,
+                   repeat: int | None, timeout: float | None, peer: str | None,
+                   sysfs_root: str | None) -> str:
     """The command that continues this run: the same target, params and options that shape
-    the plan or reach the same store and peer, then --resume."""
-    words = ["netbench", "run", args.target]
-    for param in args.param or []:
+    the plan or reach the same store and peer, then --resume (``results`` left out where it
+    is the CLI's default)."""
+    words = ["netbench", "run", target]
+    for param in param_items:
         words += ["-p", param]
-    for flag, value in (("--results", None if args.results == "results" else args.results),
-                        ("--repeat", args.repeat), ("--timeout", args.timeout),
-                        ("--peer", args.peer), ("--sysfs-root", args.sysfs_root)):
+    for flag, value in (("--results", None if results == "results" else results),
+                        ("--repeat", repeat), ("--timeout", timeout),
+                        ("--peer", peer), ("--sysfs-root", sysfs_root)):
         if value is not None:
             words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return shlex.join([*words, "--resume", run_id])
@@ -55,7 +127,6 @@ def refuse_a_complete_run(store: Any, run_id: str, plan: Any) -> None:
     """``--resume`` of a run holding every planned case (it finished, or a reader finished a
     killed writer's compaction) names no run to resume: a usage error (exit 2) that says
     where the run is, not a failure of the run (exit 1)."""
-    from netbench.run.runner import plan_fingerprint
     store.check_writable()                  # a killed compaction is finished first
     index = store.runs()
     match = index[index["run_id"] == run_id] if not index.empty else index
