@@ -16,7 +16,6 @@ import sys
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -152,13 +151,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _row_to_json(row: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in row.items():
-        out[key] = value.isoformat() if isinstance(value, datetime) else value
-    return out
-
-
 def _print_plan(plan: Any, env: Any) -> int:
     """`run --dry-run`: the cases a run would measure, each validated, and what would be
     skipped here and why; nothing is measured or stored."""
@@ -173,6 +165,7 @@ def _print_plan(plan: Any, env: Any) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from netbench.env.launch import launch_info
     from netbench.env.probe import probe
+    from netbench.report import console
     from netbench.report.console import Reporter, summary_table
     from netbench.run import session
 
@@ -205,7 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return stopped if result.interrupted else (1 if failed else 0)
     out = sys.stdout
     if args.json:
-        json.dump(json_safe([_row_to_json(r) for r in result.rows]), out, default=str,
+        json.dump(json_safe([console.row_to_json(r) for r in result.rows]), out, default=str,
                   allow_nan=False)
         out.write("\n")
         out = sys.stderr
@@ -263,6 +256,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis.cases import headlines
     from netbench.analysis.selection import resolve
+    from netbench.report import console
     from netbench.report.console import compare_summary
 
     store = _store(args.results)
@@ -294,7 +288,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                   f"{shown(params)} failed: {shown(reason[:200])}")
         print("environment changes:" if changes else "environment: no differences recorded")
         for what, a, b in changes:
-            print(f"  {_change(what, a, b)}")
+            print(f"  {console.env_change(what, a, b)}")
     if any(v.verdict.fails_gate() for v in verdicts):
         return 1
     if args.fail_on_noisy and cmp.undecided(verdicts):
@@ -307,6 +301,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     from netbench.analysis import history as hist
     from netbench.analysis.cases import case_names
     from netbench.analysis.verdict import Verdict
+    from netbench.report import console
     from netbench.report.console import format_value
 
     if not 0 < args.alpha < 1:
@@ -325,7 +320,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     print(f"history: {len(h.runs)} runs, {len(h.series)} case metrics; each run judged "
           f"against up to {args.window} before it (compare's test)")
     for i, run in enumerate(h.runs, 1):
-        changed = "; ".join(_change(k, a, b) for k, a, b in run["changes"][:4])
+        changed = "; ".join(console.env_change(k, a, b) for k, a, b in run["changes"][:4])
         more = f" (+{len(run['changes']) - 4} more)" if len(run["changes"]) > 4 else ""
         print((f"  #{i:<3} {shown(run['run_id'])}  {run['started_at']:%Y-%m-%d %H:%M}  "
                f"{shown(run['label'] or '-')[:20]:<20}" + (f"  changed: {changed}{more}"
@@ -347,7 +342,7 @@ def cmd_history(args: argparse.Namespace) -> int:
                      hist.sparkline([st.value for st in s.steps]),
                      format_value(s.steps[0].value), format_value(new.value),
                      "-" if new.change is None else f"{new.change:+.1%}",
-                     _relative(s.steps[0].value, new.value),
+                     console.relative(s.steps[0].value, new.value),
                      f"{verdict} (#{number[new.run_id]} vs {new.against})",
                      ", ".join(marks) or "-"))
     widths = [max(len(h_), *(len(r[i]) for r in body)) for i, h_ in enumerate(header)]
@@ -365,19 +360,6 @@ def cmd_history(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
-
-
-def _change(what: str, old: Any, new: Any) -> str:
-    """One environment change, as compare and history print it."""
-    return (f"{shown(what)}: {shown(old) if old is not None else '-'} -> "
-            f"{shown(new) if new is not None else '-'}")
-
-
-def _relative(first: float | None, newest: float | None) -> str:
-    """newest against first, as history prints a change; '-' where either is missing or 0."""
-    if first is None or newest is None or first == 0 or first != first or newest != newest:
-        return "-"
-    return f"{(newest - first) / abs(first):+.1%}"
 
 
 def cmd_fabric(args: argparse.Namespace) -> int:

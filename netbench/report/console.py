@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TextIO
 
 from netbench import stats
@@ -318,3 +319,23 @@ def _p_text(p: float) -> str:
         return "< 0.001"
     text = f"{p:.3f}"
     return f"{p:.4f}" if text in ("0.050", "0.010") else text
+
+
+def row_to_json(row: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in row.items():
+        out[key] = value.isoformat() if isinstance(value, datetime) else value
+    return out
+
+
+def env_change(what: str, old: Any, new: Any) -> str:
+    """One environment change, as compare and history print it."""
+    return (f"{printable(what)}: {printable(old) if old is not None else '-'} -> "
+            f"{printable(new) if new is not None else '-'}")
+
+
+def relative(first: float | None, newest: float | None) -> str:
+    """newest against first, as history prints a change; '-' where either is missing or 0."""
+    if first is None or newest is None or first == 0 or first != first or newest != newest:
+        return "-"
+    return f"{(newest - first) / abs(first):+.1%}"
