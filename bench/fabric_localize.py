@@ -9,7 +9,7 @@ One line per topology:
 beside the rounds all-pairs needs. A fault scales one element's capacity (a host's NIC both
 ways or one way, its access link, an inter-switch link, a switch) to ``--severity`` (0.25:
 a 4x link trained at 1x, EDR at DDR); measurement noise is +-``--noise``. The sweep's rounds
-come from ``netbench.sweep.adaptive`` and its verdict from ``netbench.analysis.localize``, the
+come from ``netbench.analysis.adaptive`` and its verdict from ``netbench.analysis.localize``, the
 same code a real sweep runs. Scoring: a suspect is right when what it names holds a broken
 element (a NIC and its own link are one end: end-to-end pairs cannot tell them apart);
 ``pinned`` counts faults named alone, not within an ECMP path set.
@@ -86,10 +86,11 @@ def faults_for(topo, rng: random.Random, count: int, severity: float) -> dict[st
 
 def trial(make, rng: random.Random, faults: int, severity: float, noise: float,
           threshold: float):
+    from netbench.analysis.adaptive import AdaptivePlanner
     from netbench.analysis.localize import Pair, localize
-    from netbench.sweep.adaptive import AdaptivePlanner
     from netbench.sweep.simulate import FabricSim
 
+    import pandas  # noqa: F401  (imported before the clock: plan_s is planning, not imports)
     topo = make()
     broken = faults_for(topo, rng, faults, severity)
     fabric = FabricSim(topo, faults=broken, noise=noise, seed=rng.randrange(1 << 30))
@@ -127,7 +128,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--verbose", action="store_true", help="print each miss's rounds")
     args = ap.parse_args()
-    from netbench.sweep.adaptive import default_budget
+    from netbench.analysis.adaptive import default_budget
 
     for name, make in shapes(args.hosts):
         if args.only and args.only not in name:
@@ -136,8 +137,8 @@ def main() -> int:
         n = len(make().hosts)
         rounds, right, named, recalled, pinned, truth, plan = [], 0, 0, 0, 0, 0, 0.0
         for t in range(args.trials):
-            r, ok, nm, rc, pn, tr, ps, log, broken, said = trial(make, rng, 1 + t % 2, args.severity,
-                                                   args.noise, args.threshold)
+            r, ok, nm, rc, pn, tr, ps, log, broken, said = trial(
+                make, rng, 1 + t % 2, args.severity, args.noise, args.threshold)
             rounds.append(r)
             right, named, recalled, pinned, truth = (right + ok, named + nm, recalled + rc,
                                                      pinned + pn, truth + tr)

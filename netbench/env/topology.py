@@ -123,6 +123,7 @@ class Topology:
     _cores: dict[tuple[str, str, bool], dict[str, float] | None] = field(default_factory=dict,
                                                                          repr=False)
     _rank: dict[str, int] | None = field(default=None, repr=False)
+    _toward: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
 
     def add_host(self, host: str, switch: str) -> None:
         if host in self.hosts and self.hosts[host] != switch:
@@ -152,7 +153,10 @@ class Topology:
         if key not in self._paths:
             if self._adjacency is None:
                 self._adjacency = self.neighbours()
-            self._paths[key] = _shortest_paths(self._adjacency, a, b)
+                self._toward = {}
+            if b not in self._toward:          # hops to b from every switch, once per b
+                self._toward[b] = _distances(self._adjacency, b)
+            self._paths[key] = _shortest_paths(self._adjacency, a, b, self._toward[b])
         return self._paths[key]
 
     def host_key(self, endpoint: str) -> str | None:
@@ -289,37 +293,44 @@ def host_of(endpoint: str) -> str:
     return endpoint.split("/", 1)[0]
 
 
-def _shortest_paths(adj: Mapping[str, Sequence[str]], a: str, b: str) -> list[tuple[str, ...]]:
-    if a == b:
-        return [(a,)]
-    if a not in adj or b not in adj:
-        return []
-    dist = {a: 0}
-    order = deque([a])
+def _distances(adj: Mapping[str, Sequence[str]], b: str) -> dict[str, int]:
+    """Hops from every switch to ``b`` (breadth first)."""
+    dist = {b: 0}
+    order = deque([b])
     while order:
         node = order.popleft()
-        if node == b:
-            break
-        for nxt in adj[node]:
+        for nxt in adj.get(node, ()):
             if nxt not in dist:
                 dist[nxt] = dist[node] + 1
                 order.append(nxt)
-    if b not in dist:
+    return dist
+
+
+def _shortest_paths(adj: Mapping[str, Sequence[str]], a: str, b: str,
+                    toward: Mapping[str, int]) -> list[tuple[str, ...]]:
+    """Every shortest path from ``a`` to ``b`` (at most MAX_PATHS), walking forward along
+    the hops that bring it one closer to ``b`` (``toward``: hops to b from each switch).
+    The last hop is a set lookup, not a scan: a spine with 128 leaves is one check."""
+    if a == b:
+        return [(a,)]
+    if a not in adj or b not in adj or a not in toward:
         return []
-    # Walk back from b along edges that step one closer to a, at most MAX_PATHS paths.
+    linked = {b: set(adj[b])}
     paths: list[tuple[str, ...]] = []
 
-    def back(node: str, tail: tuple[str, ...]) -> None:
+    def walk(node: str, path: tuple[str, ...]) -> None:
         if len(paths) >= MAX_PATHS:
             return
-        if node == a:
-            paths.append((a, *tail))
+        left = toward[node]
+        if left == 1:
+            if node in linked[b]:
+                paths.append((*path, b))
             return
-        for prev in adj[node]:
-            if dist.get(prev) == dist[node] - 1:
-                back(prev, (node, *tail))
+        for nxt in adj[node]:
+            if toward.get(nxt) == left - 1:
+                walk(nxt, (*path, nxt))
 
-    back(b, ())
+    walk(a, (a,))
     return paths
 
 

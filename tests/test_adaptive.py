@@ -1,0 +1,99 @@
+"""Adaptive fabric sweeps against the flow-level simulator: a fault is named in a few rounds,
+the innocent are never named, and every round says why it was chosen."""
+
+import pytest
+
+from netbench.analysis.adaptive import AdaptivePlanner, default_budget, drive
+from netbench.sweep import simulate as sim
+
+
+def _run(topo, faults, seed=0, **options):
+    names = sorted(topo.hosts)
+    fabric = sim.FabricSim(topo, faults=faults, noise=0.05, seed=seed)
+    planner = AdaptivePlanner(names, topo, seed=seed, **options)
+    drive(planner, lambda pairs, number: fabric.measure(
+        [(names[c], names[s]) for c, s in pairs], salt=number))
+    return planner, planner.verdict()
+
+
+@pytest.mark.parametrize("fault, named", [
+    ({"host:l5h3:send": 0.25}, ["host:l5h3:send", "link:l5h3->leaf5"]),
+    ({"host:l2h0": 0.25}, ["host:l2h0", "link:l2h0--leaf2"]),
+    ({"link:leaf1--spine2": 0.25}, ["link:leaf1--spine2"]),
+    ({"switch:leaf6": 0.25}, ["switch:leaf6"]),
+])
+def test_one_broken_element_is_named_alone_in_few_rounds(fault, named):
+    topo = sim.fat_tree(8, 8, 4, routing="dest")          # 64 hosts, routes known
+    planner, verdict = _run(topo, fault)
+    assert len(planner.log) <= default_budget(64) == 16
+    assert len(planner.log) < 63                          # all-pairs: 63 rounds a direction
+    assert [s.elements for s in verdict.suspects] == [named], verdict.suspects
+    assert verdict.blamed_hosts == ([] if not named[0].startswith("host:") else
+                                    [named[0].split(":")[1]])
+
+
+def test_two_faults_at_once_are_both_named():
+    topo = sim.fat_tree(8, 8, 4, routing="dest")
+    _, verdict = _run(topo, {"host:l0h1:recv": 0.25, "link:leaf3--spine0": 0.25}, seed=2)
+    named = sorted(e for s in verdict.suspects for e in s.elements)
+    assert "host:l0h1:recv" in named and "link:leaf3--spine0" in named
+    assert len(verdict.suspects) == 2
+
+
+def test_a_healthy_fabric_is_covered_and_nothing_is_named():
+    topo = sim.fat_tree(8, 8, 4, routing="dest")
+    planner, verdict = _run(topo, {})
+    assert verdict.suspects == [] and verdict.slow == 0
+    loaded = {e for m in planner.measured for e in planner.elements(m.client, m.server)
+              if "->" in e and e in planner.trunks}
+    assert loaded == planner.trunks                        # every link, each way, loaded
+    sends = {m.client for m in planner.measured}
+    receives = {m.server for m in planner.measured}
+    assert sends == receives == set(range(64))
+    assert all(r.why for r in planner.log)
+    assert planner.log[0].why.startswith("cover: every endpoint sending")
+
+
+def test_rounds_never_share_a_host_or_a_link():
+    topo = sim.three_tier(2, 4, 4, 4, 8, routing="dest")
+    planner, _ = _run(topo, {"link:p0a1--core2": 0.25})
+    for chosen in planner.log:
+        ends = [i for pair in chosen.pairs for i in pair]
+        assert len(ends) == len(set(ends))
+        links = [t for pair in chosen.pairs for t in planner._trunks_of(*pair)]
+        assert len(links) == len(set(links))
+
+
+def test_under_ecmp_a_core_fault_is_never_blamed_on_a_host():
+    """Hashing picks a flow's path: no pair can pin an uplink, and no host is blamed for it."""
+    topo = sim.fat_tree(4, 8, 2, routing="ecmp")
+    _, verdict = _run(topo, {"link:leaf0--spine1": 0.25}, seed=1)
+    assert verdict.blamed_hosts == []
+    for suspect in verdict.suspects:
+        assert not suspect.pinned or suspect.elements == ["link:leaf0--spine1"]
+
+
+def test_dragonfly_global_link():
+    topo = sim.dragonfly(5, 4, 2)
+    _, verdict = _run(topo, {"link:g0r0--g1r0": 0.25})
+    assert [s.elements for s in verdict.suspects] == [["link:g0r0--g1r0"]]
+
+
+def test_without_a_topology_a_host_is_still_named():
+    topo = sim.fat_tree(2, 8, 2, routing="dest")
+    names = sorted(topo.hosts)
+    fabric = sim.FabricSim(topo, faults={"host:l1h2": 0.25}, noise=0.05)
+    planner = AdaptivePlanner(names, None)
+    drive(planner, lambda pairs, number: fabric.measure(
+        [(names[c], names[s]) for c, s in pairs], salt=number))
+    verdict = planner.verdict()
+    assert verdict.blamed_hosts == ["l1h2"], verdict.suspects
+    assert verdict.inferred
+
+
+def test_a_planner_needs_two_endpoints_and_stops_at_its_budget():
+    with pytest.raises(ValueError, match="at least two endpoints"):
+        AdaptivePlanner(["only"], None)
+    topo = sim.fat_tree(4, 4, 2, routing="dest")
+    planner, _ = _run(topo, {"switch:spine0": 0.25}, budget=3)
+    assert len(planner.log) == 3
