@@ -86,11 +86,11 @@ def faults_for(topo, rng: random.Random, count: int, severity: float) -> dict[st
 
 def trial(make, rng: random.Random, faults: int, severity: float, noise: float,
           threshold: float):
+    import pandas  # noqa: F401  (imported before the clock: plan_s is planning, not imports)
+
     from netbench.analysis.adaptive import AdaptivePlanner
     from netbench.analysis.localize import Pair, localize
     from netbench.sweep.simulate import FabricSim
-
-    import pandas  # noqa: F401  (imported before the clock: plan_s is planning, not imports)
     topo = make()
     broken = faults_for(topo, rng, faults, severity)
     fabric = FabricSim(topo, faults=broken, noise=noise, seed=rng.randrange(1 << 30))
