@@ -151,105 +151,41 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_plan(plan: Any, env: Any) -> int:
-    """`run --dry-run`: the cases a run would measure, each validated, and what would be
-    skipped here and why; nothing is measured or stored."""
-    print(f"{plan.suite}: {len(plan.cases)} case(s)")
-    for index, planned in enumerate(plan.cases, 1):
-        reason = planned.bench.available_for(planned.case, env)
-        print(f"  [{index}] {planned.bench.describe(planned.case)} (timeout "
-              f"{planned.timeout:g} s)" + (f"\n      would be skipped: {reason}" if reason else ""))
-    return 0
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from netbench.env.launch import launch_info
     from netbench.env.probe import probe
     from netbench.report import console
-    from netbench.report.console import Reporter, summary_table
     from netbench.run import session
+    from netbench.run.wire import parse_hostport
 
     plan = session.plan_target(args.target, args.param or [], args.timeout, args.repeat)
     if args.dry_run:
-        return _print_plan(plan, probe(args.sysfs_root))
+        print(console.plan_text(plan, probe(args.sysfs_root)))
+        return 0
     launched = launch_info()
-    # rank 0 stores and reports the run; the others only run
-    quiet = launched is not None and not launched.is_writer
+    quiet = launched is not None and not launched.is_writer   # rank 0 stores and reports
     store = session.choose_store(not quiet, args.jsonl, args.results, _store)
     if args.peer:
-        from netbench.run.wire import parse_hostport
         parse_hostport(args.peer, 1)
-    reporter = Reporter(open(os.devnull, "w")) if quiet else Reporter()
     env = session.run_env(args.sysfs_root, launched)
     resume = None
     if args.resume:
         resume, args.label = session.resume_run(store, args.resume, plan, env.get("host"),
                                                 args.label, not (quiet or args.jsonl))
-        print(f"resuming run {args.resume}: {len(resume.done)} finished case(s) kept, "
-              f"{len(resume.record['redone'])} to run", file=sys.stderr)
+        print(console.resuming(resume), file=sys.stderr)
+    events = console.Reporter(open(os.devnull, "w")) if quiet else console.Reporter()
     result = session.measure(plan, store, env, resume, label=args.label or "",
-                             peer=args.peer, events=reporter)
-    stopped = 128 + int(getattr(signal, result.stopped_by or "SIGINT"))   # 130, 143, 129
-    if quiet:
-        failed = [r for r in result.rows if r["status"] == "failed"]
-        for row in failed[:1]:
-            print(f"netbench: error: rank {launched.rank}: {row['benchmark']}: {row['reason']}",
-                  file=sys.stderr)
-        return stopped if result.interrupted else (1 if failed else 0)
-    out = sys.stdout
-    if args.json:
-        json.dump(json_safe([console.row_to_json(r) for r in result.rows]), out, default=str,
-                  allow_nan=False)
-        out.write("\n")
-        out = sys.stderr
-    if result.rows:
-        out.write(summary_table(result.rows) + "\n")
-    err = sys.stderr
-    for note, times in Counter(result.fallbacks).items():   # a per-case note, said once
-        err.write(f"fallback: {note}" + (f" ({times} times)" if times > 1 else "") + "\n")
-    failed = [r for r in result.rows if r["status"] == "failed"]
-    skipped: dict[str, list[str]] = {}
-    for row in result.rows:
-        if row["status"] == "skipped":
-            skipped.setdefault(row["reason"], []).append(row["benchmark"])
-    for reason, names in skipped.items():
-        err.write(f"skipped: {', '.join(dict.fromkeys(names))}"
-                  f"{f' ({len(names)} cases)' if len(names) > 1 else ''}: {reason}\n")
-    # What the run's file holds (a part that turned unreadable is not in it), not what ran.
-    n_rows, by_status = len(result.rows), {s: result.count(s) for s in
-                                           ("ok", "skipped", "failed")}
-    kept = store.stored(result.path) if hasattr(store, "stored") and result.path else None
-    if kept is not None:
-        n_rows, by_status = kept
-    counts = ", ".join(f"{by_status[s]} {s}" for s in ("ok", "skipped", "failed"))
-    if kept is not None and resume is not None:
-        counts += " in the whole run"
-    if result.path is not None:
-        err.write(f"stored {n_rows} rows ({counts} cases) in {result.path}\n")
-    if result.interrupted:
-        how = "interrupted" if result.stopped_by in ("", "SIGINT") else \
-            f"stopped by {result.stopped_by}"
-        if result.cut_off is not None:
-            index, description = result.cut_off
-            err.write(f"case {index + 1}/{len(plan.cases)} ({description}) was cut off: not "
-                      "stored; a resume runs it again\n")
-        if result.path is None and resume is None:
-            err.write(f"netbench: {how} before any case finished; nothing was stored\n")
-        elif args.jsonl:
-            err.write(f"netbench: {how}; finished rows were kept in {args.jsonl}\n")
-        else:
-            again = session.resume_command(
-                result.run_id, args.target, args.param or [], results=args.results,
-                repeat=args.repeat, timeout=args.timeout, peer=args.peer,
-                sysfs_root=args.sysfs_root)
-            err.write(f"netbench: {how}; finished rows were kept; continue with: {again}\n")
-        return stopped
-    if failed:
-        first = failed[0]
-        more = f" (and {len(failed) - 1} more failed)" if len(failed) > 1 else ""
-        err.write(f"netbench: error: {first['benchmark']}: {first['reason']}{more}\n")
-        return 1
-    return 0
+                             peer=args.peer, events=events)
+    again = session.resume_command(result.run_id, args.target, args.param or [],
+                                   results=args.results, repeat=args.repeat,
+                                   timeout=args.timeout, peer=args.peer,
+                                   sysfs_root=args.sysfs_root)
+    out, err, code = console.run_ending(
+        result, store, len(plan.cases), rank=launched.rank if quiet else None,
+        as_json=args.json, resumed=resume is not None, jsonl=args.jsonl, resume_command=again)
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -366,6 +302,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     from netbench.analysis import fabric as verdicts
     from netbench.env import topology
     from netbench.env.launch import launch_info
+    from netbench.report import console
     from netbench.run import session
     from netbench.sweep import fabric
 
@@ -392,14 +329,11 @@ def cmd_fabric(args: argparse.Namespace) -> int:
 
     matrices = verdicts.analyse(pd.DataFrame(result.rows), args.threshold,
                                 min_line_rate=args.min_line_rate, topology=shape)
-    if args.json:
-        print(json.dumps(json_safe({"run_id": result.run_id,
-                                    "matrices": verdicts.as_json(matrices)}),
-                         allow_nan=False))
-    print(verdicts.summary(matrices), file=sys.stderr if args.json else sys.stdout)
-    print(f"stored {len(result.rows)} rows of {result.schedule.pairs} pairs in run "
-          f"{result.run_id} ({args.jsonl or args.results})", file=sys.stderr)
-    return 1 if any(m.flagged() for m in matrices) else 0
+    out, err, code = console.fabric_ending(result, matrices, args.json,
+                                           args.jsonl or args.results)
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

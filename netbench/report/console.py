@@ -1,4 +1,6 @@
-"""Console presentation: progress while running, the summary table after.
+"""Console presentation: progress while running, the summary table after, and the text the
+CLI prints (a dry run's plan, the end of a run and of a fabric sweep); the CLI only parses
+and prints what these return.
 
 On a terminal, a live line with a bar and the elapsed time; elsewhere (CI logs, pipes, or
 CI=true), plain lines, one when a case starts and one when it ends.
@@ -9,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TextIO
@@ -19,7 +23,7 @@ from typing import Any, TextIO
 from netbench import stats
 from netbench.analysis.cases import case_names
 from netbench.analysis.verdict import VERDICTS, Verdict
-from netbench.api import Case, format_size
+from netbench.api import Case, format_size, json_safe
 from netbench.store import columns_of
 from netbench.textfile import printable  # stored params and hosts may hold escapes
 
@@ -322,6 +326,7 @@ def _p_text(p: float) -> str:
 
 
 def row_to_json(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored row for `run --json`: its times as ISO text."""
     out = {}
     for key, value in row.items():
         out[key] = value.isoformat() if isinstance(value, datetime) else value
@@ -339,3 +344,121 @@ def relative(first: float | None, newest: float | None) -> str:
     if first is None or newest is None or first == 0 or first != first or newest != newest:
         return "-"
     return f"{(newest - first) / abs(first):+.1%}"
+
+
+def plan_text(plan: Any, env: Mapping[str, Any]) -> str:
+    """`run --dry-run`: the cases a run would measure, each validated, and what would be
+    skipped here and why; nothing is measured or stored."""
+    lines = [f"{plan.suite}: {len(plan.cases)} case(s)"]
+    for index, planned in enumerate(plan.cases, 1):
+        reason = planned.bench.available_for(planned.case, env)
+        lines.append(f"  [{index}] {planned.bench.describe(planned.case)} (timeout "
+                     f"{planned.timeout:g} s)"
+                     + (f"\n      would be skipped: {reason}" if reason else ""))
+    return "\n".join(lines)
+
+
+def resuming(resume: Any) -> str:
+    """What a resumed run keeps and what it runs again."""
+    return (f"resuming run {resume.run_id}: {len(resume.done)} finished case(s) kept, "
+            f"{len(resume.record['redone'])} to run")
+
+
+def run_ending(result: Any, store: Any, n_cases: int, *, rank: int | None, as_json: bool,
+               resumed: bool, jsonl: str | None, resume_command: str) -> tuple[str, str, int]:
+    """What `netbench run` prints when its run ends, as (stdout, stderr, exit code).
+
+    ``rank``: a rank other than 0 under a launcher, which says only its first failure
+    (rank 0 reports the run). Otherwise the rows as JSON with ``as_json`` (the table then
+    goes to stderr), the summary table, each fallback once with a count, the skipped cases
+    grouped by reason, what the run's file holds, how an interrupted run goes on (130, 143
+    or 129: the signal's exit code), and the first failure (exit 1)."""
+    stopped = 128 + int(getattr(signal, result.stopped_by or "SIGINT"))   # 130, 143, 129
+    failed = [r for r in result.rows if r["status"] == "failed"]
+    if rank is not None:
+        said = "".join(f"netbench: error: rank {rank}: {row['benchmark']}: {row['reason']}\n"
+                       for row in failed[:1])
+        return "", said, stopped if result.interrupted else (1 if failed else 0)
+    table = summary_table(result.rows) + "\n" if result.rows else ""
+    if as_json:                         # the rows alone on stdout, for a pipe
+        rows = json.dumps(json_safe([row_to_json(r) for r in result.rows]), default=str,
+                          allow_nan=False)
+        out, err = rows + "\n", [table]
+    else:
+        out, err = table, []
+    err += _run_notes(result, store, resumed)
+    if result.interrupted:
+        err += _stop_notes(result, n_cases, resumed, jsonl, resume_command)
+        return out, "".join(err), stopped
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more failed)" if len(failed) > 1 else ""
+        err.append(f"netbench: error: {first['benchmark']}: {first['reason']}{more}\n")
+        return out, "".join(err), 1
+    return out, "".join(err), 0
+
+
+def _run_notes(result: Any, store: Any, resumed: bool) -> list[str]:
+    """Fallbacks said once with a count, skipped cases grouped by reason, and what the run's
+    file holds."""
+    err = []
+    for note, times in Counter(result.fallbacks).items():   # a per-case note, said once
+        err.append(f"fallback: {note}" + (f" ({times} times)" if times > 1 else "") + "\n")
+    skipped: dict[str, list[str]] = {}
+    for row in result.rows:
+        if row["status"] == "skipped":
+            skipped.setdefault(row["reason"], []).append(row["benchmark"])
+    for reason, names in skipped.items():
+        err.append(f"skipped: {', '.join(dict.fromkeys(names))}"
+                   f"{f' ({len(names)} cases)' if len(names) > 1 else ''}: {reason}\n")
+    # What the run's file holds (a part that turned unreadable is not in it), not what ran.
+    n_rows, by_status = len(result.rows), {s: result.count(s) for s in
+                                           ("ok", "skipped", "failed")}
+    kept = store.stored(result.path) if hasattr(store, "stored") and result.path else None
+    if kept is not None:
+        n_rows, by_status = kept
+    counts = ", ".join(f"{by_status[s]} {s}" for s in ("ok", "skipped", "failed"))
+    if kept is not None and resumed:
+        counts += " in the whole run"
+    if result.path is not None:
+        err.append(f"stored {n_rows} rows ({counts} cases) in {result.path}\n")
+    return err
+
+
+def _stop_notes(result: Any, n_cases: int, resumed: bool, jsonl: str | None,
+                resume_command: str) -> list[str]:
+    """An interrupted run: the case cut off, and where its finished rows are and how the run
+    continues."""
+    err = []
+    how = "interrupted" if result.stopped_by in ("", "SIGINT") else \
+        f"stopped by {result.stopped_by}"
+    if result.cut_off is not None:
+        index, description = result.cut_off
+        err.append(f"case {index + 1}/{n_cases} ({description}) was cut off: not "
+                   "stored; a resume runs it again\n")
+    if result.path is None and not resumed:
+        err.append(f"netbench: {how} before any case finished; nothing was stored\n")
+    elif jsonl:
+        err.append(f"netbench: {how}; finished rows were kept in {jsonl}\n")
+    else:
+        err.append(f"netbench: {how}; finished rows were kept; continue with: "
+                   f"{resume_command}\n")
+    return err
+
+
+def fabric_ending(result: Any, matrices: Sequence[Any], as_json: bool,
+                  where: str) -> tuple[str, str, int]:
+    """What `netbench fabric` prints on rank 0 after the sweep, as (stdout, stderr, exit
+    code): the verdicts as JSON with ``as_json`` (the summary then goes to stderr), the
+    summary, and where the rows went; exit 1 when a matrix flags something."""
+    from netbench.analysis import fabric as verdicts  # here: a run never loads it
+
+    summary = verdicts.summary(matrices) + "\n"
+    stored = (f"stored {len(result.rows)} rows of {result.schedule.pairs} pairs in run "
+              f"{result.run_id} ({where})\n")
+    code = 1 if any(m.flagged() for m in matrices) else 0
+    if not as_json:
+        return summary, stored, code
+    data = json.dumps(json_safe({"run_id": result.run_id,
+                                 "matrices": verdicts.as_json(matrices)}), allow_nan=False)
+    return data + "\n", summary + stored, code
