@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import warnings
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -84,8 +83,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from netbench.env.linkpath import CAPTURED_PROC, capture, hop_line
+    from netbench.env.linkpath import CAPTURED_PROC, capture
     from netbench.env.probe import CAPTURED_HOST, host_facts, probe
+    from netbench.report import console
 
     if args.capture:
         dest = Path(args.capture)
@@ -113,41 +113,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
               f"`netbench probe --sysfs-root {args.capture}`")
         return 0
     env = probe(args.sysfs_root)
-    if args.json:
-        print(json.dumps(env, indent=2, sort_keys=True))
-        return 0
-    mem = env["memory_bytes"]
-    print(f"host      {env['host']}  ({env['os']}, kernel {env['kernel']}, {env['arch']})")
-    print(f"cpu       {env['cpu_model']}  {env['cpu_cores']} logical / "
-          f"{env['cpu_physical_cores']} physical")
-    print(f"memory    {mem / 2**30:.1f} GiB" if mem else "memory    unknown")
-    if env.get("virtual_machine"):
-        print(f"vm        inside {env['virtual_machine']}")
-    print("versions  " + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v))
-    print("nics")
-    for nic in env["nics"]:
-        speed = f"{nic['speed_mbps']} Mb/s" if nic.get("speed_mbps") else "speed unknown"
-        extra = ", ".join(f"{k} {nic[k]}" for k in ("model", "driver", "driver_version",
-                                                     "firmware", "pci_address") if nic.get(k))
-        print(f"  {nic['name']:<12} {nic['operstate'] or '?':<8} mtu {nic['mtu']}, {speed}"
-              + (f", {extra}" if extra else ""))
-    print("gpus" + ("" if env.get("gpus") else "      none on the PCI bus"))
-    for gpu in env.get("gpus", []):
-        ids = f"[{(gpu.get('vendor_id') or '?')[2:]}:{(gpu.get('device_id') or '?')[2:]}]"
-        print(f"  {gpu['pci_address']}  " + ", ".join(
-            str(gpu[k]) for k in ("model", "driver", "driver_version") if gpu.get(k)) + f" {ids}")
-    print("pcie" + ("" if env["pcie_paths"] else "      no GPU or RDMA NIC on a PCIe link"))
-    for path in env["pcie_paths"]:
-        print(f"  [{path['kind']}] {path['summary']}")
-        for hop in path["hops"]:
-            print(f"      {hop_line(hop)}")
-    print("rdma" + ("" if env["rdma_devices"] else
-                    "      none (no /sys/class/infiniband devices)"))
-    for dev in env["rdma_devices"]:
-        print(f"  {dev['name']:<12} fw {dev['fw_ver']}, {dev['node_type']}")
-        for port in dev["ports"]:
-            print(f"    port {port['port']}: {port['state']}, {port['link_layer']}, "
-                  f"{port['rate']}" + (f", netdev {port['netdev']}" if port["netdev"] else ""))
+    print(json.dumps(env, indent=2, sort_keys=True) if args.json else console.probe_text(env))
     return 0
 
 
@@ -190,15 +156,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
-    from netbench.analysis.cases import headlines
     from netbench.analysis.selection import resolve
     from netbench.report import console
-    from netbench.report.console import compare_summary
 
     store = _store(args.results)
     base_sel = resolve(store, args.baseline)
     cand_sel = resolve(store, args.candidate)
-    base, cand = base_sel.rows, cand_sel.rows
     thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds,
                                      registry.catalog())
     if not 0 < args.alpha < 1:
@@ -209,22 +172,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except NetbenchError as exc:
         print(f"netbench: error: {shown(exc)}", file=sys.stderr)
         return 2
-    changes = cmp.env_changes(base, cand)
-    failed = cmp.failed_cases(base, cand)
+    changes = cmp.env_changes(base_sel.rows, cand_sel.rows)
+    failed = cmp.failed_cases(base_sel.rows, cand_sel.rows)
     if args.json:
         print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel},
                           failed))
     else:
-        print(f"baseline:  {shown(base_sel.describe())}\n"
-              f"candidate: {shown(cand_sel.describe())}")
-        print(compare_summary(verdicts, {**headlines(base), **headlines(cand)},
-                              everything=args.all))
-        for side_name, bench, params, reason in failed:
-            print(f"not judged: {side_name}: every invocation of {shown(bench)} "
-                  f"{shown(params)} failed: {shown(reason[:200])}")
-        print("environment changes:" if changes else "environment: no differences recorded")
-        for what, a, b in changes:
-            print(f"  {console.env_change(what, a, b)}")
+        print(console.compare_text(base_sel, cand_sel, verdicts, failed, changes, args.all))
     if any(v.verdict.fails_gate() for v in verdicts):
         return 1
     if args.fail_on_noisy and cmp.undecided(verdicts):
@@ -235,10 +189,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis import history as hist
-    from netbench.analysis.cases import case_names
     from netbench.analysis.verdict import Verdict
     from netbench.report import console
-    from netbench.report.console import format_value
 
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
@@ -251,46 +203,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         print(hist.to_json(h))
         return 1 if regressed else 0
-    number = {r["run_id"]: i for i, r in enumerate(h.runs, 1)}
-    names = case_names([(s.benchmark, s.params) for s in h.series])
-    print(f"history: {len(h.runs)} runs, {len(h.series)} case metrics; each run judged "
-          f"against up to {args.window} before it (compare's test)")
-    for i, run in enumerate(h.runs, 1):
-        changed = "; ".join(console.env_change(k, a, b) for k, a, b in run["changes"][:4])
-        more = f" (+{len(run['changes']) - 4} more)" if len(run["changes"]) > 4 else ""
-        print((f"  #{i:<3} {shown(run['run_id'])}  {run['started_at']:%Y-%m-%d %H:%M}  "
-               f"{shown(run['label'] or '-')[:20]:<20}" + (f"  changed: {changed}{more}"
-                                                           if changed else "")).rstrip())
-    for run_id, why in h.left_out[:10]:
-        print(f"  left out {shown(run_id)}: {shown(why)}")
-    # Two changes, each named: the newest against the window it was judged by (the verdict's
-    # own figure), and against the first value shown (what the trend line spans).
-    header = ("benchmark", "case", "metric", "unit", "trend", "first", "newest",
-              "vs window", "vs first", "newest verdict", "earlier steps")
-    body = []
-    for name, s in zip(names, h.series):
-        new = s.newest
-        marks = [f"{'down' if st.verdict == Verdict.REGRESSED else 'up'} #{number[st.run_id]}"
-                 for st in s.steps[1:-1] if st.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)]
-        verdict = new.verdict.display if new.verdict else ""
-        body.append((shown(s.benchmark), shown(name[len(s.benchmark) + 1:]), shown(s.metric),
-                     shown(s.unit),
-                     hist.sparkline([st.value for st in s.steps]),
-                     format_value(s.steps[0].value), format_value(new.value),
-                     "-" if new.change is None else f"{new.change:+.1%}",
-                     console.relative(s.steps[0].value, new.value),
-                     f"{verdict} (#{number[new.run_id]} vs {new.against})",
-                     ", ".join(marks) or "-"))
-    widths = [max(len(h_), *(len(r[i]) for r in body)) for i, h_ in enumerate(header)]
-    print()
-    for row in (header, *body):
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    if h.single:
-        once = Counter((b, m) for b, m, _ in h.single)      # a metric of several cases: once
-        print(f"{len(h.single)} case metric(s) measured in one run only, no trend: "
-              + ", ".join(f"{b} {m}" + (f" ({n} cases)" if n > 1 else "")
-                          for (b, m), n in list(once.items())[:6])
-              + (" ..." if len(once) > 6 else ""))
+    print(console.history_text(h, args.window))
     if regressed:
         print(f"netbench: the newest run regressed in {len(regressed)} case metric(s)",
               file=sys.stderr)
@@ -337,6 +250,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from netbench.report import console
 
     index = _store(args.results).runs()
     if args.label:
@@ -349,41 +263,21 @@ def cmd_runs(args: argparse.Namespace) -> int:
             started_at=index["started_at"].map(lambda t: t.isoformat()))
         print(json.dumps(json_safe(out.to_dict("records")), indent=1, allow_nan=False))
         return 0
-    print(f"{'run id':<12}  {'label':<24} {'started (UTC)':<19}  {'host':<16} "
-          f"{'suite':<18} {'ok':>3} {'skip':>4} {'fail':>4}  {'state':<11} benchmarks")
-    for row in index.itertuples():
-        benches = shown(", ".join(row.benchmarks))
-        print(f"{shown(row.run_id):<12}  {shown(row.label or '-')[:24]:<24} "
-              f"{row.started_at.strftime('%Y-%m-%d %H:%M:%S'):<19}  "
-              f"{shown(row.host or '-')[:16]:<16} "
-              f"{shown(row.suite or '-')[:18]:<18} {row.ok:>3} {row.skipped:>4} {row.failed:>4}  "
-              f"{row.state:<11} {benches[:60] + ('...' if len(benches) > 60 else '')}")
-    stopped = index[index["state"] == "interrupted"]
-    if not stopped.empty:
-        print(f"interrupted: continue one with `netbench run SUITE --resume "
-              f"{shown(stopped['run_id'].iloc[-1])}` (same suite, same host)")
+    print(console.runs_table(index))
     return 0
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
     from netbench.analysis import accept
+    from netbench.report import console
 
     spec = accept.load_spec(args.spec, registry.catalog())
     chosen = accept.choose_run(_store(args.results), spec, args.run, args.label)
-    rows = chosen.rows
-    outcomes = accept.evaluate(spec, rows)
-    print(f"acceptance: {shown(spec.name)}, {shown(chosen.describe())} (host "
-          f"{shown(', '.join(dict.fromkeys(str(h) for h in rows['host'])))}, label "
-          f"{shown(repr(rows['label'].iloc[0]))})")
-    for o in outcomes:
-        print(f"  {'PASS' if o.passed else 'FAIL'}  {shown(o.check.name)}: expected "
-              f"{o.expected}; {o.measured_text()}"
-              + ("" if o.passed else f"\n        {o.message}"))
-    failed = sum(not o.passed for o in outcomes)
-    print(f"{len(outcomes) - failed} passed, {failed} failed")
+    outcomes = accept.evaluate(spec, chosen.rows)
+    print(console.accept_text(spec, chosen, outcomes))
     if args.junit:
         accept.junit(spec, outcomes, args.junit)
-    return 1 if failed else 0
+    return 1 if any(not o.passed for o in outcomes) else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

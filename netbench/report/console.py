@@ -1,6 +1,7 @@
 """Console presentation: progress while running, the summary table after, and the text the
-CLI prints (a dry run's plan, the end of a run and of a fabric sweep); the CLI only parses
-and prints what these return.
+CLI prints (the probe's report, a dry run's plan, the end of a run and of a fabric sweep,
+the stored runs, compare's, history's and accept's views); the CLI parses, dispatches and
+prints what these return.
 
 On a terminal, a live line with a bar and the elapsed time; elsewhere (CI logs, pipes, or
 CI=true), plain lines, one when a case starts and one when it ends.
@@ -462,3 +463,154 @@ def fabric_ending(result: Any, matrices: Sequence[Any], as_json: bool,
     data = json.dumps(json_safe({"run_id": result.run_id,
                                  "matrices": verdicts.as_json(matrices)}), allow_nan=False)
     return data + "\n", summary + stored, code
+
+
+def probe_text(env: Mapping[str, Any]) -> str:
+    """`netbench probe`: the fingerprint for a person (--json gives all of it)."""
+    from netbench.env.linkpath import hop_line
+
+    mem = env["memory_bytes"]
+    lines = [f"host      {env['host']}  ({env['os']}, kernel {env['kernel']}, {env['arch']})",
+             f"cpu       {env['cpu_model']}  {env['cpu_cores']} logical / "
+             f"{env['cpu_physical_cores']} physical",
+             f"memory    {mem / 2**30:.1f} GiB" if mem else "memory    unknown"]
+    if env.get("virtual_machine"):
+        lines.append(f"vm        inside {env['virtual_machine']}")
+    lines.append("versions  " + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v))
+    lines.append("nics")
+    for nic in env["nics"]:
+        speed = f"{nic['speed_mbps']} Mb/s" if nic.get("speed_mbps") else "speed unknown"
+        extra = ", ".join(f"{k} {nic[k]}" for k in ("model", "driver", "driver_version",
+                                                     "firmware", "pci_address") if nic.get(k))
+        lines.append(f"  {nic['name']:<12} {nic['operstate'] or '?':<8} mtu {nic['mtu']}, "
+                     f"{speed}" + (f", {extra}" if extra else ""))
+    lines.append("gpus" + ("" if env.get("gpus") else "      none on the PCI bus"))
+    for gpu in env.get("gpus", []):
+        ids = f"[{(gpu.get('vendor_id') or '?')[2:]}:{(gpu.get('device_id') or '?')[2:]}]"
+        lines.append(f"  {gpu['pci_address']}  " + ", ".join(
+            str(gpu[k]) for k in ("model", "driver", "driver_version") if gpu.get(k)) + f" {ids}")
+    lines.append("pcie" + ("" if env["pcie_paths"] else
+                           "      no GPU or RDMA NIC on a PCIe link"))
+    for path in env["pcie_paths"]:
+        lines.append(f"  [{path['kind']}] {path['summary']}")
+        lines.extend(f"      {hop_line(hop)}" for hop in path["hops"])
+    lines.append("rdma" + ("" if env["rdma_devices"] else
+                           "      none (no /sys/class/infiniband devices)"))
+    for dev in env["rdma_devices"]:
+        lines.append(f"  {dev['name']:<12} fw {dev['fw_ver']}, {dev['node_type']}")
+        for port in dev["ports"]:
+            lines.append(f"    port {port['port']}: {port['state']}, {port['link_layer']}, "
+                         f"{port['rate']}"
+                         + (f", netdev {port['netdev']}" if port["netdev"] else ""))
+    return "\n".join(lines)
+
+
+def runs_table(index: Any) -> str:
+    """`netbench runs`: a line per stored run (``store.runs()``'s frame), and how to continue
+    the newest interrupted one."""
+    lines = [f"{'run id':<12}  {'label':<24} {'started (UTC)':<19}  {'host':<16} "
+             f"{'suite':<18} {'ok':>3} {'skip':>4} {'fail':>4}  {'state':<11} benchmarks"]
+    for row in index.itertuples():
+        benches = printable(", ".join(row.benchmarks))
+        lines.append(
+            f"{printable(row.run_id):<12}  {printable(row.label or '-')[:24]:<24} "
+            f"{row.started_at.strftime('%Y-%m-%d %H:%M:%S'):<19}  "
+            f"{printable(row.host or '-')[:16]:<16} "
+            f"{printable(row.suite or '-')[:18]:<18} {row.ok:>3} {row.skipped:>4} "
+            f"{row.failed:>4}  {row.state:<11} "
+            f"{benches[:60] + ('...' if len(benches) > 60 else '')}")
+    stopped = index[index["state"] == "interrupted"]
+    if not stopped.empty:
+        lines.append(f"interrupted: continue one with `netbench run SUITE --resume "
+                     f"{printable(stopped['run_id'].iloc[-1])}` (same suite, same host)")
+    return "\n".join(lines)
+
+
+def compare_text(baseline: Any, candidate: Any, verdicts: Sequence[Any],
+                 failed: Sequence[tuple[str, str, str, str]],
+                 changes: Sequence[tuple[str, Any, Any]], everything: bool = False) -> str:
+    """`netbench compare`: the two sides (selections), the verdicts (``compare_summary``),
+    the cases no side could judge, and what changed in the environment."""
+    from netbench.analysis.cases import headlines
+
+    lines = [f"baseline:  {printable(baseline.describe())}",
+             f"candidate: {printable(candidate.describe())}",
+             compare_summary(verdicts, {**headlines(baseline.rows),
+                                        **headlines(candidate.rows)}, everything=everything)]
+    for side_name, bench, params, reason in failed:
+        lines.append(f"not judged: {side_name}: every invocation of {printable(bench)} "
+                     f"{printable(params)} failed: {printable(reason[:200])}")
+    lines.append("environment changes:" if changes else "environment: no differences recorded")
+    lines.extend(f"  {env_change(what, a, b)}" for what, a, b in changes)
+    return "\n".join(lines)
+
+
+def history_text(h: Any, window: int) -> str:
+    """`netbench history` (``analysis.history.build``'s History): the runs, numbered, with
+    what changed in each; a line per case metric; the metrics measured in one run only."""
+    lines = [f"history: {len(h.runs)} runs, {len(h.series)} case metrics; each run judged "
+             f"against up to {window} before it (compare's test)"]
+    for i, run in enumerate(h.runs, 1):
+        changed = "; ".join(env_change(k, a, b) for k, a, b in run["changes"][:4])
+        more = f" (+{len(run['changes']) - 4} more)" if len(run["changes"]) > 4 else ""
+        lines.append((f"  #{i:<3} {printable(run['run_id'])}  "
+                      f"{run['started_at']:%Y-%m-%d %H:%M}  "
+                      f"{printable(run['label'] or '-')[:20]:<20}"
+                      + (f"  changed: {changed}{more}" if changed else "")).rstrip())
+    lines.extend(f"  left out {printable(run_id)}: {printable(why)}"
+                 for run_id, why in h.left_out[:10])
+    lines.append("")
+    lines.extend(_history_table(h))
+    if h.single:
+        once = Counter((b, m) for b, m, _ in h.single)      # a metric of several cases: once
+        lines.append(f"{len(h.single)} case metric(s) measured in one run only, no trend: "
+                     + ", ".join(f"{b} {m}" + (f" ({n} cases)" if n > 1 else "")
+                                 for (b, m), n in list(once.items())[:6])
+                     + (" ..." if len(once) > 6 else ""))
+    return "\n".join(lines)
+
+
+def _history_table(h: Any) -> list[str]:
+    """A line per case metric: its trend, first and newest values, two changes, the newest
+    verdict and the earlier runs where it moved (by the runs' numbers)."""
+    from netbench.analysis.history import sparkline
+
+    number = {r["run_id"]: i for i, r in enumerate(h.runs, 1)}
+    names = case_names([(s.benchmark, s.params) for s in h.series])
+    # Two changes, each named: the newest against the window it was judged by (the verdict's
+    # own figure), and against the first value shown (what the trend line spans).
+    header = ("benchmark", "case", "metric", "unit", "trend", "first", "newest",
+              "vs window", "vs first", "newest verdict", "earlier steps")
+    body = []
+    for name, s in zip(names, h.series):
+        new = s.newest
+        marks = [f"{'down' if st.verdict == Verdict.REGRESSED else 'up'} #{number[st.run_id]}"
+                 for st in s.steps[1:-1] if st.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)]
+        verdict = new.verdict.display if new.verdict else ""
+        body.append((printable(s.benchmark), printable(name[len(s.benchmark) + 1:]),
+                     printable(s.metric), printable(s.unit),
+                     sparkline([st.value for st in s.steps]),
+                     format_value(s.steps[0].value), format_value(new.value),
+                     "-" if new.change is None else f"{new.change:+.1%}",
+                     relative(s.steps[0].value, new.value),
+                     f"{verdict} (#{number[new.run_id]} vs {new.against})",
+                     ", ".join(marks) or "-"))
+    widths = [max(len(h_), *(len(r[i]) for r in body)) for i, h_ in enumerate(header)]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+            for row in (header, *body)]
+
+
+def accept_text(spec: Any, chosen: Any, outcomes: Sequence[Any]) -> str:
+    """`netbench accept`: the spec and the run judged, a PASS or FAIL line per check (a
+    failure with its message under it), and the counts."""
+    rows = chosen.rows
+    lines = [f"acceptance: {printable(spec.name)}, {printable(chosen.describe())} (host "
+             f"{printable(', '.join(dict.fromkeys(str(h) for h in rows['host'])))}, label "
+             f"{printable(repr(rows['label'].iloc[0]))})"]
+    for o in outcomes:
+        lines.append(f"  {'PASS' if o.passed else 'FAIL'}  {printable(o.check.name)}: "
+                     f"expected {o.expected}; {o.measured_text()}"
+                     + ("" if o.passed else f"\n        {o.message}"))
+    failed = sum(not o.passed for o in outcomes)
+    lines.append(f"{len(outcomes) - failed} passed, {failed} failed")
+    return "\n".join(lines)
