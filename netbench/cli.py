@@ -137,7 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     resume = None
     if args.resume:
         resume, args.label = session.resume_run(store, args.resume, plan, env.get("host"),
-                                                args.label, not (quiet or args.jsonl))
+                                                args.label, parquet=not (quiet or args.jsonl))
         print(console.resuming(resume), file=sys.stderr)
     events = console.Reporter(open(os.devnull, "w")) if quiet else console.Reporter()
     result = session.measure(plan, store, env, resume, label=args.label or "",

@@ -68,7 +68,7 @@ def run_env(sysfs_root: str | None, launched: LaunchInfo | None) -> dict[str, An
     return env
 
 
-def resume_run(store: Any, run_id: str, plan: Plan, host: str | None, label: str | None,
+def resume_run(store: Any, run_id: str, plan: Plan, host: str | None, label: str | None, *,
                parquet: bool) -> tuple[Resume, str]:
     """``--resume run_id``: what is left of it, and its own label (a resumed run keeps it).
     Only a Parquet store written by this process can be continued (``parquet``: not
@@ -95,6 +95,7 @@ def stop_on_signals() -> Iterator[None]:
     """While a run measures, SIGTERM (a job scheduler, `kill`) and SIGHUP (a closed
     terminal) stop it as Ctrl-C does: the case in flight is cancelled, the finished rows
     kept and the run left resumable, instead of the process dying mid-write."""
+
     def stop(signum: int, frame: Any) -> None:
         raise Stopped(signal.Signals(signum).name)
 
@@ -123,7 +124,7 @@ def resume_command(run_id: str, target: str, param_items: Sequence[str], *, resu
     return shlex.join([*words, "--resume", run_id])
 
 
-def refuse_a_complete_run(store: Any, run_id: str, plan: Any) -> None:
+def refuse_a_complete_run(store: Any, run_id: str, plan: Plan) -> None:
     """``--resume`` of a run holding every planned case (it finished, or a reader finished a
     killed writer's compaction) names no run to resume: a usage error (exit 2) that says
     where the run is, not a failure of the run (exit 1)."""
