@@ -233,7 +233,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         (lambda text: None)
     options = fabric.Options(args.pattern, args.direction, args.k, args.center, args.pairs,
                              args.rails, args.label or "", args.join_timeout,
-                             args.rendezvous_store)
+                             args.rendezvous_store, _planner(args, shape))
     result = fabric.sweep(plan, env, launched, store, options, rendezvous=args.rendezvous,
                           bind=args.bind, port=args.port, device=args.device or "", say=say)
     if not writer:
@@ -247,6 +247,23 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     sys.stdout.write(out)
     sys.stderr.write(err)
     return code
+
+
+def _planner(args: argparse.Namespace, shape: Any) -> Any:
+    """``--pattern adaptive``'s planner, made by rank 0 once it knows the endpoints."""
+    if args.pattern != "adaptive":
+        if args.rounds is not None:
+            raise UsageError("--rounds applies to --pattern adaptive")
+        return None
+    if args.direction == "bidirectional" or args.k is not None or args.rails:
+        raise UsageError("--pattern adaptive chooses each round's pairs and their direction "
+                         "itself: leave out --direction bidirectional, --k and --rails")
+    if args.rounds is not None and not 1 <= args.rounds <= 10_000:
+        raise UsageError(f"--rounds {args.rounds}: a whole number 1..10000")
+    from netbench.analysis.adaptive import AdaptivePlanner
+
+    return lambda names: AdaptivePlanner(names, shape, threshold=args.threshold,
+                                         budget=args.rounds)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -435,9 +452,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "suite file of them")
     p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE",
                    help="benchmark param; repeatable")
-    p.add_argument("--pattern", default="all", choices=("all", "one-to-all", "pairs"),
+    p.add_argument("--pattern", default="all",
+                   choices=("all", "one-to-all", "pairs", "adaptive"),
                    help="all pairs in rounds of disjoint pairs (default), one endpoint "
-                   "against the rest (--center), or the pairs of --pairs FILE")
+                   "against the rest (--center), the pairs of --pairs FILE, or adaptive: "
+                   "cover every host and link, then re-probe only the suspects (give "
+                   "--topology)")
+    p.add_argument("--rounds", type=int, metavar="N", help="with --pattern adaptive: at "
+                   "most N rounds (default 2 log2(endpoints) + 4)")
     p.add_argument("--direction", default="each", choices=("each", "forward", "bidirectional"),
                    help="each direction of a pair on its own (default), one, or both at once")
     p.add_argument("--k", type=int, help="at most K pairs at once (k-batch)")
@@ -463,7 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-line-rate", type=float, metavar="FRACTION", help="a pair below this "
                    "share of its client's probed link rate is slow too (e.g. 0.9)")
     p.add_argument("--topology", metavar="FILE", help="the fabric's shape, so a verdict names "
-                   "the link or switch at fault: Slurm's topology.conf or a netbench TOML "
+                   "the link or switch at fault: Slurm's topology.conf, ibnetdiscover's "
+                   "output, a directory of lldpcli JSON (one file a node) or a netbench TOML "
                    "(default: inferred from the pairs that ran fast)")
     p.add_argument("--results", default="results", help="results directory (rank 0 writes)")
     p.add_argument("--jsonl", metavar="FILE", help="rank 0 writes rows as JSON lines instead "

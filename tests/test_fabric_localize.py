@@ -92,3 +92,34 @@ def test_a_slow_trunk_between_two_leaves_is_named_and_no_host_blamed(two_leaves,
     assert inferred.faulty_hosts == [] and len(inferred.suspects) == 1
     text = summary([inferred])
     assert "PATH between group0(leafA-h0..leafA-h3) and group1(leafB-h0..leafB-h3)" in text
+
+
+@pytest.mark.root
+def test_an_adaptive_sweep_names_the_trunk_in_fewer_rounds_than_all_pairs(two_leaves,
+                                                                          tmp_path):
+    """The same known answer, ``--pattern adaptive``: every host and both trunk directions
+    covered, then only the suspects re-probed; the trunk named, no host blamed, in fewer
+    rounds than all-pairs' 14 (7 a direction), each round's reason kept with the run."""
+    import pyarrow.parquet as pq
+
+    hosts, addrs = two_leaves
+    port, res = _free_port(), tmp_path / "res"
+    args = ["tcp.stream", "-p", "duration=0.6", "-p", "warmup=0.2", "--timeout", "30",
+            "--threshold", "0.4", "--topology", str(TOPOLOGY), "--pattern", "adaptive",
+            "--results", str(res), "--json"]
+    procs = [_rank(r, len(hosts), port, args, name, netns=ns, master=addrs[0])
+             for r, (name, ns) in enumerate(hosts)]
+    outs = _finish(procs, timeout=400)
+    assert [o[0] for o in outs[1:]] == [0] * (len(hosts) - 1), outs
+    assert outs[0][0] == 1, outs[0]
+    (m,) = json.loads(outs[0][1])["matrices"]
+    assert m["faulty_hosts"] == [], m
+    (suspect,) = m["suspects"]
+    assert set(suspect["elements"]) >= {"link:core--leafA", "link:core--leafB"}, suspect
+    (path,) = res.glob("*.parquet")
+    facts = json.loads(pq.read_schema(path).metadata[b"netbench_fabric"])
+    print(facts["rounds"], facts["why"], suspect)
+    assert facts["pattern"] == "adaptive" and 3 <= facts["rounds"] < 14, facts
+    assert len(facts["why"]) == facts["rounds"] and facts["why"][0].startswith("cover:")
+    stderr = outs[0][2]
+    assert "adaptive rounds (at most 10)" in stderr and "[round 1/?]" in stderr, stderr

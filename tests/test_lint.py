@@ -240,9 +240,10 @@ def test_analysis_and_report_have_no_import_circle():
 
 # --- the CLI parses and dispatches --------------------------------------------------------------
 
-# cli.py was 889 lines, cmd_run 112 of them; issue 22 left it at 607. A command parses its
-# options, calls run/, sweep/ or analysis/, and prints what report/ returns.
-CLI_LINES = 620
+# cli.py was 889 lines, cmd_run 112 of them; issue 22 left it at 607 (630 with fabric's
+# --pattern adaptive). A command parses its options, calls run/, sweep/ or analysis/, and
+# prints what report/ returns.
+CLI_LINES = 650
 CLI_FUNCTION_LINES = 40
 
 

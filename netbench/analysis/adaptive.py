@@ -131,8 +131,12 @@ class AdaptivePlanner:
 
     # --- learning ----------------------------------------------------------------------------
 
-    def record(self, pairs: Sequence[tuple[int, int]], values: Sequence[float | None]) -> None:
-        """What a round read, pair by pair (None: the pair failed)."""
+    def record(self, pairs: Sequence[tuple[int, int]], values: Sequence[float | None],
+               better: str | None = None) -> None:
+        """What a round read, pair by pair (None: the pair failed); ``better``: the figure's
+        direction, where the rows say it."""
+        if better in ("higher", "lower"):
+            self.better = better
         number = len(self.log)
         for (c, s), v in zip(pairs, values):
             self.measured.append(Measured(int(c), int(s), v, number))

@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -310,6 +310,10 @@ class Options:
     label: str = ""
     join_timeout: float = JOIN_TIMEOUT
     store: str = "auto"          # the rendezvous: torch's TCPStore, or netbench's own
+    # pattern "adaptive": rank 0's planner, made from the endpoints' names, chooses each
+    # round from what the earlier ones read (``next_round()`` -> pairs and why, or None;
+    # ``record(pairs, values, better)``): netbench.analysis.adaptive, handed in by the CLI.
+    planner: Callable[[list[str]], Any] | None = None
 
 
 def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Any, options: Options, *,
@@ -402,9 +406,18 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                             f"{_listed(known, world - len(gone)) or 'none'}")
     endpoints = name_endpoints([_endpoint(r, meet.get(f"join/{r}")) for r in range(world)])
     names = [e.name for e in endpoints]
-    plan_schedule = sched.build(names, options.pattern, options.direction, options.k,
-                                options.center, options.pairs_file,
-                                [e.device for e in endpoints] if options.rails else None)
+    adaptive = options.pattern == "adaptive"
+    planner = None
+    if adaptive:                 # rounds are chosen as the sweep goes, by rank 0
+        plan_schedule = sched.Schedule(names, [], "adaptive", "forward")
+        if rank == 0:
+            if options.planner is None:
+                raise UsageError("pattern adaptive needs a planner (netbench fabric makes one)")
+            planner = options.planner(names)
+    else:
+        plan_schedule = sched.build(names, options.pattern, options.direction, options.k,
+                                    options.center, options.pairs_file,
+                                    [e.device for e in endpoints] if options.rails else None)
     if rank == 0:
         meet.set("run", {"run_id": uuid.uuid4().hex[:12],
                          "started_at": datetime.now(UTC).isoformat()})
@@ -420,19 +433,34 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
     if rank == 0:
         store.check_writable()
         path = store.path_for(run_id, started.isoformat())
-        writer = store.open_run(path, {
-            "netbench_plan": plan_fingerprint(plan),
-            "netbench_fabric": json.dumps({"pattern": options.pattern,
-                                           "direction": options.direction, "k": options.k,
-                                           "rails": options.rails, "endpoints": names,
-                                           "rounds": len(plan_schedule.rounds)})})
-        say(f"netbench fabric {run_id}: {world} endpoints, {plan_schedule.pattern} pairs "
-            f"({options.direction}), {len(plan_schedule.rounds)} rounds of at most "
-            f"{plan_schedule.concurrency()} pairs, {len(plan.cases)} case(s) a pair")
+        facts = {"pattern": options.pattern, "direction": options.direction, "k": options.k,
+                 "rails": options.rails, "endpoints": names,
+                 "rounds": len(plan_schedule.rounds)}
+        writer = store.open_run(path, {"netbench_plan": plan_fingerprint(plan),
+                                       "netbench_fabric": json.dumps(facts)})
+        if adaptive:
+            say(f"netbench fabric {run_id}: {world} endpoints, adaptive rounds (at most "
+                f"{getattr(planner, 'budget', '?')}), {len(plan.cases)} case(s) a pair")
+        else:
+            say(f"netbench fabric {run_id}: {world} endpoints, {plan_schedule.pattern} pairs "
+                f"({options.direction}), {len(plan_schedule.rounds)} rounds of at most "
+                f"{plan_schedule.concurrency()} pairs, {len(plan.cases)} case(s) a pair")
     per_round = sum(p.timeout for p in plan.cases) + ROUND_SLACK
     offset = 0
+    total = "?" if adaptive else str(len(plan_schedule.rounds))
+    why: list[str] = []
     try:
-        for number, pairs in enumerate(plan_schedule.rounds):
+        for number in itertools.count():
+            if adaptive:
+                pairs = _agree_round(meet, number, planner, world, endpoints, per_round,
+                                     why)
+                if pairs is None:
+                    break
+                plan_schedule.rounds.append(pairs)
+            elif number < len(plan_schedule.rounds):
+                pairs = plan_schedule.rounds[number]
+            else:
+                break
             rows = _round(number, pairs, offset, plan, endpoints, rank, runner, base, result)
             offset += len(pairs)
             if rows is not None:
@@ -441,11 +469,17 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
             if rank == 0:
                 stored = _collect(meet, number, pairs, offset - len(pairs), plan, endpoints,
                                   runner, base, result, per_round)
+                if planner is not None:
+                    values, better = _pair_values(stored, pairs, endpoints)
+                    planner.record(pairs.tolist(), values, better)
+                    facts.update(rounds=number + 1, why=why)   # kept with the run
+                    writer.extra["netbench_fabric"] = json.dumps(facts)
                 writer.append(stored)
                 result.rows.extend(stored)
                 failed = sum(1 for r in stored if r["status"] == "failed")
-                say(f"[round {number + 1}/{len(plan_schedule.rounds)}] {len(pairs)} pair(s)"
-                    + (f", {failed} failed row(s)" if failed else ""))
+                say(f"[round {number + 1}/{total}] {len(pairs)} pair(s)"
+                    + (f", {failed} failed row(s)" if failed else "")
+                    + (f": {why[-1]}" if adaptive else ""))
             else:
                 if rows:
                     result.rows.extend(rows)
@@ -470,6 +504,61 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
         if writer is not None:
             writer.close()
     return result
+
+
+MAX_WHY = 2000        # characters of a round's reason kept with the run
+
+
+def _agree_round(meet: Rendezvous, number: int, planner: Any, world: int,
+                 endpoints: list[Endpoint], per_round: float, why: list[str]) -> Any:
+    """An adaptive round's pairs, the same on every rank: rank 0 asks its planner and
+    publishes them (or that the sweep is done), the others wait for them and check them
+    (pairs of ranks in the world, each rank at most once). None: the sweep is done."""
+    import numpy as np
+
+    if planner is not None:
+        chosen = planner.next_round()
+        record = {"done": True} if chosen is None else {
+            "pairs": [[int(c), int(s)] for c, s in chosen.pairs], "why": chosen.why}
+        meet.set(f"plan/{number}", record)
+    else:
+        if meet.wait_for([f"plan/{number}"], time.monotonic() + per_round * 2):
+            raise NetbenchError(f"rank 0 ({endpoints[0].name}) chose no round {number + 1} "
+                                f"within {per_round * 2:g} s: the sweep cannot go on")
+        record = meet.get(f"plan/{number}")
+    if not isinstance(record, dict):
+        raise NetbenchError(f"the rendezvous' plan of round {number + 1} is malformed: "
+                            f"{_clip(record)}")
+    if record.get("done") is True:
+        return None
+    pairs = record.get("pairs")
+    flat = [r for p in pairs for r in p] if isinstance(pairs, list) and all(
+        isinstance(p, list) and len(p) == 2 for p in pairs) else None
+    if not flat or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < world
+                           for r in flat) or len(set(flat)) != len(flat):
+        raise NetbenchError(f"the rendezvous' plan of round {number + 1} is malformed (want "
+                            f"pairs of distinct ranks 0..{world - 1}): {_clip(record)}")
+    why.append(str(record.get("why", ""))[:MAX_WHY])
+    return np.array(pairs, dtype=int)
+
+
+def _pair_values(rows: Sequence[Mapping[str, Any]], pairs: Any,
+                 endpoints: list[Endpoint]) -> tuple[list[float | None], str]:
+    """Each pair's figure for the planner: its first case's headline metric (None where the
+    pair failed), and which way that figure is better."""
+    found: dict[tuple[str, str], float | None] = {}
+    better = "higher"
+    for row in sorted(rows, key=lambda r: r.get("case_index") or 0):
+        key = (str(row.get("host")), str(row.get("peer")))
+        if key in found:
+            continue
+        if row.get("status") == "failed":
+            found[key] = None
+        elif row.get("status") == "ok" and row.get("metric") == row.get("headline"):
+            found[key] = row.get("value")
+            better = str(row.get("better") or better)
+    return [found.get((endpoints[c].name, endpoints[s].name)) for c, s in pairs.tolist()], \
+        better
 
 
 def _round(number: int, pairs: Any, offset: int, plan: Plan, endpoints: list[Endpoint],
