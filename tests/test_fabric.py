@@ -477,14 +477,22 @@ def test_pairs_are_set_against_the_link_rate_the_probe_read():
 def test_a_slow_host_is_named_by_what_its_data_does(tmp_path, bench, op, params, better, role,
                                                     metric):
     """host c is slow as client with every peer: the verdict says sending, receiving or (both
-    ways, a round trip) client, by the benchmark's data flow; accept says the same."""
-    from netbench.analysis.fabric import analyse, summary
+    ways, a round trip) client, by the benchmark's data flow as its rows store it (the
+    benchmark's declared traits); accept says the same."""
+    import json as json_
 
+    from netbench import registry
+    from netbench.analysis.fabric import analyse, summary
+    from netbench.api import Case
+
+    declared = registry.get(bench)
+    case = Case(bench, {p.name: p.default for p in declared.params} | json_.loads(params))
+    flow = declared.traits(case).flow
     slow = 4.0 if better == "higher" else 40.0
     rows = pd.DataFrame([{"benchmark": bench, "op": op, "params": params, "metric": metric,
                           "unit": "x", "better": better, "status": "ok", "reason": None,
-                          "host": c, "peer": s, "value": slow if c == "c" else 10.0}
-                         for c in "abcd" for s in "abcd" if c != s])
+                          "host": c, "peer": s, "value": slow if c == "c" else 10.0,
+                          "flow": flow} for c in "abcd" for s in "abcd" if c != s])
     (m,) = analyse(rows, metric=metric)
     assert [(h.name, h.role) for h in m.faulty_hosts] == [("c", role)]
     assert f"HOST c: slow {role} with 3 of 3 peers" in summary([m])
