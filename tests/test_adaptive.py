@@ -97,3 +97,24 @@ def test_a_planner_needs_two_endpoints_and_stops_at_its_budget():
     topo = sim.fat_tree(4, 4, 2, routing="dest")
     planner, _ = _run(topo, {"switch:spine0": 0.25}, budget=3)
     assert len(planner.log) == 3
+
+
+def test_an_endpoint_that_dies_stays_named_and_is_asked_nothing_more():
+    """A rank that stops answering mid-sweep: its failed pair stays evidence (the sweep's
+    rows name it, failed, with the reason), and no later round pairs it with anyone."""
+    topo = sim.fat_tree(4, 4, 2, routing="dest")
+    names = sorted(topo.hosts)
+    fabric = sim.FabricSim(topo, noise=0.05)
+    dead = names.index("l2h1")
+    planner = AdaptivePlanner(names, topo)
+    while (chosen := planner.next_round()) is not None:
+        values = fabric.measure([(names[c], names[s]) for c, s in chosen.pairs],
+                                salt=len(planner.log))
+        died = len(planner.log) >= 2
+        values = [None if died and dead in pair else v for pair, v in zip(chosen.pairs, values)]
+        planner.record(chosen.pairs, values, gone=[dead] if died else [])
+        if len(planner.log) > 2:
+            assert all(dead not in pair for pair in chosen.pairs), chosen
+    failed = [m for m in planner.measured if m.value is None]
+    assert failed and all(dead in (m.client, m.server) for m in failed)
+    assert planner.verdict().slow == len(failed)          # judged slow, not dropped

@@ -79,6 +79,7 @@ class AdaptivePlanner:
     _probed: set[tuple[int, int]] = field(default_factory=set, repr=False)
     _covered: set[str] = field(default_factory=set, repr=False)
     _split: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
+    _gone: set[int] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self.n = len(self.endpoints)
@@ -132,11 +133,13 @@ class AdaptivePlanner:
     # --- learning ----------------------------------------------------------------------------
 
     def record(self, pairs: Sequence[tuple[int, int]], values: Sequence[float | None],
-               better: str | None = None) -> None:
+               better: str | None = None, gone: Sequence[int] = ()) -> None:
         """What a round read, pair by pair (None: the pair failed); ``better``: the figure's
-        direction, where the rows say it."""
+        direction, where the rows say it; ``gone``: endpoints that stopped answering (their
+        failed pairs stay evidence, and no later round asks them for anything)."""
         if better in ("higher", "lower"):
             self.better = better
+        self._gone.update(int(i) for i in gone)
         number = len(self.log)
         for (c, s), v in zip(pairs, values):
             self.measured.append(Measured(int(c), int(s), v, number))
@@ -185,7 +188,7 @@ class AdaptivePlanner:
             self._cover_intra += 1
             return self._intra_round(reverse=self._cover_intra == 2)
         targets = self._targets()
-        busy: set[int] = set()
+        busy: set[int] = set(self._gone)        # a gone endpoint is in no later round
         loaded: set[str] = set()
         pairs: list[tuple[int, int]] = []
         notes: list[str] = []
@@ -296,6 +299,7 @@ class AdaptivePlanner:
         pairs: list[tuple[int, int]] = []
         spare: list[int] = []
         for members in self.by_switch.values():
+            members = [i for i in members if i not in self._gone]
             for i in range(0, len(members) - 1, 2):
                 pairs.append((members[i], members[i + 1]))
             if len(members) % 2:

@@ -471,7 +471,7 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                                   runner, base, result, per_round)
                 if planner is not None:
                     values, better = _pair_values(stored, pairs, endpoints)
-                    planner.record(pairs.tolist(), values, better)
+                    planner.record(pairs.tolist(), values, better, sorted(result.gone))
                     facts.update(rounds=number + 1, why=why)   # kept with the run
                     writer.extra["netbench_fabric"] = json.dumps(facts)
                 writer.append(stored)
