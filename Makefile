@@ -74,5 +74,16 @@ bench-softroce: setup
 	OUT=$(SOFTROCE_OUT) SKIP_INSTALL=1 NODES=3 NICS=2 tools/softroce/run-vm.sh tools/softroce/fabric.sh
 	$(BIN)/netbench import $(SOFTROCE_OUT)/*.jsonl --results results
 
+# A one-node Slurm cluster on this machine, for the fabric sweep a real srun launches
+# (tests/test_slurm.py, which skips without one): Debian's slurm-wlm (slurmctld, slurmd,
+# slurm-client's srun) and munge, then tools/slurm/start.sh starts the daemons and waits until
+# a job runs (idempotent). CI runs it before `make test`.
+SLURM_DEPS := slurmctld:slurm-wlm slurmd:slurm-wlm srun:slurm-client scontrol:slurm-client \
+              munged:munge
+.PHONY: slurm
+slurm:
+	@tools/sysdeps.sh $(SLURM_DEPS)
+	tools/slurm/start.sh
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
