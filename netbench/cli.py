@@ -233,7 +233,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         (lambda text: None)
     options = fabric.Options(args.pattern, args.direction, args.k, args.center, args.pairs,
                              args.rails, args.label or "", args.join_timeout,
-                             args.rendezvous_store, _planner(args, shape))
+                             args.rendezvous_store, _planner(args, shape), shape)
     result = fabric.sweep(plan, env, launched, store, options, rendezvous=args.rendezvous,
                           bind=args.bind, port=args.port, device=args.device or "", say=say)
     if not writer:
@@ -276,8 +276,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
         raise NetbenchError(f"no stored runs in {args.results}"
                             + (f" with label {args.label!r}" if args.label else ""))
     if args.json:
-        out = index.drop(columns=["path"]).assign(
-            started_at=index["started_at"].map(lambda t: t.isoformat()))
+        out = index.drop(columns=["path"]).assign(     # a fabric's shape: a flag, not MBs
+            started_at=index["started_at"].map(lambda t: t.isoformat()),
+            topology=index["topology"].map(bool))
         print(json.dumps(json_safe(out.to_dict("records")), indent=1, allow_nan=False))
         return 0
     print(console.runs_table(index))

@@ -123,3 +123,15 @@ def test_an_adaptive_sweep_names_the_trunk_in_fewer_rounds_than_all_pairs(two_le
     assert len(facts["why"]) == facts["rounds"] and facts["why"][0].startswith("cover:")
     stderr = outs[0][2]
     assert "adaptive rounds (at most 10)" in stderr and "[round 1/?]" in stderr, stderr
+    # The shape is kept with the run: the stored run, judged again later on its own shape,
+    # names the same path.
+    from netbench import load as netbench_load
+    from netbench.analysis.fabric import analyse
+    from netbench.env.topology import from_json
+    from netbench.store import ResultStore
+
+    (kept,) = ResultStore(res).runs()["topology"]
+    shape = from_json(kept)
+    assert sorted(shape.hosts) == sorted(name for name, _ in hosts)
+    (again,) = analyse(pd.DataFrame(netbench_load(res)), 0.4, topology=shape)
+    assert again.faulty_hosts == [] and again.suspects[0].elements == suspect["elements"]

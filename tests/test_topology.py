@@ -150,3 +150,18 @@ def test_a_one_way_fault_is_named_with_its_direction(given):
         assert loc.suspects[0].elements[0] == "link:leaf0->spine0"
     else:
         assert "(one way)" in loc.suspects[0].text(inferred=True)
+
+
+def test_a_shape_kept_with_a_run_reads_back_the_same():
+    from netbench.env.topology import from_json, load
+
+    shape = load(ROOT / "tests" / "fixtures" / "topology" / "two-leaves.conf")
+    shape.routing = "dest"
+    again = from_json(shape.to_json())
+    assert again.hosts == shape.hosts and again.trunks == shape.trunks
+    assert again.routing == "dest" and again.source == shape.source
+    assert again.elements("leafA-h0", "leafB-h1") == shape.elements("leafA-h0", "leafB-h1")
+    for bad in ("", "[]", '{"source": "x"}', '{"source": "x", "hosts": {}, "trunks": [1]}',
+                '{"source": "x", "hosts": {}, "trunks": [], "routing": "rip"}'):
+        with pytest.raises(UsageError, match="kept with the run"):
+            from_json(bad)

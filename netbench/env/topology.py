@@ -264,6 +264,15 @@ class Topology:
                     out[f"link:{path[i - 1]}->{switch}"] = 1.0
         return out
 
+    def to_json(self) -> str:
+        """The shape as JSON, to keep with a run (``from_json`` reads it back)."""
+        import json
+
+        return json.dumps({"hosts": self.hosts, "trunks": sorted(self.trunks),
+                           "switches": sorted(self.switches), "capacity": self.capacity,
+                           "source": self.source, "routing": self.routing,
+                           "inferred": self.inferred, "notes": self.notes}, sort_keys=True)
+
     def check_hosts(self, endpoints: Iterable[str]) -> list[str]:
         """Warnings for a sweep's endpoints against the topology: hosts it lacks, hosts it
         has that the sweep did not measure (the verdicts go on with what is known)."""
@@ -335,6 +344,28 @@ def _shortest_paths(adj: Mapping[str, Sequence[str]], a: str, b: str,
 
 
 # --- loading -------------------------------------------------------------------------------------
+
+def from_json(text: str) -> Topology:
+    """A shape kept with a run (``Topology.to_json``); UsageError where it is not one."""
+    import json
+
+    try:
+        data = json.loads(text)
+        topo = Topology(source=str(data["source"]), routing=str(data.get("routing", "ecmp")),
+                        inferred=bool(data.get("inferred", False)),
+                        notes=[str(n) for n in data.get("notes", [])])
+        for host, switch in dict(data["hosts"]).items():
+            topo.add_host(str(host), str(switch))
+        for a, b in data["trunks"]:
+            topo.add_trunk(str(a), str(b))
+        topo.switches |= {str(s) for s in data.get("switches", [])}
+        topo.capacity = {str(k): float(v) for k, v in dict(data.get("capacity", {})).items()}
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
+        raise UsageError(f"the topology kept with the run is not readable ({exc})") from None
+    if topo.routing not in ("ecmp", "dest"):
+        raise UsageError(f"the topology kept with the run routes {topo.routing!r}")
+    return topo
+
 
 def load(path: str | Path) -> Topology:
     """A topology file, its format told by its content (see the module's docstring), or a

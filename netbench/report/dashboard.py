@@ -730,15 +730,31 @@ def _rows_of(store: Any, index: Any) -> Any:
     return frame[[picks.get(b) == r for b, r in zip(frame["benchmark"], frame["run_id"])]]
 
 
-def _charts(rows: Any) -> dict[str, dict[str, Any] | None]:
+def _topology(index: Any, run_ids: Sequence[str]) -> Any:
+    """The fabric's shape kept with these runs (a sweep given --topology), else None: the
+    heatmap's verdicts then localize on the elements the sweep was told of."""
+    from netbench.env.topology import from_json
+
+    kept = index.loc[index["run_id"].isin(list(run_ids)), "topology"] \
+        if "topology" in index else []
+    for text in kept:
+        if isinstance(text, str) and text:
+            try:
+                return from_json(text)
+            except UsageError:
+                return None           # unreadable: judged on the inferred shape
+    return None
+
+
+def _charts(rows: Any, topology: Any = None) -> dict[str, dict[str, Any] | None]:
     # A fabric run's curves are its pairs' median, the spread over pairs as the error bar;
     # the pairs themselves are the heatmap's.
     return {"bandwidth": bandwidth_chart(rows), "latency": latency_chart(rows),
             "cpu": cpu_chart(rows), "busbw": busbw_chart(rows), "h2d": h2d_chart(rows),
-            "fabric": _fabric(rows)}
+            "fabric": _fabric(rows, topology)}
 
 
-def _fabric(rows: Any) -> dict[str, Any] | None:
+def _fabric(rows: Any, topology: Any = None) -> dict[str, Any] | None:
     """The heatmap of the view's fabric sweep (the case with the most pairs), if it has one."""
     from netbench.analysis.fabric import analyse
     from netbench.report.heatmap import fabric_chart
@@ -748,7 +764,8 @@ def _fabric(rows: Any) -> dict[str, Any] | None:
     pairs = rows["host"].fillna("").astype(str) + "->" + rows["peer"].fillna("").astype(str)
     if pairs.nunique() < 3:
         return None
-    matrices = [m for m in analyse(rows) if m.cells is not None and len(m.cells) > 2]
+    matrices = [m for m in analyse(rows, topology=topology)
+                if m.cells is not None and len(m.cells) > 2]
     return fabric_chart(max(matrices, key=lambda m: len(m.cells))) if matrices else None
 
 
@@ -798,8 +815,9 @@ def _with_baseline(fig: dict[str, Any] | None, base: dict[str, Any] | None) -> A
 
 
 def _view(title: str, rows: Any, latest: Any, runs: list[str], base: Any = None,
-          verdicts: Sequence[Any] = (), trend: Any = None) -> dict[str, Any]:
-    figures = _charts(rows)
+          verdicts: Sequence[Any] = (), trend: Any = None,
+          topology: Any = None) -> dict[str, Any]:
+    figures = _charts(rows, topology)
     based = _charts(base) if base is not None else {}
     for name in _WITH_BASELINE:
         figures[name] = _with_baseline(figures[name], based.get(name))
@@ -864,7 +882,8 @@ def render(store: Any, out: str | Path, run: str | None = None, label: str | Non
             raise NetbenchError(f"no run {run!r} in the store")
         sel = resolve(store, run)
         views[f"run:{run}"] = _view(f"run {run}", sel.rows, None, sel.run_ids,
-                                    trend=_trend(store, _labels_of(index, [run])))
+                                    trend=_trend(store, _labels_of(index, [run])),
+                                    topology=_topology(index, sel.run_ids))
         chosen = chosen or f"run:{run}"
     labels = list(dict.fromkeys(index["label"].fillna("")[::-1]))       # newest first
     if label is not None and label not in labels:
@@ -885,7 +904,8 @@ def render(store: Any, out: str | Path, run: str | None = None, label: str | Non
         newest = store.read([every["run_id"].iloc[-1]])      # what the label's last run skipped
         views[key] = _view(f"label '{visible(name)}'" if name else "runs without a label",
                            rows, newest, list(dict.fromkeys(rows["run_id"])),
-                           trend=_trend(store, list(dict.fromkeys(every["label"]))))
+                           trend=_trend(store, list(dict.fromkeys(every["label"]))),
+                           topology=_topology(index, list(dict.fromkeys(rows["run_id"]))))
     blocks = [f'<div class="empty" id="empty-{name}"></div><div class="chart" '
               f'id="chart-{name}"></div>' for name in CHARTS]
     picker = "".join(f'<option value="{html.escape(k)}"{" selected" if k == chosen else ""}>'

@@ -314,6 +314,7 @@ class Options:
     # round from what the earlier ones read (``next_round()`` -> pairs and why, or None;
     # ``record(pairs, values, better)``): netbench.analysis.adaptive, handed in by the CLI.
     planner: Callable[[list[str]], Any] | None = None
+    topology: Any = None         # the fabric's shape (--topology): kept with the run
 
 
 def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Any, options: Options, *,
@@ -436,8 +437,10 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
         facts = {"pattern": options.pattern, "direction": options.direction, "k": options.k,
                  "rails": options.rails, "endpoints": names,
                  "rounds": len(plan_schedule.rounds)}
-        writer = store.open_run(path, {"netbench_plan": plan_fingerprint(plan),
-                                       "netbench_fabric": json.dumps(facts)})
+        kept = {"netbench_plan": plan_fingerprint(plan), "netbench_fabric": json.dumps(facts)}
+        if options.topology is not None:     # report and analysis of the run read it back
+            kept["netbench_topology"] = options.topology.to_json()
+        writer = store.open_run(path, kept)
         if adaptive:
             say(f"netbench fabric {run_id}: {world} endpoints, adaptive rounds (at most "
                 f"{getattr(planner, 'budget', '?')}), {len(plan.cases)} case(s) a pair")
