@@ -30,7 +30,8 @@ BUILD_DEPS := gcc:gcc /usr/include/stdio.h:libc6-dev \
               /etc/libibverbs.d/rxe.driver:ibverbs-providers
 # System tools the tests and reference comparisons use (tests that need one skip without it).
 TEST_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf chromium:chromium \
-              modprobe:kmod mpirun:openmpi-bin unshare:util-linux ps:procps
+              modprobe:kmod mpirun:openmpi-bin unshare:util-linux ps:procps \
+              lldpd:lldpd lldpcli:lldpd
 builddeps:
 	@tools/sysdeps.sh $(BUILD_DEPS)
 sysdeps: builddeps

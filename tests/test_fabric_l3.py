@@ -1,0 +1,331 @@
+"""The fabric known answer of a slow leaf-spine link in a routed (L3) fabric, its shape read
+from LLDP (root; CI runs it).
+
+Three leaf and two spine routers (network namespaces with IP forwarding on), every leaf
+linked to every spine by a /31 veth, two hosts behind each leaf (a /30 each out of the
+leaf's /24, the leaf their gateway). Each leaf routes every other leaf's /24 over both
+spines (ECMP, hashed on the flow's L4 ports), each spine every leaf's /24 to its leaf. Every
+host's access link is shaped with ``tc tbf`` to HOST_MBIT (both ends) and one leaf-spine
+link, leaf1--spine1, to SLOW_MBIT both ways. lldpd runs in every namespace (its own UTS
+namespace, so it advertises its node's name: the hosts' are the names the ranks report);
+each node's ``lldpcli -f json show neighbors`` is the ``--topology`` directory.
+
+A pair between leaf1 and another leaf takes spine1 or spine2 by its flow's hash, which no one
+outside the routers knows: the pairs through leaf1--spine1 read slow, their twins through
+leaf1--spine2 fast. Both leaf1 uplinks carry exactly the same path sets, so the honest,
+strongest verdict is the shaped link among the named elements (beside what cannot be told
+from it), no host blamed, and no other link named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_fabric import _finish, _free_port, _needs_root, _rank, _sh
+
+HOST_MBIT, SLOW_MBIT = 400, 40
+LEAVES, SPINES, PER_LEAF = 3, 2, 2
+SHAPED = ("leaf1", "spine1")              # the one slow leaf-spine link
+LLDP_WAIT = 30.0                          # seconds for every node to see its neighbours
+
+
+def _tbf(ns: str, dev: str, mbit: int, latency: str = "100ms") -> None:
+    # burst must hold a whole GSO super-packet (64 KiB) or tbf drops it (as test_fabric)
+    _sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
+        "burst", "256kb", "latency", latency)
+
+
+def _cable(ns_a: str, if_a: str, ns_b: str, if_b: str) -> None:
+    """One veth between two namespaces, created in them (names need only be unique there)."""
+    _sh("ip", "link", "add", if_a, "netns", ns_a, "type", "veth", "peer", "name", if_b,
+        "netns", ns_b)
+    _sh("ip", "-n", ns_a, "link", "set", if_a, "up")
+    _sh("ip", "-n", ns_b, "link", "set", if_b, "up")
+
+
+def _sysctl(ns: str, *settings: str) -> None:
+    _sh("ip", "netns", "exec", ns, "sysctl", "-qw", *settings)
+
+
+def _lldpcli(sock: str, *args: str) -> subprocess.CompletedProcess | None:
+    """One lldpcli command to one lldpd; None where it did not answer in time (starting)."""
+    try:
+        return subprocess.run(["lldpcli", "-u", sock, *args], capture_output=True, text=True,
+                              timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _neighbours(sock: str) -> tuple[list[str], dict]:
+    """The system names one lldpd sees (one per interface with a neighbour), and its JSON."""
+    run = _lldpcli(sock, "-f", "json", "show", "neighbors")
+    if run is None or run.returncode:
+        return [], {}
+    doc = json.loads(run.stdout or "{}")
+    raw = (doc.get("lldp") or {}).get("interface") or []
+    items = [raw] if isinstance(raw, dict) else raw
+    names = []
+    for item in items:
+        for body in item.values():
+            chassis = body.get("chassis") or {}
+            names += [n for n in chassis if n not in ("id", "name")] or \
+                [str((chassis.get("name") or {}).get("value", "?"))]
+    return sorted(names), doc
+
+
+def _plan():
+    """The leaves, spines and hosts by name, and the LLDP neighbours each must see."""
+    leaves = [f"leaf{i}" for i in range(1, LEAVES + 1)]
+    spines = [f"spine{j}" for j in range(1, SPINES + 1)]
+    hosts = [f"{leaf}-h{k}" for leaf in leaves for k in range(PER_LEAF)]
+    expect = {h: [h.split("-")[0]] for h in hosts}
+    for leaf in leaves:
+        expect[leaf] = sorted([h for h in hosts if h.startswith(leaf + "-")] + spines)
+    for spine in spines:
+        expect[spine] = sorted(leaves)
+    return leaves, spines, hosts, expect
+
+
+def _host_addr(i: int, k: int) -> tuple[str, str]:
+    """Leaf i's port k: a /30 out of 10.212.i.0/24 (gateway, host)."""
+    return f"10.212.{i}.{4 * k + 1}", f"10.212.{i}.{4 * k + 2}"
+
+
+def _uplink_addr(i: int, j: int) -> tuple[str, str]:
+    """Leaf i - spine j: a /31 (leaf's, spine's)."""
+    return f"10.213.{10 * i + j}.0", f"10.213.{10 * i + j}.1"
+
+
+@pytest.fixture(scope="module")
+def l3_fabric(tmp_path_factory):
+    _needs_root()
+    if not shutil.which("lldpd") or not shutil.which("lldpcli"):
+        pytest.skip("needs lldpd and lldpcli (Debian: lldpd) for the LLDP topology")
+    tag = f"{os.getpid() % 10000}"
+    leaves, spines, hosts, expect = _plan()
+    ns = {n: f"nb3{n.replace('-', '')}x{tag}" for n in (*leaves, *spines, *hosts)}
+    made: list[str] = []
+    daemons: list[tuple[str, subprocess.Popen, str, str]] = []
+    try:
+        for name in ns.values():
+            _sh("ip", "netns", "add", name)
+            made.append(name)
+    except subprocess.CalledProcessError as exc:
+        for name in made:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        pytest.skip(f"cannot create network namespaces here: {exc.stderr.decode().strip()}")
+    started = time.monotonic()
+    try:
+        for name in ns.values():
+            _sh("ip", "-n", name, "link", "set", "lo", "up")
+        for router in (*leaves, *spines):
+            _sysctl(ns[router], "net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                    "net.ipv4.conf.default.rp_filter=0")
+        for leaf in leaves:                      # flows spread over the spines by L4 hash
+            _sysctl(ns[leaf], "net.ipv4.fib_multipath_hash_policy=1")
+        # Hosts: eth0 to their leaf's swpK, a /30 each, the leaf their gateway; both ends
+        # of every access link shaped.
+        for i, leaf in enumerate(leaves, 1):
+            for k in range(PER_LEAF):
+                host, port = f"{leaf}-h{k}", f"swp{k + 1}"
+                gw, addr = _host_addr(i, k)
+                _cable(ns[host], "eth0", ns[leaf], port)
+                _sh("ip", "-n", ns[leaf], "addr", "add", f"{gw}/30", "dev", port)
+                _sh("ip", "-n", ns[host], "addr", "add", f"{addr}/30", "dev", "eth0")
+                # The fabric's /16 through the leaf; no default route, so a DNS lookup
+                # (lldpd resolves its own name) fails at once instead of timing out.
+                _sh("ip", "-n", ns[host], "route", "add", "10.212.0.0/16", "via", gw)
+                _tbf(ns[host], "eth0", HOST_MBIT)
+                _tbf(ns[leaf], port, HOST_MBIT)
+        # Leaf-spine: leaf i's swp5j to spine j's swpi, a /31 each; one shaped both ways.
+        for i, leaf in enumerate(leaves, 1):
+            for j, spine in enumerate(spines, 1):
+                mine, theirs = _uplink_addr(i, j)
+                _cable(ns[leaf], f"swp5{j}", ns[spine], f"swp{i}")
+                _sh("ip", "-n", ns[leaf], "addr", "add", f"{mine}/31", "dev", f"swp5{j}")
+                _sh("ip", "-n", ns[spine], "addr", "add", f"{theirs}/31", "dev", f"swp{i}")
+                _sh("ip", "-n", ns[spine], "route", "add", f"10.212.{i}.0/24", "via", mine)
+                if (leaf, spine) == SHAPED:
+                    _tbf(ns[leaf], f"swp5{j}", SLOW_MBIT, "200ms")
+                    _tbf(ns[spine], f"swp{i}", SLOW_MBIT, "200ms")
+        for i, leaf in enumerate(leaves, 1):     # ECMP toward every other leaf's /24
+            for m in range(1, LEAVES + 1):
+                if m == i:
+                    continue
+                hops = []
+                for j in range(1, SPINES + 1):
+                    hops += ["nexthop", "via", _uplink_addr(i, j)[1]]
+                _sh("ip", "-n", ns[leaf], "route", "add", f"10.212.{m}.0/24", *hops)
+        # lldpd in every namespace, each in a UTS namespace of its own named as the node
+        # (the hosts' names are the ones their ranks report); only LLDP, no config read
+        # but its own.
+        conf_dir = tmp_path_factory.mktemp("lldpd-conf")
+        for node, name in ns.items():
+            sock, pid = f"/run/nb-lldpd-{name}.socket", f"/run/nb-lldpd-{name}.pid"
+            conf = conf_dir / f"{node}.conf"
+            conf.write_text(f"configure system hostname {node}\n")
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", name, "unshare", "--uts", "sh", "-c",
+                 f'hostname {node} && exec "$@"', "sh", "lldpd", "-d", "-u", sock, "-p", pid,
+                 "-O", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            daemons.append((node, proc, sock, pid))
+        lldp_dir = tmp_path_factory.mktemp("lldp")
+        docs: dict[str, dict] = {}
+        deadline, nudged = time.monotonic() + LLDP_WAIT, 0.0
+        while True:
+            for node, proc, sock, _ in daemons:
+                if proc.poll() is not None:
+                    pytest.fail(f"lldpd in {node} exited {proc.returncode}: "
+                                f"{proc.stderr.read().decode()[-2000:]}")
+                if node not in docs:
+                    seen, doc = _neighbours(sock)
+                    if seen == expect[node]:
+                        docs[node] = doc
+            if len(docs) == len(daemons) or time.monotonic() > deadline:
+                break
+            if time.monotonic() - nudged > 2:    # send now rather than at the next tx
+                for _node, _proc, sock, _ in daemons:
+                    _lldpcli(sock, "update")
+                nudged = time.monotonic()
+            time.sleep(0.5)
+        missing = {n: _neighbours(s)[0] for n, _p, s, _ in daemons if n not in docs}
+        assert not missing, f"after {LLDP_WAIT:.0f} s, nodes short of their LLDP " \
+            f"neighbours (node: seen; expected {expect}): {missing}"
+        for node, doc in docs.items():
+            (lldp_dir / f"{node}.json").write_text(json.dumps(doc, indent=1))
+        print(f"\nL3 fabric: {len(leaves)} leaves, {len(spines)} spines, {len(hosts)} hosts, "
+              f"LLDP from every node in {time.monotonic() - started:.1f} s")
+        yield {"hosts": [(h, ns[h]) for h in hosts], "master": _host_addr(1, 0)[1],
+               "lldp": lldp_dir, "leaves": leaves, "spines": spines}
+    finally:
+        for _node, proc, _sock, _pid in daemons:
+            proc.terminate()
+        for _node, proc, sock, pid in daemons:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+            for leftover in (sock, pid):
+                Path(leftover).unlink(missing_ok=True)
+        for name in made:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+
+
+@pytest.mark.root
+def test_lldp_reads_the_l3_fabric_as_it_is_cabled(l3_fabric):
+    """netbench's reading of the captured LLDP: the routers are switches, every host on its
+    leaf, every leaf linked to every spine."""
+    from netbench.env.topology import load
+
+    topo = load(l3_fabric["lldp"])
+    leaves, spines = l3_fabric["leaves"], l3_fabric["spines"]
+    assert topo.switches == {*leaves, *spines}, topo
+    assert topo.hosts == {h: h.split("-")[0] for h, _ in l3_fabric["hosts"]}, topo.hosts
+    assert topo.trunks == {(leaf, spine) for leaf in leaves for spine in spines}, topo.trunks
+    assert len(topo.switch_paths("leaf1", "leaf2")) == 2          # ECMP: over both spines
+    print("topology notes:", *topo.notes, sep="\n  ")
+
+
+def _sweep(fabric, pattern: str, res: Path) -> tuple[list, float]:
+    hosts = fabric["hosts"]
+    args = ["tcp.stream", "-p", "duration=0.6", "-p", "warmup=0.2", "--timeout", "30",
+            "--threshold", "0.4", "--topology", str(fabric["lldp"]), "--pattern", pattern,
+            "--results", str(res), "--json"]
+    start = time.monotonic()
+    port = _free_port()
+    procs = [_rank(r, len(hosts), port, args, name, netns=ns, master=fabric["master"])
+             for r, (name, ns) in enumerate(hosts)]
+    return _finish(procs, timeout=240), time.monotonic() - start
+
+
+def _on_shaped_link(element: str) -> bool:
+    leaf, spine = SHAPED
+    return element in (f"link:{leaf}--{spine}", f"link:{leaf}->{spine}",
+                       f"link:{spine}->{leaf}")
+
+
+# What netbench gets wrong under ECMP (reported with issue 23, not worked around): a flow
+# takes ONE path of its equal-cost set, by its hash. The adaptive planner's cross cover sends
+# one flow per path set ("one round reaches every path set"), so a bad member of the set is
+# loaded with probability 1/2 per flow here: with two such flows it is missed altogether a
+# quarter of the time (exit 0, "nothing flagged"); and where one flow did take it, the
+# re-probe between the leaves' other hosts is one more coin, after which the planner stops
+# (budget left) with the slow pair "its own path (retest it)". localize's penalty also
+# needs 5 of the 16 pairs through leaf1's uplinks slow to name them, so an all-pairs sweep
+# whose flows hashed onto spine1 4 times or fewer (a few percent of runs) ends the same
+# way. Those two outcomes are expected failures, said with their figures; anything else is
+# asserted.
+ECMP_MISS = ("netbench under ECMP (issue 23): a bad member of an equal-cost path set is "
+             "loaded only by the flows that hash onto it, and the verdict here rests on too "
+             "few of them")
+
+
+def _lone_pairs(stderr: str) -> list[str]:
+    return [line.strip() for line in stderr.splitlines()
+            if line.strip().startswith("LINK ") and "the pair's own path" in line]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("pattern", ["all", "adaptive"])
+def test_a_slow_leaf_spine_link_is_named_and_nothing_else(l3_fabric, tmp_path, pattern):
+    import pyarrow.parquet as pq
+
+    res = tmp_path / "res"
+    outs, seconds = _sweep(l3_fabric, pattern, res)
+    n = len(l3_fabric["hosts"])
+    assert [o[0] for o in outs[1:]] == [0] * (n - 1), outs
+    assert outs[0][0] in (0, 1), outs[0]
+    (m,) = json.loads(outs[0][1])["matrices"]
+    (path,) = res.glob("*.parquet")
+    facts = json.loads(pq.read_schema(path).metadata[b"netbench_fabric"])
+    stderr = outs[0][2]
+    verdict = stderr[stderr.find("tcp.stream"):]
+    leaf, _spine = SHAPED
+    slow = {(c["client"], c["server"]) for c in m["cells"] if c["slow"]}
+    crossing = {(c["client"], c["server"]) for c in m["cells"]
+                if (c["client"].split("-")[0] == leaf) != (c["server"].split("-")[0] == leaf)}
+    print(f"\n--pattern {pattern}: {facts.get('rounds')} rounds in {seconds:.1f} s, "
+          f"{len(m['cells'])} pairs measured, healthy {m['healthy']:.3g} {m['unit']}; "
+          f"{len(slow)} of the {len(crossing)} pairs between {leaf} and another leaf read "
+          "slow (each flow takes spine1 or spine2 by its hash)")
+    for why in facts.get("why") or []:
+        print("  round:", why)
+    for s in m["suspects"]:
+        print("  SUSPECT", s["text"])
+    print(verdict)
+    # The measurement itself: only pairs between the shaped link's leaf and another leaf
+    # can cross it (one way or the other), and the fabric's healthy rate is the hosts'.
+    assert slow <= crossing, (slow, crossing)
+    assert m["healthy"] > 0.6 * HOST_MBIT / 1000, m["healthy"]
+    # Never a host blamed for a slow link, nor anything but the link or its ECMP twins.
+    assert m["faulty_hosts"] == [], m["faulty_hosts"]
+    assert "HOST" not in verdict, verdict
+    for s in m["suspects"]:          # every suspect holds the shaped link; an unshaped
+        assert any(_on_shaped_link(e) for e in s["elements"]), s    # link only beside it
+        assert s["kind"] != "host" and not any(e.startswith("host:") for e in s["elements"])
+    rounds = facts["rounds"]
+    if pattern == "all":
+        assert rounds == 2 * (n - 1), facts               # the circle method, each way
+    else:
+        assert facts["pattern"] == "adaptive" and rounds < 2 * (n - 1), facts
+        assert len(facts["why"]) == rounds and facts["why"][0].startswith("cover:")
+    if outs[0][0] == 0:
+        assert not slow and not m["suspects"], m
+        pytest.xfail(f"{ECMP_MISS}: {pattern} sweep, {rounds} rounds, {len(m['cells'])} "
+                     f"pairs, none of them took {leaf}--{_spine}: nothing flagged (exit 0)")
+    if not m["suspects"]:
+        lone = _lone_pairs(verdict)
+        assert lone and len(lone) == len(slow), verdict
+        pytest.xfail(f"{ECMP_MISS}: {pattern} sweep, {rounds} rounds: {len(slow)} slow "
+                     f"pair(s) through {leaf}'s uplinks, each left as its own path: "
+                     + " | ".join(lone))
+    # The verdict: exit 1, the shaped link named (every suspect holds it, above; beside it
+    # only its ECMP twin, which carries exactly the same path sets: no pair tells them apart).
+    assert outs[0][0] == 1, outs[0]
