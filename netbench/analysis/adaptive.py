@@ -40,11 +40,13 @@ THRESHOLD = 0.4           # a pair below (1 - this) of the healthy rate is slow 
 MAX_COVER_ROUNDS = 8      # cross-switch cover rounds at most (the rest are for suspects)
 CONFIRM = 3               # slow pairs that convict a thing on their own
 PARTNERS = 8              # switches a cover pair's far end is looked for among
+ECMP_MISS = 0.05          # chance a path of an ECMP set is left unloaded by the cover
 
 
 def default_budget(n: int) -> int:
-    """Rounds an adaptive sweep may use: 2 log2 N + 4 (all-pairs needs N - 1 a direction)."""
-    return 2 * math.ceil(math.log2(max(n, 2))) + 4
+    """Rounds an adaptive sweep may use: 2 log2 N + 4, and fewer than all-pairs' 2 (N - 1)
+    (a handful of hosts is cheaper measured whole)."""
+    return max(2, min(2 * math.ceil(math.log2(max(n, 2))) + 4, 2 * (n - 1) - 1))
 
 
 @dataclass
@@ -101,6 +103,7 @@ class AdaptivePlanner:
                        if topo else set())
         self._cover_intra = 0
         self._cover_cross = 0
+        self._ecmp_rounds = self._rounds_to_load_every_path() if topo and not self.pinned else 1
         self._paths: dict[tuple[int, int], dict[str, float]] = {}
         self._hop_index: dict[tuple[str, str], dict[tuple[str, str], list[int]]] = {}
         self._routes: dict[tuple[str, int], dict[int, list[int]]] = {}
@@ -291,7 +294,24 @@ class AdaptivePlanner:
             return self._cover_cross < 1 and self.topology is None
         if self.pinned:
             return bool(self.trunks - self._covered)
-        return self._cover_cross < 1           # ECMP: one round reaches every path set
+        # ECMP: a round sends one flow per path set, and each flow loads one of its paths
+        # (its hash's): enough rounds that every path of the widest set is likely loaded.
+        return self._cover_cross < self._ecmp_rounds
+
+    def _rounds_to_load_every_path(self) -> int:
+        """Cover rounds under ECMP: with P equal-cost paths a flow loads a given one with
+        chance 1/P, so P ln(P / MISS) flows leave it unloaded with chance MISS (coupon
+        collecting); P is the widest path set among a few switch pairs. At most
+        MAX_COVER_ROUNDS, and half the budget: the rest is for the suspects."""
+        topo = self.topology
+        hosted = sorted(s for s in self.by_switch if s is not None)
+        if topo is None or len(hosted) < 2:
+            return 1
+        widest = max(len(topo.switch_paths(hosted[0], other)) for other in hosted[1:9])
+        if widest < 2:
+            return 1                           # a tree: one path, one round loads it
+        need = math.ceil(widest * math.log(widest / ECMP_MISS))
+        return max(1, min(need, MAX_COVER_ROUNDS, (self.budget or 2) // 2))
 
     def _intra_round(self, reverse: bool) -> Round:
         """Every endpoint paired with a neighbour behind its own switch (a switch with one
@@ -469,9 +489,12 @@ class AdaptivePlanner:
             partner = self._pick(self.switch[s], "send", exclude={c, s})
             if partner is not None:
                 out.append((partner, s))
+        out = [p for p in out if p not in self._probed]
         if core and self.topology is not None:
-            out += self._core_probes(c, s, core)
-        return [p for p in out if p not in self._probed]
+            # Under ECMP a pair measured again is a new flow on a new hash: worth repeating.
+            out += [p for p in self._core_probes(c, s, core)
+                    if not self.pinned or p not in self._probed]
+        return out
 
     def _pick(self, switch: str | None, way: str, exclude: set[int],
               route_like: int | None = None) -> int | None:
