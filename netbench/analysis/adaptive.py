@@ -93,7 +93,7 @@ class AdaptivePlanner:
         topo = self.topology
         self.key = [topo.host_key(e) if topo else None for e in self.endpoints]
         self.switch = [topo.hosts[k] if topo and k else None for k in self.key]
-        self.pinned = bool(topo) and getattr(topo, "routing", "ecmp") == "dest"
+        self.pinned = topo is not None and topo.routing == "dest"
         self.by_switch: dict[str | None, list[int]] = {}
         for i, s in enumerate(self.switch):
             self.by_switch.setdefault(s, []).append(i)
@@ -147,6 +147,8 @@ class AdaptivePlanner:
         for (c, s), v in zip(pairs, values):
             self.measured.append(Measured(int(c), int(s), v, number))
             self._probed.add((int(c), int(s)))
+            if self.pinned:                 # the links this pair loaded, for the cover
+                self._covered |= self._trunks_of(int(c), int(s))
         self._judge()
 
     def _oriented(self, value: float | None) -> float | None:
@@ -171,8 +173,6 @@ class AdaptivePlanner:
                 cleared |= {e for e, share in self.elements(m.client, m.server).items()
                             if share >= 1.0}
         self._cleared = cleared
-        for m in self.measured:
-            self._covered |= self._trunks_of(m.client, m.server) if self.pinned else set()
 
     # --- planning ----------------------------------------------------------------------------
 
