@@ -294,3 +294,30 @@ def test_cpu_bind_rank_puts_rank_i_on_cpu_i():
                     assert os.sched_getaffinity(thread.id) == cpu_set, (bind, thread.id)
         finally:
             group.close()
+
+
+def test_a_repeat_of_a_case_gets_new_ranks(monkeypatch):
+    """A repeat is an invocation of its own: the ranks that ran a case are replaced before
+    it runs again (whole-run state made repeats agree more than runs do), and the other
+    cases of the same pass share the new ranks (one spawn a pass, not one a case)."""
+    from netbench.benchmarks import _ranks, collectives
+
+    spawned = []
+
+    class Ranks:
+        def __init__(self, *args):
+            self.closed = False
+            spawned.append(self)
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(_ranks, "RankGroup", Ranks)
+    group = collectives._Group()
+    first = group.get(2, "gloo", 0, 60.0, "none", "all_reduce 4K")
+    assert group.get(2, "gloo", 0, 60.0, "none", "all_gather 256K") is first
+    again = group.get(2, "gloo", 0, 60.0, "none", "all_reduce 4K")     # pass 2
+    assert again is not first and first.closed and len(spawned) == 2
+    assert group.get(2, "gloo", 0, 60.0, "none", "all_gather 256K") is again
+    other = group.get(4, "gloo", 0, 60.0, "none", "all_reduce 4K")     # another shape
+    assert other is not again and again.closed and len(spawned) == 3
