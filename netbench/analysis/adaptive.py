@@ -108,6 +108,9 @@ class AdaptivePlanner:
         self._hop_index: dict[tuple[str, str], dict[tuple[str, str], list[int]]] = {}
         self._routes: dict[tuple[str, int], dict[int, list[int]]] = {}
         self._route_of = [topo.route_of(e) if topo else 0 for e in self.endpoints]
+        self._ring = sorted(s for s in self.by_switch if s is not None)     # host switches
+        self._place = {s: i for i, s in enumerate(self._ring)}
+        self._star: Topology | None = None
 
     # --- what a pair crosses -----------------------------------------------------------------
 
@@ -249,13 +252,13 @@ class AdaptivePlanner:
         """Without the fabric's shape: each endpoint behind a switch of its own under one
         core. Shape inferred from a few pairs would be fragments (only measured fast pairs
         join hosts), so the verdict names hosts, and a link only as the path it is on."""
-        if not hasattr(self, "_star"):
-            star = Topology(source="none given: each endpoint on its own (names hosts; give "
-                                   "--topology to name links and switches)", inferred=True)
+        if self._star is None:
+            self._star = Topology(source="none given: each endpoint on its own (names hosts; "
+                                         "give --topology to name links and switches)",
+                                  inferred=True)
             for name in self.endpoints:
-                star.add_host(name, f"group({name})")
-                star.add_trunk(f"group({name})", "core(unknown)")
-            self._star = star
+                self._star.add_host(name, f"group({name})")
+                self._star.add_trunk(f"group({name})", "core(unknown)")
         return self._star
 
     def _targets(self) -> list[tuple[int, int]]:
@@ -398,9 +401,6 @@ class AdaptivePlanner:
     def _partners(self, switch: str) -> list[str]:
         """A few host switches to pair with around ``switch`` (the next ones in a fixed
         ring), the same every round."""
-        if not hasattr(self, "_ring"):
-            self._ring = sorted(s for s in self.by_switch if s is not None)
-            self._place = {s: i for i, s in enumerate(self._ring)}
         ring, at = self._ring, self._place.get(switch, self.rng.randrange(len(self._ring)))
         return [ring[(at + j) % len(ring)] for j in range(1, min(PARTNERS, len(ring)) + 1)]
 
