@@ -16,13 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netbench.analysis.cases import flow_of, headline_of, probed_line_rate, roles
+from netbench.analysis.elements import ElementStat, element_table
+from netbench.analysis.elements import worst as worst_elements
 from netbench.analysis.localize import Localization, Pair, Suspect, localize, reference
-from netbench.env.topology import Topology
+from netbench.env.topology import Topology, infer
 from netbench.errors import UsageError
 from netbench.store import keyed, params_json, params_of
 
 THRESHOLD = 0.10          # a pair this far below the healthy rate (above, for latency) is slow
 HOST_SHARE = 0.5          # a host is at fault when more than this share of its pairs is slow
+WORST_ELEMENTS = 3        # elements the summary quotes, lowest median first
 
 
 @dataclass
@@ -67,6 +70,8 @@ class Matrix:
     faulty: list[HostVerdict] = field(default_factory=list)   # hosts localize names
     localization: Localization | None = None
     notes: list[str] = field(default_factory=list)     # topology warnings, said once
+    topology: Topology | None = None          # the shape judged on: given, or inferred
+    elements: list[ElementStat] = field(default_factory=list)   # each element's evidence
 
     def _cells(self, frame: Any) -> list[Cell]:
         return [Cell(str(r.client), str(r.server), None if r.value != r.value else r.value,
@@ -225,10 +230,14 @@ def _attribute(m: Matrix, topology: Topology | None, threshold: float,
     pairs = [Pair(c, s, None if v != v else v) for c, s, v in
              zip(_strings(ok["client"]), _strings(ok["server"]),
                  ok["value"].astype(float).tolist())]
+    slow = ok["slow"].tolist()
     if topology is not None:
         m.notes += topology.check_hosts(m.endpoints)
-    m.localization = localize(pairs, topology, threshold, m.better,
-                              slow=ok["slow"].tolist(), healthy=healthy)
+    else:       # inferred here, as localize would: the picture and the table need it too
+        topology = infer([(p.client, p.server, not s) for p, s in zip(pairs, slow)])
+    m.topology = topology
+    m.localization = localize(pairs, topology, threshold, m.better, slow=slow, healthy=healthy)
+    m.elements = element_table(m, topology)
     m.notes += m.localization.warnings
     client_at_fault, server_at_fault = set(), set()
     for suspect in m.localization.suspects:
@@ -287,6 +296,12 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
                 lines.append(f"  LINK {c.client} -> {c.server}: {c.ratio:.2f} x the healthy rate, "
                              "while both hosts are fine with their other peers: the pair's "
                              "own path (one pair: retest it)")
+        if m.elements and m.topology is not None and not m.topology.inferred:
+            # The links' and switches' evidence, worst first, named or not (hosts have their
+            # own lines; an inferred shape's groups are no names to send an engineer to).
+            lines.append("  worst elements (median of the pairs through each, x healthy):")
+            lines += [f"    {e.text()}" for e in worst_elements(m.elements, WORST_ELEMENTS,
+                                                                   hosts=False)]
         for note in m.notes:
             lines.append(f"  note: {note}")
         for c in m.failed:
@@ -318,6 +333,11 @@ def as_json(matrices: Sequence[Matrix]) -> list[Mapping[str, Any]]:
                           for s in m.suspects],
              "healthy": m.localization.reference if m.localization else None,
              "topology": m.localization.topology if m.localization else "",
+             # Each element's evidence, where the shape was given (inferred groups: none).
+             "elements": [{"element": e.element, "pairs": e.pairs, "pinned": e.pinned,
+                           "slow": e.slow, "failed": e.failed, "median": e.median,
+                           "median_avoiding": e.median_avoiding} for e in m.elements]
+             if m.topology is not None and not m.topology.inferred else [],
              "notes": m.notes,
              "failed": [{"client": c.client, "server": c.server, "reason": c.reason}
                         for c in m.failed],

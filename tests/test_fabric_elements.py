@@ -1,0 +1,139 @@
+"""Each element of a fabric with its evidence (netbench.analysis.elements), on rows the
+flow-level simulator measured: a shaped trunk reads lowest, a healthy fabric has nothing
+low, an element no pair crossed has no median, and ECMP's may-cross pairs are told apart."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from netbench.analysis.elements import element_table, worst
+from netbench.analysis.fabric import analyse, summary
+from netbench.sweep import simulate as sim
+
+BAD = "link:leaf1--spine0"
+
+
+def fabric_rows(topo, faults=None, seed=0, hosts=None):
+    """Every directed pair of ``hosts`` (default: all the topology's), each measured alone
+    by the simulator, as the rows a tcp.stream sweep stores."""
+    names = sorted(hosts or topo.hosts)
+    fabric = sim.FabricSim(topo, faults=faults or {}, noise=0.03, seed=seed)
+    pairs = [(c, s) for c in names for s in names if c != s]
+    return pd.DataFrame([{"benchmark": "tcp.stream", "params": '{"msg_size":131072}',
+                          "metric": "goodput", "unit": "Gbit/s", "better": "higher",
+                          "status": "ok", "reason": None, "host": c, "peer": s,
+                          "value": fabric.measure([(c, s)])[0]} for c, s in pairs])
+
+
+def bad_trunk_matrix(routing="dest"):
+    topo = sim.fat_tree(4, 4, 2, routing=routing)
+    (m,) = analyse(fabric_rows(topo, {BAD: 0.1}), topology=topo)
+    return topo, m
+
+
+def _by_name(table):
+    return {e.element: e for e in table}
+
+
+def test_a_shaped_trunk_reads_lowest_with_its_evidence():
+    topo, m = bad_trunk_matrix()
+    table = _by_name(m.elements)
+    bad = table[BAD]
+    core = [e for e in m.elements if e.kind == "switch" or e.trunk]
+    assert min(core, key=lambda e: (e.median, e.directed)).base == BAD
+    others = [e for e in core if e.base != BAD and e.median is not None]
+    assert bad.median < 0.2 and min(e.median for e in others) > 0.9, bad
+    # Routes known: every pair through it is pinned; every one of them slow.
+    assert bad.pairs == bad.pinned == bad.slow > 0 and bad.maybe == 0
+    assert bad.median_avoiding > 0.9
+    assert worst(m.elements, 1, hosts=False)[0].element == BAD      # both ways: itself
+    assert f"{BAD}: {bad.slow} of {bad.pairs} pairs slow, median 0.1" in bad.text()
+    # Both directions of it are slow, each with half its pairs.
+    assert table["link:leaf1->spine0"].pairs + table["link:spine0->leaf1"].pairs == bad.pairs
+
+
+def test_a_one_way_fault_is_quoted_by_its_direction():
+    topo = sim.fat_tree(4, 4, 2, routing="dest")
+    (m,) = analyse(fabric_rows(topo, {"link:leaf1->spine0": 0.1}), topology=topo)
+    (first,) = worst(m.elements, 1, hosts=False)
+    assert first.element == "link:leaf1->spine0" and first.median < 0.2, first
+
+
+def test_a_healthy_fabric_has_no_low_element():
+    topo = sim.fat_tree(4, 4, 2, routing="dest")
+    (m,) = analyse(fabric_rows(topo), topology=topo)
+    assert min(e.median for e in m.elements if e.median is not None) > 0.9
+    assert sum(e.slow for e in m.elements) == 0
+
+
+def test_an_element_no_measured_pair_crosses_has_no_median():
+    topo = sim.fat_tree(4, 4, 2, routing="dest")
+    inside = [h for h in topo.hosts if h.startswith(("l0", "l1"))]     # two leaves only
+    (m,) = analyse(fabric_rows(topo, hosts=inside), topology=topo)
+    table = _by_name(m.elements)
+    far = table["link:leaf3--spine1"]
+    assert far.pairs == far.slow == 0 and far.median is None and far.median_avoiding is None
+    assert "no measured pair crosses it" in far.text()
+    assert table["switch:leaf2"].median is None and table["host:l3h0"].median is None
+    assert table["link:leaf0--spine1"].median is not None
+
+
+def test_under_ecmp_the_pairs_that_only_may_cross_are_counted_apart():
+    topo = sim.fat_tree(4, 4, 2, routing="ecmp")
+    (m,) = analyse(fabric_rows(topo, {BAD: 0.1}), topology=topo)
+    table = _by_name(m.elements)
+    spine = table["switch:spine0"]
+    assert spine.pinned == 0 and spine.maybe == spine.pairs == 4 * 4 * 12   # every cross pair
+    assert "only may: ECMP" in table[BAD].text()
+    leaf = table["switch:leaf1"]                    # every pair to or from leaf1 crosses it
+    assert leaf.pinned == leaf.pairs
+    # The hash sent some of leaf1's pairs through the shaped link: they are its slow ones.
+    assert 0 < table[BAD].slow < table[BAD].pairs
+
+
+def test_medians_match_a_pair_by_pair_count():
+    """The rank arithmetic against the plain definition, on a three-tier fabric."""
+    topo = sim.three_tier(2, 2, 2, 2, 4, routing="ecmp")
+    (m,) = analyse(fabric_rows(topo, {"link:p0a1--core2": 0.3}, seed=3), topology=topo)
+    ratio = {(c, s): r for c, s, r in zip(m.cells.client, m.cells.server, m.cells.ratio)}
+
+    def upper_median(values):
+        values = sorted(values)
+        return values[len(values) // 2] if values else None
+
+    crossed = {p: topo.elements(*p, directed=True) for p in ratio}
+    for e in m.elements:
+        inside = [r for p, r in ratio.items() if e.element in crossed[p]]
+        outside = [r for p, r in ratio.items() if e.element not in crossed[p]]
+        sure = [p for p in ratio if crossed[p].get(e.element, 0) >= 1.0]
+        assert (e.pairs, e.pinned, e.median, e.median_avoiding) == (
+            len(inside), len(sure), upper_median(inside), upper_median(outside)), e
+
+
+def test_the_inferred_shape_is_kept_and_has_its_table():
+    topo = sim.two_leaves(4)
+    (m,) = analyse(fabric_rows(topo, {"link:leafA--leafB": 0.1}))      # no topology given
+    assert m.topology is not None and m.topology.inferred
+    assert len({s for s in m.topology.hosts.values()}) == 2            # the two leaves
+    trunks = [e for e in m.elements if e.trunk and not e.directed]
+    assert len(trunks) == 2 and all(e.median < 0.2 for e in trunks)
+
+
+def test_the_summary_lists_the_worst_elements_only_with_a_topology():
+    _, m = bad_trunk_matrix()
+    text = summary([m])
+    lines = text.splitlines()
+    at = lines.index("  worst elements (median of the pairs through each, x healthy):")
+    assert lines[at + 1].startswith(f"    {BAD}: 48 of 48 pairs slow, median 0.1"), text
+    assert "x healthy vs" in lines[at + 1] and "avoiding it" in lines[at + 1]
+    assert len([ln for ln in lines[at + 1:] if ln.startswith("    ") and "avoiding" in ln]) <= 3
+    (inferred,) = analyse(fabric_rows(sim.two_leaves(3), {"link:leafA--leafB": 0.1}))
+    assert "worst elements" not in summary([inferred])
+
+
+def test_a_matrix_without_pairs_has_an_empty_table():
+    topo = sim.two_leaves(2)
+    (m,) = analyse(fabric_rows(topo), topology=topo)
+    m.cells = m.cells.iloc[:0]
+    table = element_table(m, topo)
+    assert table and all(e.pairs == 0 and e.median is None for e in table)
