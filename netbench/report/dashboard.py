@@ -716,7 +716,8 @@ def environment_panel(rows: Any, latest: Any = None, base: Any = None) -> str:
              else "<p>Nothing was skipped or failed in this view.</p>"))
 
 
-CHARTS = ("comparison", "trend", "fabric", "bandwidth", "latency", "cpu", "busbw", "h2d")
+CHARTS = ("comparison", "trend", "fabric", "fabric_graph", "bandwidth", "latency", "cpu",
+          "busbw", "h2d")
 _WITH_BASELINE = ("bandwidth", "latency", "busbw", "h2d")
 MAX_VIEWS = 8           # the picker's labels, newest first (each is a page of charts)
 TREND_RUNS = 30
@@ -748,16 +749,20 @@ def _topology(index: Any, run_ids: Sequence[str]) -> Any:
 
 def _charts(rows: Any, topology: Any = None) -> dict[str, dict[str, Any] | None]:
     # A fabric run's curves are its pairs' median, the spread over pairs as the error bar;
-    # the pairs themselves are the heatmap's.
+    # the pairs themselves are the heatmap's, its elements the switch graph's.
+    from netbench.report.heatmap import fabric_chart
+    from netbench.report.switchgraph import switch_graph
+
+    matrix = _fabric(rows, topology)
     return {"bandwidth": bandwidth_chart(rows), "latency": latency_chart(rows),
             "cpu": cpu_chart(rows), "busbw": busbw_chart(rows), "h2d": h2d_chart(rows),
-            "fabric": _fabric(rows, topology)}
+            "fabric": fabric_chart(matrix) if matrix is not None else None,
+            "fabric_graph": switch_graph(matrix) if matrix is not None else None}
 
 
-def _fabric(rows: Any, topology: Any = None) -> dict[str, Any] | None:
-    """The heatmap of the view's fabric sweep (the case with the most pairs), if it has one."""
+def _fabric(rows: Any, topology: Any = None) -> Any:
+    """The view's fabric sweep judged (the case with the most pairs), if it has one."""
     from netbench.analysis.fabric import analyse
-    from netbench.report.heatmap import fabric_chart
 
     if rows.empty or "peer" not in rows:
         return None
@@ -766,7 +771,7 @@ def _fabric(rows: Any, topology: Any = None) -> dict[str, Any] | None:
         return None
     matrices = [m for m in analyse(rows, topology=topology)
                 if m.cells is not None and len(m.cells) > 2]
-    return fabric_chart(max(matrices, key=lambda m: len(m.cells))) if matrices else None
+    return max(matrices, key=lambda m: len(m.cells)) if matrices else None
 
 
 def _missing(rows: Any) -> dict[str, str]:
@@ -775,6 +780,8 @@ def _missing(rows: Any) -> dict[str, str]:
             "cpu": "no CPU cost rows in this view", "busbw": "no collective rows in this view",
             "h2d": h2d_missing(rows),
             "fabric": "no fabric sweep in this view (netbench fabric: every pair of hosts)",
+            "fabric_graph": "no fabric sweep in this view: the switch graph draws a sweep's "
+                            "switches and links (netbench fabric --topology FILE names them)",
             "comparison": "no comparison asked for (netbench report --baseline A "
                           "--candidate B)",
             "trend": "a trend needs a case measured in at least two runs of this view's "
