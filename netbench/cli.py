@@ -290,8 +290,10 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from netbench.report import console
 
     spec = accept.load_spec(args.spec, registry.catalog())
-    chosen = accept.choose_run(_store(args.results), spec, args.run, args.label)
-    outcomes = accept.evaluate(spec, chosen.rows)
+    store = _store(args.results)
+    chosen = accept.choose_run(store, spec, args.run, args.label)
+    outcomes = accept.evaluate(spec, chosen.rows,
+                               accept.kept_topology(store, spec, chosen.run_ids))
     print(console.accept_text(spec, chosen, outcomes))
     if args.junit:
         accept.junit(spec, outcomes, args.junit)

@@ -146,3 +146,92 @@ def test_gpu_acceptance_on_real_h200_rows(h200_results):
                & (rows.msg_size == 64 << 20) & rows.params.str.contains('"pinned"')]
     expected = float(h2d.value.iloc[0]) / (32 * 16 * 128 / 130 / 8)
     assert f"{expected:.4f}" in verdict.stdout and "0.5061 < 0.8" in verdict.stdout
+
+
+# --- per-element bounds of a fabric run (issue 23): every link and switch of its kept shape --
+
+LINK_SPEC = ('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
+             'min_link_median = 0.9\nmin_switch_median = 0.5\n')
+
+
+def _fabric_store(tmp_path, faults, keep_shape=True, hosts=None):
+    """A fat-tree sweep (routes known) the simulator measured, stored as netbench fabric
+    stores it: its shape in the run's footer, unless ``keep_shape`` is False."""
+    from test_fabric_present import _stored_fabric
+
+    from netbench.sweep import simulate as sim
+
+    topo = sim.fat_tree(4, 4, 2, routing="dest")
+    return _stored_fabric(tmp_path / "res", topo, faults, keep_shape=keep_shape)
+
+
+def test_min_link_median_names_the_slow_trunk(tmp_path):
+    spec = tmp_path / "links.toml"
+    spec.write_text(LINK_SPEC)
+    store = _fabric_store(tmp_path, {"link:leaf1--spine0": 0.1})
+    proc = netbench("accept", str(spec), "--results", str(store), "--junit",
+                    str(tmp_path / "j.xml"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "link leaf1--spine0: median 0.1" in out and "(48 of 48 pairs through it slow) < 0.9" \
+        in out, out
+    assert out.count("link ") == 1 + out.count("every link")      # that link alone
+    assert "switch " not in out.replace("every switch", ""), out   # switches at 0.97: pass
+    assert "every link >= 0.9 x the healthy rate" in out
+    (failure,) = ElementTree.parse(tmp_path / "j.xml").getroot().findall(".//failure")
+    assert "leaf1--spine0" in failure.get("message")
+
+
+def test_min_link_median_passes_a_healthy_fabric(tmp_path):
+    spec = tmp_path / "links.toml"
+    spec.write_text(LINK_SPEC)
+    proc = netbench("accept", str(spec), "--results", str(_fabric_store(tmp_path, {})))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS  tcp.stream goodput" in proc.stdout
+
+
+def test_a_one_way_slow_link_fails_by_its_direction(tmp_path):
+    spec = tmp_path / "links.toml"
+    spec.write_text(LINK_SPEC)
+    store = _fabric_store(tmp_path, {"link:spine0->leaf1": 0.1})
+    proc = netbench("accept", str(spec), "--results", str(store))
+    assert proc.returncode == 1
+    assert "link spine0->leaf1 (one way): median 0.1" in proc.stdout, proc.stdout
+
+
+def test_min_link_median_without_a_kept_topology_says_what_to_do(tmp_path):
+    spec = tmp_path / "links.toml"
+    spec.write_text(LINK_SPEC)
+    store = _fabric_store(tmp_path, {}, keep_shape=False)
+    proc = netbench("accept", str(spec), "--results", str(store))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "the run has no topology kept with it" in proc.stdout
+    assert "netbench fabric --topology FILE" in proc.stdout
+
+
+def test_element_bounds_are_checked_when_the_spec_loads(tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
+                    'min_link_median = -1\n')
+    assert_clean_error(netbench("accept", str(spec)), "s.toml:4:", "min_link_median = -1")
+    spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
+                    'min_link_medain = 0.9\n')
+    assert_clean_error(netbench("accept", str(spec)), "unknown key 'min_link_medain'",
+                       "min_link_median, min_switch_median")
+    spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n')
+    assert_clean_error(netbench("accept", str(spec)), "min_host_median, min_link_median or "
+                       "min_switch_median")
+
+
+def test_an_unreadable_kept_topology_is_one_clear_error(tmp_path):
+    import pyarrow.parquet as pq
+
+    spec = tmp_path / "links.toml"
+    spec.write_text(LINK_SPEC)
+    store = _fabric_store(tmp_path, {})
+    (path,) = store.glob("*.parquet")
+    table = pq.read_table(path)
+    meta = {**table.schema.metadata, b"netbench_topology": b'{"hosts": 3}'}
+    pq.write_table(table.replace_schema_metadata(meta), path)
+    assert_clean_error(netbench("accept", str(spec), "--results", str(store)),
+                       "the topology kept with the run is not readable")

@@ -17,6 +17,13 @@ A spec is TOML, and may be the suite file itself (``[[check]]`` entries beside `
     metric = "goodput"
     min_line_rate = 0.90       # each pair
     min_host_median = 0.95     # each host's median, sending and receiving, vs the fabric's
+    min_link_median = 0.90     # each link between switches: the median of its pairs against
+    min_switch_median = 0.90   # the fabric's healthy rate (both ways, and each direction)
+
+The per-element bounds need the fabric's shape, kept with a run swept with ``netbench fabric
+--topology FILE``; a run without one fails them, saying so. Under ECMP a pair counts toward
+every link it may take, so a bad link among several paths lowers its median less than its
+share of slow pairs shows: routes known (``routing = "dest"``) judge it exactly.
 
 Every matching row of the chosen run must pass; a check with no measured row fails, saying
 whether the benchmark was skipped (and why) or never ran.
@@ -40,7 +47,10 @@ from netbench.store import measured_params
 from netbench.textfile import load_toml, printable
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
-               "max", "min_line_rate", "min_host_median")
+               "max", "min_line_rate", "min_host_median", "min_link_median", "min_switch_median")
+BOUNDS = ("min", "max", "min_line_rate", "min_host_median", "min_link_median",
+          "min_switch_median")
+ELEMENT_BOUNDS = {"min_link_median": "link", "min_switch_median": "switch"}
 
 
 @dataclass
@@ -52,6 +62,8 @@ class Check:
     max: float | None = None
     min_line_rate: float | None = None
     min_host_median: float | None = None
+    min_link_median: float | None = None      # each inter-switch link, x the healthy rate
+    min_switch_median: float | None = None    # each switch, likewise
     msg_size_min: int | None = None
     msg_size_max: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
@@ -126,14 +138,22 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
         if not isinstance(metric, str) or (known is not None and metric not in known[name]):
             fail(f"{name} has no metric {metric!r}; its metrics: "
                  f"{', '.join((known or {}).get(name, ()))}", "metric")
-        if not any(k in entry for k in ("min", "max", "min_line_rate", "min_host_median")):
-            fail("a check needs a bound: min, max, min_line_rate or min_host_median")
+        if not any(k in entry for k in BOUNDS):
+            fail(f"a check needs a bound: {', '.join(BOUNDS[:-1])} or {BOUNDS[-1]}")
+        for key in ELEMENT_BOUNDS:
+            bound = entry.get(key)
+            if bound is not None and (isinstance(bound, bool) or not isinstance(
+                    bound, (int, float)) or not 0 < bound <= 10):
+                fail(f"{key} = {bound!r}: a share of the fabric's healthy rate, above 0 "
+                     "(0.9 = every one at 90% of it or more)", key)
         try:
             check = Check(
                 name=str(entry.get("name") or f"{name} {metric}"), benchmark=name, metric=metric,
                 min=_num(entry.get("min")), max=_num(entry.get("max")),
                 min_line_rate=_num(entry.get("min_line_rate")),
                 min_host_median=_num(entry.get("min_host_median")),
+                min_link_median=_num(entry.get("min_link_median")),
+                min_switch_median=_num(entry.get("min_switch_median")),
                 msg_size_min=parse_size(entry["msg_size_min"]) if "msg_size_min" in entry
                 else None,
                 msg_size_max=parse_size(entry["msg_size_max"]) if "msg_size_max" in entry
@@ -196,7 +216,19 @@ class _SuiteView:
         return self._store.read(run_ids, columns)
 
 
-def evaluate(spec: Spec, rows: Any) -> list[Outcome]:
+def kept_topology(store: Any, spec: Spec, run_ids: Sequence[str]) -> Any:
+    """The fabric's shape kept with the chosen runs, where a check of ``spec`` judges
+    links or switches (else None, unread): a Topology, or None where no run kept one."""
+    from netbench.analysis.selection import kept_topology as kept
+
+    if not any(getattr(c, key) is not None for c in spec.checks for key in ELEMENT_BOUNDS):
+        return None
+    return kept(store.runs(), run_ids)
+
+
+def evaluate(spec: Spec, rows: Any, topology: Any = None) -> list[Outcome]:
+    """Each check against the chosen rows; ``topology`` (``kept_topology``): the fabric's
+    shape, for the per-link and per-switch bounds."""
     outcomes = []
     for check in spec.checks:
         mine = rows[rows["benchmark"] == check.benchmark]
@@ -220,7 +252,7 @@ def evaluate(spec: Spec, rows: Any) -> list[Outcome]:
         units = ok["unit"].dropna() if "unit" in ok else ()
         if len(units):                  # the unit the measured rows were stored in
             check = replace(check, unit=str(units.iloc[0]))
-        outcomes.append(_judge(check, spec, selected, skipped))
+        outcomes.append(_judge(check, spec, selected, skipped, topology))
     return outcomes
 
 
@@ -261,7 +293,8 @@ def _case_names(check: Check, rows: list[Any]) -> list[str]:
     return [printable(n) for n in names]     # a stored host or param may hold an escape
 
 
-def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any) -> Outcome:
+def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
+           topology: Any = None) -> Outcome:
     unit = _unit(check)
     if not rows:
         why = (f"{check.benchmark} was {skipped['status'].iloc[0]}: "
@@ -292,6 +325,8 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any) -> Outcome:
                         "[accept] line_rate)")
     if check.min_host_median is not None:
         failures += _host_medians(check, rows)
+    if check.min_link_median is not None or check.min_switch_median is not None:
+        failures += _element_medians(check, rows, topology)
     return Outcome(check, not failures, measured, _bounds(check, bound_text),
                    "; ".join(failures) or "all measured values within bounds")
 
@@ -321,6 +356,55 @@ def _host_medians(check: Check, rows: list[Any]) -> list[str]:
     return failures
 
 
+def _element_medians(check: Check, rows: list[Any], topology: Any) -> list[str]:
+    """Each link between switches (both ways, and each direction: a one-way fault) and each
+    switch: the median of the pairs through it against the fabric's healthy rate, below
+    the bound fails; so does one no measured pair crosses (it cannot be accepted unseen)."""
+    import pandas as pd
+
+    from netbench.analysis.elements import worst
+    from netbench.analysis.fabric import analyse
+
+    keys = [k for k in ELEMENT_BOUNDS if getattr(check, k) is not None]
+    if topology is None:
+        return [f"{', '.join(keys)}: the run has no topology kept with it, so its links and "
+                "switches are unknown; sweep with `netbench fabric --topology FILE` (Slurm "
+                "topology.conf, ibnetdiscover, LLDP or a netbench TOML)"]
+    frame = pd.DataFrame([dict(r) for r in rows])
+    if "peer" not in frame or frame["peer"].isna().all():
+        return [f"{', '.join(keys)}: these rows are no fabric sweep (no pairs of hosts); "
+                "per-element bounds judge `netbench fabric` runs"]
+    failures = []
+    matrices = analyse(frame, metric=check.metric, topology=topology)
+    for m in matrices:
+        case = f"{m.params} " if len(matrices) > 1 else ""
+        for key in keys:
+            kind, bound = ELEMENT_BOUNDS[key], getattr(check, key)
+            judged = [e for e in m.elements if e.kind == kind and (kind != "link" or e.trunk)]
+            both = {e.element: e for e in judged if not e.directed}
+            unseen = sorted(e.name for e in both.values() if e.median is None)
+            for element in sorted(both):
+                ways = [e for e in judged if e.base == element and e.median is not None]
+                # As the summary quotes it: both ways, or a direction where that reads
+                # clearly lower; else any direction below the bound.
+                quoted = worst(ways, 1)
+                low = quoted if quoted and quoted[0].median < bound else \
+                    sorted((e for e in ways if e.median < bound), key=lambda e: e.median)[:1]
+                if not low:
+                    continue
+                e = low[0]
+                way = " (one way)" if e.directed else ""
+                failures.append(f"{case}{kind} {printable(e.name)}{way}: median {e.median:.2f}"
+                                f" x the healthy rate ({e.slow} of {e.pairs} pairs through it "
+                                f"slow) < {bound:g}")
+            if unseen:
+                failures.append(f"{case}{len(unseen)} {kind}(s) no measured pair crosses: "
+                                f"{printable(', '.join(unseen[:8]))}"
+                                f"{' ...' if len(unseen) > 8 else ''} (not accepted unseen: "
+                                "sweep every host)")
+    return failures
+
+
 def _bounds(check: Check, extra: str | None) -> str:
     parts = []
     if check.min is not None:
@@ -331,6 +415,10 @@ def _bounds(check: Check, extra: str | None) -> str:
         parts.append(f"<= {check.max:g}{_unit(check)}")
     if check.min_host_median is not None:
         parts.append(f"every host >= {check.min_host_median:g} x the fabric's median")
+    for key, kind in ELEMENT_BOUNDS.items():
+        if getattr(check, key) is not None:
+            parts.append(f"every {kind} >= {getattr(check, key):g} x the healthy rate (the "
+                         "median of its pairs)")
     return " and ".join(parts)
 
 

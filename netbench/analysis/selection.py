@@ -126,3 +126,27 @@ def resolve(store: Any, ref: str | None, benchmarks: Iterable[str] | None = None
     labels = sorted({str(x) for x in index["label"] if x})
     raise UsageError(f"{ref!r} is not a results directory, run id or label in "
                      f"{store.directory}; labels there: {', '.join(labels[:20]) or 'none'}")
+
+
+def kept_topology(index: Any, run_ids: Iterable[str]) -> Any:
+    """The fabric's shape kept with these runs (a sweep given ``--topology`` stores it in its
+    footer; the store's index carries it), else None. UsageError where it cannot be read, or
+    where the runs kept different shapes (pooled rows need one)."""
+    from netbench.env.topology import from_json
+
+    wanted = list(run_ids)
+    if "topology" not in index:
+        return None
+    kept = index.loc[index["run_id"].isin(wanted), ["run_id", "topology"]]
+    texts = {str(t): str(r) for r, t in zip(kept["run_id"], kept["topology"])
+             if isinstance(t, str) and t}
+    if len(texts) > 1:
+        raise UsageError(f"runs {', '.join(sorted(texts.values()))} kept different topologies: "
+                         "judge one run at a time (--run ID)")
+    if not texts:
+        return None
+    ((text, run),) = texts.items()
+    try:
+        return from_json(text)
+    except UsageError as exc:
+        raise UsageError(f"run {run}: {exc}") from None

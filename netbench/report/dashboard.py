@@ -734,17 +734,12 @@ def _rows_of(store: Any, index: Any) -> Any:
 def _topology(index: Any, run_ids: Sequence[str]) -> Any:
     """The fabric's shape kept with these runs (a sweep given --topology), else None: the
     heatmap's verdicts then localize on the elements the sweep was told of."""
-    from netbench.env.topology import from_json
+    from netbench.analysis.selection import kept_topology
 
-    kept = index.loc[index["run_id"].isin(list(run_ids)), "topology"] \
-        if "topology" in index else []
-    for text in kept:
-        if isinstance(text, str) and text:
-            try:
-                return from_json(text)
-            except UsageError:
-                return None           # unreadable: judged on the inferred shape
-    return None
+    try:
+        return kept_topology(index, run_ids)
+    except UsageError:
+        return None           # unreadable, or several: judged on the inferred shape
 
 
 def _charts(rows: Any, topology: Any = None) -> dict[str, dict[str, Any] | None]:
