@@ -137,3 +137,15 @@ def test_a_matrix_without_pairs_has_an_empty_table():
     m.cells = m.cells.iloc[:0]
     table = element_table(m, topo)
     assert table and all(e.pairs == 0 and e.median is None for e in table)
+
+
+def test_failed_pairs_count_against_the_elements_they_would_have_crossed():
+    topo = sim.two_leaves(2)
+    rows = fabric_rows(topo)
+    across = rows["host"].str[4] != rows["peer"].str[4]          # leafA <-> leafB
+    rows.loc[across, ["value", "status", "reason"]] = [None, "failed", "timed out"]
+    (m,) = analyse(rows, topology=topo)
+    trunk = _by_name(m.elements)["link:leafA--leafB"]
+    assert trunk.failed == int(across.sum()) == 8 and trunk.pairs == 0 and trunk.median is None
+    assert trunk.text() == "link:leafA--leafB: no measured pair crosses it (8 failed)"
+    assert _by_name(m.elements)["switch:leafA"].failed == 8

@@ -222,6 +222,9 @@ def _switches(topology: Any, stats: dict[str, Any], place: dict[str, tuple[float
               named: dict[str, str], tier: dict[str, int]) -> list[dict[str, Any]]:
     crowded = {t for t in set(tier.values())
                if sum(1 for v in tier.values() if v == t) > MAX_LABELS}
+    behind: dict[str, int] = {}
+    for switch in topology.hosts.values():
+        behind[switch] = behind.get(switch, 0) + 1
     out = []
     for at_fault in (False, True):
         chosen = sorted((s for s in topology.switches
@@ -231,7 +234,7 @@ def _switches(topology: Any, stats: dict[str, Any], place: dict[str, tuple[float
         custom, colours, labels = [], [], []
         for s in chosen:
             e = stats.get(f"switch:{s}")
-            hosts = sum(1 for v in topology.hosts.values() if v == s)
+            hosts = behind.get(s, 0)
             custom.append(_evidence(stats, f"switch:{s}", [
                 f"tier {tier[s]}" + (f", {hosts} host(s)" if hosts else ""),
                 ("AT FAULT: " + named[f"switch:{s}"]) if at_fault else ""]))
