@@ -27,10 +27,12 @@ the flow-level simulator (``sweep.simulate``).
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +113,7 @@ class AdaptivePlanner:
         self._ring = sorted(s for s in self.by_switch if s is not None)     # host switches
         self._place = {s: i for i, s in enumerate(self._ring)}
         self._star: Topology | None = None
+        self._core_trunks: dict[tuple[str, str, int], frozenset[str]] = {}
 
     # --- what a pair crosses -----------------------------------------------------------------
 
@@ -132,9 +135,22 @@ class AdaptivePlanner:
             self._paths[key] = found
         return self._paths[key]
 
-    def _trunks_of(self, client: int, server: int) -> set[str]:
-        """The directed inter-switch links the pair may load (every one of its path set)."""
-        return {e for e in self.elements(client, server) if "->" in e and e in self.trunks}
+    def _trunks_of(self, client: int, server: int) -> frozenset[str]:
+        """The directed inter-switch links the pair may load (every one of its path set),
+        worked out once a switch pair (and route, where routes are known): a cover round
+        tries a hundred thousand pairs at 16,384 hosts."""
+        sa, sb = self.switch[client], self.switch[server]
+        if sa is None or sb is None:
+            return frozenset()
+        route = (self._route(server) % max(1, len(self.topology.switch_paths(sa, sb)))
+                 if self.pinned and self.topology is not None else 0)
+        key = (sa, sb, route)
+        found = self._core_trunks.get(key)
+        if found is None:
+            found = frozenset(e for e in self.elements(client, server)
+                              if "->" in e and e in self.trunks)
+            self._core_trunks[key] = found
+        return found
 
     # --- learning ----------------------------------------------------------------------------
 
@@ -147,12 +163,13 @@ class AdaptivePlanner:
             self.better = better
         self._gone.update(int(i) for i in gone)
         number = len(self.log)
-        for (c, s), v in zip(pairs, values):
-            self.measured.append(Measured(int(c), int(s), v, number))
-            self._probed.add((int(c), int(s)))
-            if self.pinned:                 # the links this pair loaded, for the cover
-                self._covered |= self._trunks_of(int(c), int(s))
-        self._judge()
+        with _collector_paused():
+            for (c, s), v in zip(pairs, values):
+                self.measured.append(Measured(int(c), int(s), v, number))
+                self._probed.add((int(c), int(s)))
+                if self.pinned:                 # the links this pair loaded, for the cover
+                    self._covered |= self._trunks_of(int(c), int(s))
+            self._judge()
 
     def _oriented(self, value: float | None) -> float | None:
         if value is None or not value > 0:
@@ -183,7 +200,8 @@ class AdaptivePlanner:
         """The next round's pairs and why, or None when the sweep is done."""
         if len(self.log) >= (self.budget or 0):
             return None
-        chosen = self._plan()
+        with _collector_paused():
+            chosen = self._plan()
         if chosen is None:
             return None
         self.log.append(chosen)
@@ -360,16 +378,26 @@ class AdaptivePlanner:
                         self._take(pair, pairs, busy, loaded)
             return
         switches = [s for s in self.by_switch if s is not None]
+        # A switch pair whose path set met a loaded link stays blocked this round (the
+        # round only loads more): at 16,384 hosts most tries end here, a set lookup each.
+        # A switch that met 2 x PARTNERS blocked ones sends no more this round: each try is
+        # a switch pair's path set worked out, and a fabric has N^2 / radix^2 of them.
+        blocked: set[tuple[str | None, str]] = set()
+        failed: Counter[str | None] = Counter()
         for c in order:
-            if c in busy:
+            if c in busy or failed[self.switch[c]] >= 2 * PARTNERS:
                 continue
-            for other in self.rng.sample(switches, min(len(switches), 8)):
-                if other == self.switch[c]:
+            for other in self.rng.sample(switches, min(len(switches), PARTNERS)):
+                if other == self.switch[c] or (self.switch[c], other) in blocked:
                     continue
-                free = [s for s in self.by_switch[other] if s not in busy]
-                if free and self._fits((c, free[0]), busy, loaded):
-                    self._take((c, free[0]), pairs, busy, loaded)
+                free = next((s for s in self.by_switch[other] if s not in busy), None)
+                if free is None:
+                    continue
+                if self._fits((c, free), busy, loaded):
+                    self._take((c, free), pairs, busy, loaded)
                     break
+                blocked.add((self.switch[c], other))
+                failed[self.switch[c]] += 1
 
     def _pair_through(self, trunk: str, busy: set[int],
                       loaded: set[str]) -> tuple[int, int] | None:
@@ -542,6 +570,20 @@ class AdaptivePlanner:
 
     def _name(self, c: int, s: int) -> str:
         return f"{self.endpoints[c]}->{self.endpoints[s]}"
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector held off while a round is planned: the planner
+    keeps hundreds of thousands of cached paths alive, and each full collection walks them
+    all (half of a 16,384-host round's planning). Planning makes no cycles to collect."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _thing(element: str, topology: Topology | None) -> str:

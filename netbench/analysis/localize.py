@@ -165,26 +165,26 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
         topology = infer([(p.client, p.server, not s) for p, s in zip(pairs, slow)])
     out = Localization(ref, how, slow=sum(slow), measured=len(pairs),
                        topology=topology.source, inferred=topology.inferred)
-    through, unplaced = _incidence(pairs, topology, directed)
+    is_slow = np.array(slow, dtype=bool)
+    through, unplaced, candidates = _incidence(pairs, topology, directed, is_slow)
     if unplaced:
         out.warnings.append(f"{unplaced} pair(s) have no path in the topology "
                             f"({topology.source}): judged by nothing")
-    is_slow = np.array(slow, dtype=bool)
     p_slow = np.full(len(pairs), EPS)        # the model so far: no element broken
     penalty = 1.5 * math.log((1 - EPS) / EPS)
 
-    def gain(element: str) -> float:
-        total = 0.0
-        for idx, share in through[element]:
-            now = p_slow[idx]
-            new = 1 - (1 - now) * (1 - share * (1 - EPS))
-            total += float(np.where(is_slow[idx], np.log(new / now),
-                                    np.log((1 - new) / (1 - now))).sum())
-        return total
+    flat = {e: (np.concatenate([idx for idx, _ in blocks]),
+                np.concatenate([np.full(len(idx), share) for idx, share in blocks]))
+            for e, blocks in through.items()}
 
-    candidates = {e for e, blocks in through.items()
-                  if any(is_slow[idx].any() for idx, _ in blocks)}
-    signature = {e: _signature(through[e]) for e in candidates}
+    def gain(element: str) -> float:
+        idx, share = flat[element]
+        now = p_slow[idx]
+        new = 1 - (1 - now) * (1 - share * (1 - EPS))
+        return float(np.where(is_slow[idx], np.log(new / now),
+                              np.log((1 - new) / (1 - now))).sum())
+
+    signature = {e: _signature(*flat[e]) for e in candidates}
     chosen: list[str] = []
     while candidates and len(chosen) < MAX_SUSPECTS:
         best_gain, best = min(((gain(e), e) for e in candidates), key=lambda t: (-t[0], t[1]))
@@ -193,8 +193,8 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
         chosen.append(best)
         group = [e for e in candidates if signature[e] == signature[best]]
         candidates -= set(group)
-        for idx, share in through[best]:
-            p_slow[idx] = 1 - (1 - p_slow[idx]) * (1 - share * (1 - EPS))
+        idx, share = flat[best]
+        p_slow[idx] = 1 - (1 - p_slow[idx]) * (1 - share * (1 - EPS))
         out.suspects.append(_suspect(sorted(group, key=_order), through[best], is_slow,
                                      oriented))
     explained = np.zeros(len(pairs), dtype=bool)
@@ -211,63 +211,93 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
 Blocks = list[tuple[Any, float]]     # (pair indices, the share of their paths through it)
 
 
-def _incidence(pairs: Sequence[Pair], topology: Topology,
-               directed: bool) -> tuple[dict[str, Blocks], int]:
-    """Element -> blocks of the pairs that cross it: each end's NIC and access link by the
-    pairs it is an end of, the switches and trunks by the pairs of each switch pair (a
-    fabric has far fewer switch pairs than host pairs: a million pairs in numpy, not one
-    dict per pair)."""
+def _incidence(pairs: Sequence[Pair], topology: Topology, directed: bool,
+               is_slow: Any = None) -> tuple[dict[str, Blocks], int, set[str]]:
+    """The candidates (the elements some slow pair, ``is_slow``, crosses) and for each the
+    blocks of pairs that cross it: each end's NIC and access link by the pairs it is an end
+    of, the switches and trunks by the pairs of each switch pair (a fabric has far fewer
+    switch pairs than host pairs: a million pairs in numpy, not one dict per pair)."""
     import pandas as pd
 
     through: dict[str, Blocks] = {}
+    candidates: set[str] = set()
+    slow = np.zeros(len(pairs), dtype=bool) if is_slow is None else np.asarray(is_slow)
     names = {e: topology.host_key(e) for e in {p.client for p in pairs} | {p.server
                                                                            for p in pairs}}
     client = [names[p.client] for p in pairs]
     server = [names[p.server] for p in pairs]
     placed = np.array([c is not None and s is not None for c, s in zip(client, server)],
                       dtype=bool)
-    frame = pd.DataFrame({"c": client, "s": server})[placed]
-    frame["sc"] = frame["c"].map(topology.hosts)
-    frame["ss"] = frame["s"].map(topology.hosts)
+    frame = pd.DataFrame({"c": client, "s": server}, dtype=object)[placed]
+    frame["sc"] = frame["c"].map(topology.hosts).astype(object)   # not arrow: grouped
+    frame["ss"] = frame["s"].map(topology.hosts).astype(object)
     unplaced = int((~placed).sum())
     routed = np.ones(len(frame), dtype=bool)
     # Routed by destination: each pair's one path is known (its destination picks it among
     # the equal-cost ones), so its elements are pinned; grouped by the path, not the pair.
     pinned = topology.routing == "dest"
-    route = frame["s"].map(topology.route_of).to_numpy() if pinned else None
+    dest = np.array(server, dtype=object)[placed]
+    route = np.array([topology.route_of(s) for s in dest], dtype=int) if pinned else None
     positions = frame.index.to_numpy()
-    for (sa, sb), idx in frame.groupby(["sc", "ss"], sort=False).indices.items():
+    blocks: list[tuple[dict[str, float], Any]] = []
+    for (sa, sb), idx in _groups(frame["sc"].to_numpy(), frame["ss"].to_numpy()):
         if pinned:
             paths = len(topology.switch_paths(sa, sb)) or 1
-            by_path: dict[int, Any] = {}
-            for k in np.unique(route[idx] % paths):
-                by_path[int(k)] = idx[route[idx] % paths == k]
-            cores = [(topology.core_pinned(sa, sb, frame["s"].iloc[part[0]], directed), part)
-                     for part in by_path.values()]
+            ks = route[idx] % paths
+            cores = [(topology.core_pinned(sa, sb, dest[idx[ks == k][0]], directed),
+                      idx[ks == k]) for k in np.unique(ks)]
         else:
             cores = [(topology.core(sa, sb, directed), idx)]
         for core, part in cores:
             if core is None:
                 routed[part] = False
                 continue
-            for element, share in core.items():
-                through.setdefault(element, []).append((positions[part], share))
+            rows = positions[part]
+            blocks.append((core, rows))
+            if slow[rows].any():
+                candidates.update(core)
     gone = frame.index.to_numpy()[~routed]
     unplaced += len(gone)
     frame = frame[routed]
+    kept = frame.index.to_numpy()
     for column, way in (("c", "send"), ("s", "recv")):
-        for host, idx in frame.groupby(column, sort=False).indices.items():
-            rows = frame.index.to_numpy()[idx]
-            for element in topology.end_elements(host, way, directed):
-                through.setdefault(element, []).append((rows, 1.0))
-    return through, unplaced
+        for (host,), idx in _groups(frame[column].to_numpy()):
+            rows = kept[idx]
+            ends = dict.fromkeys(topology.end_elements(host, way, directed), 1.0)
+            blocks.append((ends, rows))
+            if slow[rows].any():
+                candidates.update(ends)
+    # Only a candidate's blocks are kept: no other element can be a suspect, and the
+    # fabric's other elements (most of a fat-tree's core) would cost a block each.
+    for elements, rows in blocks:
+        for element, share in elements.items():
+            if element in candidates:
+                through.setdefault(element, []).append((rows, share))
+    return through, unplaced, candidates
 
 
-def _signature(blocks: Blocks) -> bytes:
+def _groups(*columns: Any) -> list[tuple[tuple[Any, ...], Any]]:
+    """The row positions of each distinct key (a value of each column), in numpy: pandas'
+    groupby walks its string keys one by one in Python, a second at a million pairs."""
+    import pandas as pd
+
+    if not len(columns[0]):
+        return []
+    combined = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        codes, uniques = pd.factorize(np.asarray(column, dtype=object))
+        combined = combined * max(len(uniques), 1) + codes
+    order = np.argsort(combined, kind="stable")
+    ranked = combined[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    return [(tuple(column[order[a]] for column in columns), order[a:b])
+            for a, b in zip(starts, ends)]
+
+
+def _signature(idx: Any, share: Any) -> bytes:
     """The pairs an element carries and its share of each, exactly: equal for elements
     that cannot be told apart."""
-    idx = np.concatenate([b for b, _ in blocks])
-    share = np.concatenate([np.full(len(b), s) for b, s in blocks])
     order = np.lexsort((share, idx))
     return idx[order].tobytes() + np.round(share[order], 9).tobytes()
 

@@ -124,6 +124,9 @@ class Topology:
                                                                          repr=False)
     _rank: dict[str, int] | None = field(default=None, repr=False)
     _toward: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    _pinned: dict[tuple[str, str, int, bool], dict[str, float] | None] = field(
+        default_factory=dict, repr=False)
+    _ends: dict[tuple[str, str, bool], list[str]] = field(default_factory=dict, repr=False)
 
     def add_host(self, host: str, switch: str) -> None:
         if host in self.hosts and self.hosts[host] != switch:
@@ -131,14 +134,14 @@ class Topology:
                              f"({self.hosts[host]} and {switch})")
         self.switches.add(switch)
         self.hosts[host] = switch
-        self._cores, self._rank = {}, None
+        self._cores, self._rank, self._pinned, self._ends = {}, None, {}, {}
 
     def add_trunk(self, a: str, b: str) -> None:
         if a == b:
             raise UsageError(f"topology: switch {a} is linked to itself")
         self.switches |= {a, b}
         self.trunks.add((min(a, b), max(a, b)))
-        self._adjacency, self._paths, self._cores = None, {}, {}
+        self._adjacency, self._paths, self._cores, self._pinned = None, {}, {}, {}
 
     def neighbours(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {s: [] for s in self.switches}
@@ -188,13 +191,18 @@ class Topology:
     def end_elements(self, host: str, way: str, directed: bool = False) -> list[str]:
         """The elements of one end of a pair: the host's NIC and its access link (and, when
         ``directed``, their direction: ``way`` is "send" for the client, "recv" for the
-        server). ``host`` as the topology names it (host_key)."""
-        switch = self.hosts[host]
-        out = [f"host:{host}", f"link:{link_name(host, switch)}"]
-        if directed:
-            out += [f"host:{host}:{way}",
-                    f"link:{host}->{switch}" if way == "send" else f"link:{switch}->{host}"]
-        return out
+        server). ``host`` as the topology names it (host_key). Cached: a verdict over a
+        million pairs asks for each host's ends once a role, not once a pair."""
+        key = (host, way, directed)
+        found = self._ends.get(key)
+        if found is None:
+            switch = self.hosts[host]
+            found = [f"host:{host}", f"link:{link_name(host, switch)}"]
+            if directed:
+                found += [f"host:{host}:{way}",
+                          f"link:{host}->{switch}" if way == "send" else f"link:{switch}->{host}"]
+            self._ends[key] = found
+        return list(found)
 
     def core(self, sa: str, sb: str, directed: bool = False) -> dict[str, float] | None:
         """The switches and trunks between two switches, with their path shares (cached:
@@ -251,18 +259,23 @@ class Topology:
 
     def core_pinned(self, sa: str, sb: str, endpoint: str,
                     directed: bool = False) -> dict[str, float] | None:
-        """``core`` on the one path toward a destination-routed ``endpoint``."""
-        path = self.path_to(sa, sb, endpoint)
-        if path is None:
+        """``core`` on the one path toward a destination-routed ``endpoint`` (cached by the
+        path's index: the endpoints that route alike share it; read-only)."""
+        paths = self.switch_paths(sa, sb)
+        if not paths:
             return None
-        out: dict[str, float] = {}
-        for i, switch in enumerate(path):
-            out[f"switch:{switch}"] = 1.0
-            if i:
-                out[f"link:{link_name(path[i - 1], switch)}"] = 1.0
-                if directed:
-                    out[f"link:{path[i - 1]}->{switch}"] = 1.0
-        return out
+        key = (sa, sb, self.route_of(endpoint) % len(paths), directed)
+        if key not in self._pinned:
+            path = paths[key[2]]
+            out: dict[str, float] = {}
+            for i, switch in enumerate(path):
+                out[f"switch:{switch}"] = 1.0
+                if i:
+                    out[f"link:{link_name(path[i - 1], switch)}"] = 1.0
+                    if directed:
+                        out[f"link:{path[i - 1]}->{switch}"] = 1.0
+            self._pinned[key] = out
+        return self._pinned[key]
 
     def to_json(self) -> str:
         """The shape as JSON, to keep with a run (``from_json`` reads it back)."""
