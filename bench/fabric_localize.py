@@ -28,9 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def shapes(hosts: int) -> list[tuple[str, object]]:
+def shapes(hosts: int) -> list[tuple[str, object, bool]]:
     """Fabrics of about ``hosts`` hosts: 2-tier fat-trees (destination-routed, as InfiniBand's
-    subnet manager routes them, and ECMP), a 3-tier fat-tree and a dragonfly."""
+    subnet manager routes them, and ECMP, untraced and with each flow's path traced), a
+    3-tier fat-tree and a dragonfly; each with whether the sweep traces its flows."""
     from netbench.sweep import simulate as sim
 
     radix = max(4, int(round(math.sqrt(hosts))))       # hosts per leaf = leaves
@@ -39,10 +40,15 @@ def shapes(hosts: int) -> list[tuple[str, object]]:
     per_pod = max(2, hosts // (pods * pods))
     groups = max(3, int(round(math.sqrt(hosts / 8))))
     return [
-        ("fat-tree-2tier-dest", lambda: sim.fat_tree(radix, hosts // radix, spines, "dest")),
-        ("fat-tree-2tier-ecmp", lambda: sim.fat_tree(radix, hosts // radix, spines, "ecmp")),
-        ("fat-tree-3tier-dest", lambda: sim.three_tier(pods, pods, per_pod, 4, 8, "dest")),
-        ("dragonfly", lambda: sim.dragonfly(groups, 8, max(1, hosts // (groups * 8)))),
+        ("fat-tree-2tier-dest", lambda: sim.fat_tree(radix, hosts // radix, spines, "dest"),
+         False),
+        ("fat-tree-2tier-ecmp", lambda: sim.fat_tree(radix, hosts // radix, spines, "ecmp"),
+         False),
+        ("fat-tree-2tier-ecmp-traced",
+         lambda: sim.fat_tree(radix, hosts // radix, spines, "ecmp"), True),
+        ("fat-tree-3tier-dest", lambda: sim.three_tier(pods, pods, per_pod, 4, 8, "dest"),
+         False),
+        ("dragonfly", lambda: sim.dragonfly(groups, 8, max(1, hosts // (groups * 8))), False),
     ]
 
 
@@ -85,17 +91,17 @@ def faults_for(topo, rng: random.Random, count: int, severity: float) -> dict[st
 
 
 def trial(make, rng: random.Random, faults: int, severity: float, noise: float,
-          threshold: float):
+          threshold: float, traced: bool = False):
     import pandas  # noqa: F401  (imported before the clock: plan_s is planning, not imports)
 
     from netbench.analysis.adaptive import AdaptivePlanner
-    from netbench.analysis.localize import Pair, localize
     from netbench.sweep.simulate import FabricSim
     topo = make()
     broken = faults_for(topo, rng, faults, severity)
     fabric = FabricSim(topo, faults=broken, noise=noise, seed=rng.randrange(1 << 30))
     names = sorted(topo.hosts)
-    planner = AdaptivePlanner(names, topo, threshold=threshold, seed=rng.randrange(1 << 30))
+    planner = AdaptivePlanner(names, topo, threshold=threshold, seed=rng.randrange(1 << 30),
+                              traced=traced)
     plan_s = []
     while True:
         t0 = time.perf_counter()
@@ -103,11 +109,11 @@ def trial(make, rng: random.Random, faults: int, severity: float, noise: float,
         plan_s.append(time.perf_counter() - t0)
         if chosen is None:
             break
-        values = fabric.measure([(names[c], names[s]) for c, s in chosen.pairs],
-                                salt=len(planner.log))
-        planner.record(chosen.pairs, values)
-    pairs = [Pair(names[m.client], names[m.server], m.value) for m in planner.measured]
-    verdict = localize(pairs, topo, threshold)
+        named_pairs = [(names[c], names[s]) for c, s in chosen.pairs]
+        values = fabric.measure(named_pairs, salt=len(planner.log))
+        planner.record(chosen.pairs, values,
+                       paths=fabric.paths(named_pairs) if traced else None)
+    verdict = planner.verdict()
     truth = {physical(f, topo.hosts) for f in broken}
     named = [{physical(e, topo.hosts) for e in s.elements} for s in verdict.suspects]
     right = [bool(n & truth) for n in named]
@@ -130,7 +136,7 @@ def main() -> int:
     args = ap.parse_args()
     from netbench.analysis.adaptive import default_budget
 
-    for name, make in shapes(args.hosts):
+    for name, make, traced in shapes(args.hosts):
         if args.only and args.only not in name:
             continue
         rng = random.Random(args.seed)
@@ -138,7 +144,7 @@ def main() -> int:
         rounds, right, named, recalled, pinned, truth, plan = [], 0, 0, 0, 0, 0, 0.0
         for t in range(args.trials):
             r, ok, nm, rc, pn, tr, ps, log, broken, said = trial(
-                make, rng, 1 + t % 2, args.severity, args.noise, args.threshold)
+                make, rng, 1 + t % 2, args.severity, args.noise, args.threshold, traced)
             rounds.append(r)
             right, named, recalled, pinned, truth = (right + ok, named + nm, recalled + rc,
                                                      pinned + pn, truth + tr)

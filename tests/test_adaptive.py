@@ -118,3 +118,56 @@ def test_an_endpoint_that_dies_stays_named_and_is_asked_nothing_more():
     failed = [m for m in planner.measured if m.value is None]
     assert failed and all(dead in (m.client, m.server) for m in failed)
     assert planner.verdict().slow == len(failed)          # judged slow, not dropped
+
+
+def _traced(topo, faults, seed=0):
+    """A sweep that traces each flow's path (what a tracer with the flow's own 5-tuple
+    reports), so ECMP's choices are known after each round."""
+    names = sorted(topo.hosts)
+    fabric = sim.FabricSim(topo, faults=faults, noise=0.05, seed=seed)
+    planner = AdaptivePlanner(names, topo, seed=seed, traced=True)
+    while (chosen := planner.next_round()) is not None:
+        named = [(names[c], names[s]) for c, s in chosen.pairs]
+        values = fabric.measure(named, salt=len(planner.log))
+        planner.record(chosen.pairs, values, paths=fabric.paths(named))
+    return planner, planner.verdict()
+
+
+@pytest.mark.parametrize("fault, named", [
+    ({"link:leaf3--spine5": 0.25}, ["link:leaf3--spine5"]),
+    # One way: no flow that had the link alone went leaf7 -> spine2, so the link and its
+    # slow direction carry the same measured pairs (named together, the direction in it).
+    ({"link:spine2->leaf7": 0.25}, ["link:leaf7--spine2", "link:spine2->leaf7"]),
+    ({"host:l4h6:recv": 0.25}, ["host:l4h6:recv", "link:leaf4->l4h6"]),
+])
+def test_under_ecmp_with_traced_flows_a_core_link_is_named_alone(fault, named):
+    """Untraced, an uplink under ECMP is one of a path set; with each flow's path traced
+    the uplink itself is named, in the budget, and nothing else."""
+    topo = sim.fat_tree(16, 16, 8, routing="ecmp")          # 256 hosts, 8-way ECMP
+    planner, verdict = _traced(topo, fault, seed=3)
+    assert len(planner.log) <= default_budget(256)
+    assert [s.elements for s in verdict.suspects] == [named], verdict.suspects
+    assert all(s.pinned for s in verdict.suspects)
+    _, untraced = _run(topo, fault, seed=3)
+    if fault.keys() != {"host:l4h6:recv"}:       # untraced: a path set at best, never alone
+        assert [s.elements for s in untraced.suspects] != [named]
+
+
+def test_traced_flows_that_collide_expect_their_share_and_clear_nothing():
+    """Two flows an ECMP hash put on one link each read half: not slow (their share is
+    expected from the traced paths), and no evidence that the link is healthy either (a
+    link at half would read the same)."""
+    topo = sim.two_leaves(2)
+    names = sorted(topo.hosts)
+    planner = AdaptivePlanner(names, topo, traced=True)
+    path = ("leafA", "leafB")
+    pairs = [(names.index("leafA-h0"), names.index("leafB-h0")),
+             (names.index("leafA-h1"), names.index("leafB-h1"))]
+    planner.record(pairs, [50.0, 49.0], paths=[path, path])
+    assert [m.share for m in planner.measured] == [0.5, 0.5]
+    assert planner.slow_flags == [False, False]
+    assert "link:leafA->leafB" not in planner._cleared
+    planner.record(pairs[:1], [99.0], paths=[path])          # alone: it clears the link
+    assert "link:leafA->leafB" in planner._cleared
+    planner.record(pairs[1:], [20.0], paths=[path])          # alone and slow: evidence
+    assert planner.slow_flags[-1] is True

@@ -165,3 +165,26 @@ def test_a_shape_kept_with_a_run_reads_back_the_same():
                 '{"source": "x", "hosts": {}, "trunks": [], "routing": "rip"}'):
         with pytest.raises(UsageError, match="kept with the run"):
             from_json(bad)
+
+
+def test_a_traced_pair_is_judged_on_the_path_its_flow_took():
+    """Under ECMP a pair's path is a set; a pair whose flow was traced crosses the path the
+    tracer saw, so a slow uplink is named alone. A trace the topology cannot join (a hop
+    it lacks, the wrong ends) is set aside: that pair is judged on its path set."""
+    shape = simulate.fat_tree(leaves=4, hosts_per_leaf=4, spines=4, routing="ecmp")
+    sim = simulate.FabricSim(shape, faults={"link:leaf0--spine1": 0.25}, noise=0.0)
+    pairs = []
+    for salt in range(6):
+        cross = [(c, s) for c, s in itertools.permutations(sorted(shape.hosts), 2)
+                 if shape.hosts[c] != shape.hosts[s]][salt::6]
+        sim.salt = salt                     # new flows: new hashes
+        for (c, s), path in zip(cross, sim.paths(cross)):
+            pairs.append(Pair(c, s, sim.measure([(c, s)])[0], path))
+    traced = localize(pairs, shape)
+    assert [s.elements for s in traced.suspects] == [["link:leaf0--spine1"]]
+    assert traced.suspects[0].pinned
+    untraced = localize([Pair(p.client, p.server, p.value) for p in pairs], shape)
+    assert [s.elements for s in untraced.suspects] != [["link:leaf0--spine1"]]
+    bogus = [Pair(p.client, p.server, p.value, ("leaf9", "spine1")) for p in pairs]
+    assert [s.elements for s in localize(bogus, shape).suspects] == \
+        [s.elements for s in untraced.suspects]

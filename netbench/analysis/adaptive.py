@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from netbench.env.topology import Topology
+from netbench.env.topology import Topology, link_name
 
 THRESHOLD = 0.4           # a pair below (1 - this) of the healthy rate is slow (as localize)
 MAX_COVER_ROUNDS = 8      # cross-switch cover rounds at most (the rest are for suspects)
@@ -63,6 +63,8 @@ class Measured:
     server: int
     value: float | None          # None: the pair failed
     round: int
+    path: tuple[str, ...] | None = None     # the switches a tracer saw its flow cross
+    share: float = 1.0           # its fair share of the round's links, where paths are known
 
 
 @dataclass
@@ -77,6 +79,10 @@ class AdaptivePlanner:
     budget: int | None = None
     better: str = "higher"
     seed: int = 0
+    # The sweep traces each flow's path (``record(paths=...)``): under ECMP a flow's links
+    # are then known after the fact, so a cover round may load many flows a switch (their
+    # collisions are expected from the traced paths, not guessed).
+    traced: bool = False
     log: list[Round] = field(default_factory=list)
     measured: list[Measured] = field(default_factory=list)
     _cleared: set[str] = field(default_factory=set, repr=False)
@@ -96,6 +102,7 @@ class AdaptivePlanner:
         self.key = [topo.host_key(e) if topo else None for e in self.endpoints]
         self.switch = [topo.hosts[k] if topo and k else None for k in self.key]
         self.pinned = topo is not None and topo.routing == "dest"
+        self.traced = bool(self.traced and topo is not None and not self.pinned)
         self.by_switch: dict[str | None, list[int]] = {}
         for i, s in enumerate(self.switch):
             self.by_switch.setdefault(s, []).append(i)
@@ -135,6 +142,16 @@ class AdaptivePlanner:
             self._paths[key] = found
         return self._paths[key]
 
+    def _elements_of(self, m: Measured) -> dict[str, float]:
+        """What one measurement crossed: its traced path where the tracer saw one that the
+        topology has, else its pair's (path set, under ECMP)."""
+        if m.path is not None and self.topology is not None:
+            found = self.topology.elements_via(self.endpoints[m.client],
+                                               self.endpoints[m.server], m.path)
+            if found:
+                return found
+        return self.elements(m.client, m.server)
+
     def _trunks_of(self, client: int, server: int) -> frozenset[str]:
         """The directed inter-switch links the pair may load (every one of its path set),
         worked out once a switch pair (and route, where routes are known): a cover round
@@ -155,21 +172,58 @@ class AdaptivePlanner:
     # --- learning ----------------------------------------------------------------------------
 
     def record(self, pairs: Sequence[tuple[int, int]], values: Sequence[float | None],
-               better: str | None = None, gone: Sequence[int] = ()) -> None:
+               better: str | None = None, gone: Sequence[int] = (),
+               paths: Sequence[Sequence[str] | None] | None = None) -> None:
         """What a round read, pair by pair (None: the pair failed); ``better``: the figure's
         direction, where the rows say it; ``gone``: endpoints that stopped answering (their
-        failed pairs stay evidence, and no later round asks them for anything)."""
+        failed pairs stay evidence, and no later round asks them for anything); ``paths``:
+        the switches a tracer saw each pair's flow cross (None where it saw none)."""
         if better in ("higher", "lower"):
             self.better = better
         self._gone.update(int(i) for i in gone)
         number = len(self.log)
+        traced = [tuple(p) if p else None for p in paths] if paths is not None else \
+            [None] * len(pairs)
         with _collector_paused():
-            for (c, s), v in zip(pairs, values):
-                self.measured.append(Measured(int(c), int(s), v, number))
+            start = len(self.measured)
+            for (c, s), v, path in zip(pairs, values, traced):
+                self.measured.append(Measured(int(c), int(s), v, number, path))
                 self._probed.add((int(c), int(s)))
-                if self.pinned:                 # the links this pair loaded, for the cover
-                    self._covered |= self._trunks_of(int(c), int(s))
+            fresh = self.measured[start:]
+            if any(traced):
+                self._expect_shares(fresh)
+            for m in fresh:                 # the links each flow loaded, for the cover
+                if self.pinned or m.path is not None:
+                    self._covered |= {e for e in self._elements_of(m) if e in self.trunks}
             self._judge()
+
+    def _expect_shares(self, round_: Sequence[Measured]) -> None:
+        """Each traced flow's fair share of the links it crossed beside the round's other
+        flows (max-min, at the topology's capacities where it has them, else equal): two
+        flows an ECMP hash put on one link each expect half, and read slow only below
+        that. A flow without a trace expects its link alone."""
+        from netbench.analysis.sharing import max_min_fair
+
+        if self.better != "higher" or self.topology is None:
+            return
+        topo = self.topology
+        flows = []
+        for m in round_:
+            a, b = self.key[m.client], self.key[m.server]
+            path = m.path if m.path and a and b and topo.joins(
+                m.path, topo.hosts[a], topo.hosts[b]) else None
+            nodes = [f"host:{a}", *path, f"host:{b}"] if path else []
+            flows.append(list(zip(nodes, nodes[1:])))
+
+        def capacity(hop: tuple[str, str]) -> float:
+            x, y = (h.removeprefix("host:") for h in hop)
+            return topo.capacity.get(f"link:{link_name(x, y)}", 1.0)
+
+        alone = [max_min_fair([f], capacity)[0] if f else 1.0 for f in flows]
+        fair = max_min_fair([f for f in flows if f], capacity)
+        shares = iter(fair)
+        for m, f, solo in zip(round_, flows, alone):
+            m.share = min(1.0, next(shares) / solo) if f else 1.0
 
     def _oriented(self, value: float | None) -> float | None:
         if value is None or not value > 0:
@@ -182,16 +236,16 @@ class AdaptivePlanner:
         capacity fault slows every pair through it, in its direction)."""
         from netbench.analysis.localize import reference
 
-        values = [self._oriented(m.value) for m in self.measured]
+        values = [None if v is None else v / m.share
+                  for m, v in ((m, self._oriented(m.value)) for m in self.measured)]
         self.healthy, self.healthy_from = reference(values, self.threshold)
         self.slow_flags = [v is None or (self.healthy is not None and
                                          v < (1 - self.threshold) * self.healthy)
                            for v in values]
         cleared: set[str] = set()
         for m, slow in zip(self.measured, self.slow_flags):
-            if not slow:
-                cleared |= {e for e, share in self.elements(m.client, m.server).items()
-                            if share >= 1.0}
+            if not slow and m.share >= 1.0:
+                cleared |= {e for e, share in self._elements_of(m).items() if share >= 1.0}
         self._cleared = cleared
 
     # --- planning ----------------------------------------------------------------------------
@@ -236,11 +290,13 @@ class AdaptivePlanner:
             before = len(pairs)
             self._cross_cover(pairs, busy, loaded)
             if len(pairs) > before:
-                left = len(self.trunks - self._covered - loaded) if self.pinned else 0
+                left = len(self.trunks - self._covered - loaded)
                 notes.append(f"cover: {len(pairs) - before} pair(s) across switches"
                              + (f" ({left} directed inter-switch link(s) left to load)"
-                                if self.pinned else " (one flow per path set: no two can "
-                                "share a link)"))
+                                if self.pinned else f" (traced: every endpoint once, flows "
+                                f"judged against their fair share; {left} directed "
+                                "inter-switch link(s) not yet seen loaded)" if self.traced
+                                else " (one flow per path set: no two can share a link)"))
         if not pairs:
             return None
         return Round(pairs, "; ".join(notes))
@@ -253,15 +309,23 @@ class AdaptivePlanner:
         from netbench.analysis.localize import Pair, localize
 
         names = self.endpoints
-        chosen = list(zip(self.measured, self.slow_flags))
+        # A flow that shared a link and read its share is no evidence of health: a fault
+        # that left at least that share (a NIC at a quarter, behind a 4-way collision)
+        # would read the same. Read slow, it is evidence all the same.
+        chosen = [(m, slow) for m, slow in zip(self.measured, self.slow_flags)
+                  if slow or m.share >= 1.0]
         if self.topology is not None:
             suspect: set[str] = set()
             for m, slow in chosen:
                 if slow:
-                    suspect.update(self.elements(m.client, m.server))
+                    suspect.update(self._elements_of(m))
             chosen = [(m, slow) for m, slow in chosen
-                      if slow or not suspect.isdisjoint(self.elements(m.client, m.server))]
-        return localize([Pair(names[m.client], names[m.server], m.value) for m, _ in chosen],
+                      if slow or not suspect.isdisjoint(self._elements_of(m))]
+        # A traced flow's reading against its fair share of the round (1 where it had its
+        # links alone): what it would have read alone.
+        return localize([Pair(names[m.client], names[m.server],
+                              None if m.value is None else m.value / m.share, m.path)
+                         for m, _ in chosen],
                         self.topology or self._alone(), self.threshold, self.better,
                         slow=[slow for _, slow in chosen],
                         healthy=(self.healthy, self.healthy_from))
@@ -313,7 +377,7 @@ class AdaptivePlanner:
     def _needs_cover(self) -> bool:
         if self.topology is None or len(self.by_switch) < 2:
             return self._cover_cross < 1 and self.topology is None
-        if self.pinned:
+        if self.pinned or self.traced:
             return bool(self.trunks - self._covered)
         # ECMP: a round sends one flow per path set, and each flow loads one of its paths
         # (its hash's): enough rounds that every path of the widest set is likely loaded.
@@ -456,6 +520,8 @@ class AdaptivePlanner:
 
     def _fits(self, pair: tuple[int, int], busy: set[int], loaded: set[str]) -> bool:
         c, s = pair
+        if self.traced:            # flows may share links: their shares are expected
+            return c != s and c not in busy and s not in busy
         return c != s and c not in busy and s not in busy and not (
             self._trunks_of(c, s) & loaded)
 

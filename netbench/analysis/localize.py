@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from netbench.env.topology import Topology, infer
+from netbench.env.topology import Topology, core_along, infer
 
 EPS = 0.02                 # chance a healthy pair reads slow (noise), or a broken one fast
 MAX_SUSPECTS = 16          # elements a verdict may name before it says "widespread"
@@ -35,6 +35,7 @@ class Pair:
     client: str
     server: str
     value: float | None          # None: the pair failed (no traffic crossed its path)
+    path: tuple[str, ...] | None = None   # the switches a tracer saw its flow cross
 
 
 @dataclass
@@ -240,14 +241,27 @@ def _incidence(pairs: Sequence[Pair], topology: Topology, directed: bool,
     route = np.array([topology.route_of(s) for s in dest], dtype=int) if pinned else None
     positions = frame.index.to_numpy()
     blocks: list[tuple[dict[str, float], Any]] = []
+    # A pair whose flow was traced crosses the path the tracer saw, whatever the routing.
+    traced = [p.path for p, ok in zip(pairs, placed) if ok]
+    any_traced = any(traced)
     for (sa, sb), idx in _groups(frame["sc"].to_numpy(), frame["ss"].to_numpy()):
-        if pinned:
+        by_path: dict[tuple[str, ...], list[int]] = {}
+        for i in idx if any_traced else ():
+            if traced[i] and topology.joins(traced[i], sa, sb):
+                by_path.setdefault(traced[i], []).append(i)
+        cores = [(core_along(path, directed), np.array(members))
+                 for path, members in by_path.items()]
+        if by_path:
+            idx = np.setdiff1d(idx, [i for members in by_path.values() for i in members])
+        if not len(idx):
+            pass                              # every pair of the switch pair traced
+        elif pinned:
             paths = len(topology.switch_paths(sa, sb)) or 1
             ks = route[idx] % paths
-            cores = [(topology.core_pinned(sa, sb, dest[idx[ks == k][0]], directed),
-                      idx[ks == k]) for k in np.unique(ks)]
+            cores += [(topology.core_pinned(sa, sb, dest[idx[ks == k][0]], directed),
+                       idx[ks == k]) for k in np.unique(ks)]
         else:
-            cores = [(topology.core(sa, sb, directed), idx)]
+            cores.append((topology.core(sa, sb, directed), idx))
         for core, part in cores:
             if core is None:
                 routed[part] = False

@@ -266,16 +266,25 @@ class Topology:
             return None
         key = (sa, sb, self.route_of(endpoint) % len(paths), directed)
         if key not in self._pinned:
-            path = paths[key[2]]
-            out: dict[str, float] = {}
-            for i, switch in enumerate(path):
-                out[f"switch:{switch}"] = 1.0
-                if i:
-                    out[f"link:{link_name(path[i - 1], switch)}"] = 1.0
-                    if directed:
-                        out[f"link:{path[i - 1]}->{switch}"] = 1.0
-            self._pinned[key] = out
+            self._pinned[key] = core_along(paths[key[2]], directed)
         return self._pinned[key]
+
+    def elements_via(self, src: str, dst: str, path: Sequence[str]) -> dict[str, float]:
+        """``elements(src, dst, directed=True)`` on the switch path a tracer saw the pair's
+        flow take (every share 1.0); {} where the topology lacks an end, or the path does
+        not join the ends' switches over the topology's links."""
+        a, b = self.host_key(src), self.host_key(dst)
+        if a is None or b is None or not self.joins(path, self.hosts[a], self.hosts[b]):
+            return {}
+        out = dict.fromkeys(self.end_elements(a, "send", True), 1.0)
+        out.update(dict.fromkeys(self.end_elements(b, "recv", True), 1.0))
+        out.update(core_along(path, True))
+        return out
+
+    def joins(self, path: Sequence[str], sa: str, sb: str) -> bool:
+        """Does ``path`` run from switch ``sa`` to ``sb`` over links the topology has?"""
+        return bool(path) and path[0] == sa and path[-1] == sb and all(
+            (min(x, y), max(x, y)) in self.trunks for x, y in zip(path, path[1:]))
 
     def to_json(self) -> str:
         """The shape as JSON, to keep with a run (``from_json`` reads it back)."""
@@ -308,6 +317,19 @@ class Topology:
             out.append(f"topology ({self.source}): switch(es) with no links: "
                        f"{', '.join(lone[:10])}")
         return out + [f"topology ({self.source}): {note}" for note in self.notes]
+
+
+def core_along(path: Sequence[str], directed: bool = False) -> dict[str, float]:
+    """The switches and links of one switch path, each with share 1.0 (and, ``directed``,
+    each link's direction of travel)."""
+    out: dict[str, float] = {}
+    for i, switch in enumerate(path):
+        out[f"switch:{switch}"] = 1.0
+        if i:
+            out[f"link:{link_name(path[i - 1], switch)}"] = 1.0
+            if directed:
+                out[f"link:{path[i - 1]}->{switch}"] = 1.0
+    return out
 
 
 def host_of(endpoint: str) -> str:

@@ -1,15 +1,16 @@
 """A flow-level fabric simulator: what a round of concurrent pairs would read on a fabric of
-given shape, with faults and noise, for the localization to be tested against (at 16,384 hosts
-no test machine has the fabric).
+given shape, with faults and noise, for the localization to be tested against (at 16,384
+hosts no test machine has the fabric).
 
 Links carry both directions apart, each at its capacity (Gbit/s); a host's NIC is a link to
 its switch. The pairs of a round share the links they cross by max-min fairness (progressive
 filling: every flow grows until a link it crosses is full); under ECMP each pair's traffic
 takes one of its equal-cost paths, chosen by a hash of the pair (as a switch hashes a flow's
 5-tuple: the same pair the same way every time, a new flow another way), which the analysis
-never sees. A fault scales an element's capacity: a host's NIC, a link, or a switch (every
-link through it), both ways, or one way (``host:X:send``, ``host:X:recv``,
-``link:a->b``). Noise is multiplicative, uniform within +-``noise``.
+never sees (unless the sweep traces its flows: ``paths`` says what a tracer would). A fault
+scales an element's capacity: a host's NIC, a link, or a switch (every link through it),
+both ways, or one way (``host:X:send``, ``host:X:recv``, ``link:a->b``). Noise is
+multiplicative, uniform within +-``noise``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import random
 import zlib
 from collections.abc import Mapping, Sequence
 
+from netbench.analysis.sharing import max_min_fair
 from netbench.env.topology import Topology, link_name
 
 
@@ -55,6 +57,12 @@ class FabricSim:
         factor *= faults.get(f"host:{a}:send", 1.0) * faults.get(f"host:{b}:recv", 1.0)
         return cap * factor
 
+    def paths(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[str, ...]]:
+        """The switches each pair's flow crosses under the current salt: what a tracer with
+        the flow's own 5-tuple reports (Paris traceroute's rule: the probes hash as the data
+        does)."""
+        return [tuple(hop[1] for hop in self._path(c, s)[:-1]) for c, s in pairs]
+
     def measure(self, pairs: Sequence[tuple[str, str]], salt: int | None = None) -> list[float]:
         """Each pair's goodput (Gbit/s) when the round's pairs all run at once; ``salt``: new
         flows (a new connection hashes onto a new ECMP path, as a real re-run does)."""
@@ -63,36 +71,6 @@ class FabricSim:
         flows = [self._path(c, s) for c, s in pairs]
         rates = max_min_fair(flows, self._hop_capacity)
         return [r * (1 + self.rng.uniform(-self.noise, self.noise)) for r in rates]
-
-
-def max_min_fair(flows: Sequence[Sequence[tuple[str, str]]], capacity_of) -> list[float]:
-    """Progressive filling: raise every unfrozen flow equally until a hop is full, freeze the
-    flows through it, repeat."""
-    users: dict[tuple[str, str], list[int]] = {}
-    for f, hops in enumerate(flows):
-        for hop in hops:
-            users.setdefault(hop, []).append(f)
-    left = {hop: capacity_of(hop) for hop in users}
-    active = {hop: len(fs) for hop, fs in users.items()}
-    rate = [0.0] * len(flows)
-    frozen = [False] * len(flows)
-    while True:
-        live = [hop for hop, n in active.items() if n]
-        if not live:
-            return rate
-        step = min(left[hop] / active[hop] for hop in live)
-        for hop in live:
-            left[hop] -= step * active[hop]
-        for f in range(len(flows)):
-            if not frozen[f]:
-                rate[f] += step
-        full = [hop for hop in live if left[hop] <= 1e-9 * max(1.0, capacity_of(hop))]
-        for hop in full:
-            for f in users[hop]:
-                if not frozen[f]:
-                    frozen[f] = True
-                    for other in flows[f]:
-                        active[other] -= 1
 
 
 # --- shapes ---------------------------------------------------------------------------------------
