@@ -202,7 +202,7 @@ class AdaptivePlanner:
         flows (max-min, at the topology's capacities where it has them, else equal): two
         flows an ECMP hash put on one link each expect half, and read slow only below
         that. A flow without a trace expects its link alone."""
-        from netbench.analysis.sharing import max_min_fair
+        from netbench.env.sharing import max_min_fair
 
         if self.better != "higher" or self.topology is None:
             return

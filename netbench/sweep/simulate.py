@@ -19,7 +19,7 @@ import random
 import zlib
 from collections.abc import Mapping, Sequence
 
-from netbench.analysis.sharing import max_min_fair
+from netbench.env.sharing import max_min_fair
 from netbench.env.topology import Topology, link_name
 
 
