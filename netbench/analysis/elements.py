@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from netbench.analysis.localize import path_blocks
 from netbench.env.topology import Topology, link_name
 
 
@@ -79,7 +80,6 @@ def element_table(matrix: Any, topology: Topology) -> list[ElementStat]:
     destination where routes are known), so a million pairs cost numpy work per group,
     not Python work per pair. Sorted by element name."""
     import numpy as np
-    import pandas as pd
 
     cells = matrix.cells
     n = 0 if cells is None else len(cells)
@@ -109,42 +109,12 @@ def element_table(matrix: Any, topology: Topology) -> list[ElementStat]:
         return len(blocks) - 1
 
     if n:
-        # Names mapped once per endpoint (categorical codes), not once per pair.
-        client = pd.Categorical(cells["client"].astype(object))
-        server = pd.Categorical(cells["server"].astype(object))
-        frame = pd.DataFrame({
-            "c": np.array([topology.host_key(str(e)) for e in client.categories],
-                          dtype=object)[client.codes] if n else [],
-            "s": np.array([topology.host_key(str(e)) for e in server.categories],
-                          dtype=object)[server.codes] if n else []})
-        frame = frame[frame["c"].notna() & frame["s"].notna()]
-        frame["sc"] = frame["c"].map(topology.hosts)
-        frame["ss"] = frame["s"].map(topology.hosts)
-        positions = frame.index.to_numpy()
-        pinned = topology.routing == "dest"
-        route = frame["s"].map(topology.route_of).to_numpy() if pinned else None
-        routed = np.zeros(n, dtype=bool)
-        for (sa, sb), idx in frame.groupby(["sc", "ss"], sort=False).indices.items():
-            if pinned:      # one path per destination: group by the path it takes
-                paths = len(topology.switch_paths(sa, sb)) or 1
-                parts = [idx[route[idx] % paths == k] for k in np.unique(route[idx] % paths)]
-                cores = [(topology.core_pinned(sa, sb, frame["s"].iloc[p[0]], True), p)
-                         for p in parts]
-            else:
-                cores = [(topology.core(sa, sb, True), idx)]
-            for core, part in cores:
-                if core is None:
-                    continue            # no path joins them: judged by nothing, as localize
-                routed[positions[part]] = True
-                b = block(positions[part])
-                for element, share in core.items():
-                    through.setdefault(element, []).append((b, share))
-        kept = frame[routed[positions]]
-        for column, way in (("c", "send"), ("s", "recv")):
-            for host, idx in kept.groupby(column, sort=False).indices.items():
-                b = block(kept.index.to_numpy()[idx])
-                for element in topology.end_elements(host, way, True):
-                    through.setdefault(element, []).append((b, 1.0))
+        for elements, rows in path_blocks(cells["client"].astype(object).tolist(),
+                                          cells["server"].astype(object).tolist(),
+                                          topology, True)[0]:
+            b = block(rows)
+            for element, share in elements.items():
+                through.setdefault(element, []).append((b, share))
 
     def median_of(sorted_ranks: Any) -> tuple[float | None, float | None]:
         m = len(sorted_ranks)

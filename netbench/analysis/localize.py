@@ -214,25 +214,46 @@ Blocks = list[tuple[Any, float]]     # (pair indices, the share of their paths t
 
 def _incidence(pairs: Sequence[Pair], topology: Topology, directed: bool,
                is_slow: Any = None) -> tuple[dict[str, Blocks], int, set[str]]:
-    """The candidates (the elements some slow pair, ``is_slow``, crosses) and for each the
-    blocks of pairs that cross it: each end's NIC and access link by the pairs it is an end
-    of, the switches and trunks by the pairs of each switch pair (a fabric has far fewer
-    switch pairs than host pairs: a million pairs in numpy, not one dict per pair)."""
-    import pandas as pd
-
+    """The candidates (the elements some slow pair, ``is_slow``, crosses), for each the
+    blocks of pairs that cross it (``path_blocks``), and how many pairs no path joins."""
     through: dict[str, Blocks] = {}
     candidates: set[str] = set()
     slow = np.zeros(len(pairs), dtype=bool) if is_slow is None else np.asarray(is_slow)
-    names = {e: topology.host_key(e) for e in {p.client for p in pairs} | {p.server
-                                                                           for p in pairs}}
-    client = [names[p.client] for p in pairs]
-    server = [names[p.server] for p in pairs]
+    blocks, unplaced = path_blocks([p.client for p in pairs], [p.server for p in pairs],
+                                   topology, directed, [p.path for p in pairs])
+    for elements, rows in blocks:
+        if slow[rows].any():
+            candidates.update(elements)
+    # Only a candidate's blocks are kept: no other element can be a suspect, and the
+    # fabric's other elements (most of a fat-tree's core) would cost a block each.
+    for elements, rows in blocks:
+        for element, share in elements.items():
+            if element in candidates:
+                through.setdefault(element, []).append((rows, share))
+    return through, len(unplaced), candidates
+
+
+def path_blocks(clients: Sequence[Any], servers: Sequence[Any], topology: Topology,
+                directed: bool = True,
+                traced: Sequence[tuple[str, ...] | None] | None = None,
+                ) -> tuple[list[tuple[dict[str, float], Any]], Any]:
+    """The pairs (client and server endpoint names, position by position) in blocks that
+    cross the same elements, each block ``(element -> share of its paths, positions)``:
+    the switches and trunks by the pairs of each switch pair (and route, where routes are
+    known; and traced path, where a tracer saw one), each end's NIC and access link by the
+    pairs it is an end of. A fabric has far fewer switch pairs than host pairs: a million
+    pairs in numpy, not one dict per pair. Also the positions of the pairs no path joins
+    (an end the topology lacks, switches with no path between them)."""
+    import pandas as pd
+
+    names = {e: topology.host_key(str(e)) for e in set(clients) | set(servers)}
+    client = [names[c] for c in clients]
+    server = [names[s] for s in servers]
     placed = np.array([c is not None and s is not None for c, s in zip(client, server)],
                       dtype=bool)
     frame = pd.DataFrame({"c": client, "s": server}, dtype=object)[placed]
     frame["sc"] = frame["c"].map(topology.hosts).astype(object)   # not arrow: grouped
     frame["ss"] = frame["s"].map(topology.hosts).astype(object)
-    unplaced = int((~placed).sum())
     routed = np.ones(len(frame), dtype=bool)
     # Routed by destination: each pair's one path is known (its destination picks it among
     # the equal-cost ones), so its elements are pinned; grouped by the path, not the pair.
@@ -242,13 +263,13 @@ def _incidence(pairs: Sequence[Pair], topology: Topology, directed: bool,
     positions = frame.index.to_numpy()
     blocks: list[tuple[dict[str, float], Any]] = []
     # A pair whose flow was traced crosses the path the tracer saw, whatever the routing.
-    traced = [p.path for p, ok in zip(pairs, placed) if ok]
-    any_traced = any(traced)
+    seen = [t for t, ok in zip(traced or [None] * len(placed), placed) if ok]
+    any_traced = any(seen)
     for (sa, sb), idx in _groups(frame["sc"].to_numpy(), frame["ss"].to_numpy()):
         by_path: dict[tuple[str, ...], list[int]] = {}
         for i in idx if any_traced else ():
-            if traced[i] and topology.joins(traced[i], sa, sb):
-                by_path.setdefault(traced[i], []).append(i)
+            if seen[i] and topology.joins(seen[i], sa, sb):
+                by_path.setdefault(seen[i], []).append(i)
         cores = [(core_along(path, directed), np.array(members))
                  for path, members in by_path.items()]
         if by_path:
@@ -265,29 +286,16 @@ def _incidence(pairs: Sequence[Pair], topology: Topology, directed: bool,
         for core, part in cores:
             if core is None:
                 routed[part] = False
-                continue
-            rows = positions[part]
-            blocks.append((core, rows))
-            if slow[rows].any():
-                candidates.update(core)
-    gone = frame.index.to_numpy()[~routed]
-    unplaced += len(gone)
+            else:
+                blocks.append((core, positions[part]))
+    unplaced = np.concatenate([np.flatnonzero(~placed), positions[~routed]])
     frame = frame[routed]
     kept = frame.index.to_numpy()
     for column, way in (("c", "send"), ("s", "recv")):
         for (host,), idx in _groups(frame[column].to_numpy()):
-            rows = kept[idx]
-            ends = dict.fromkeys(topology.end_elements(host, way, directed), 1.0)
-            blocks.append((ends, rows))
-            if slow[rows].any():
-                candidates.update(ends)
-    # Only a candidate's blocks are kept: no other element can be a suspect, and the
-    # fabric's other elements (most of a fat-tree's core) would cost a block each.
-    for elements, rows in blocks:
-        for element, share in elements.items():
-            if element in candidates:
-                through.setdefault(element, []).append((rows, share))
-    return through, unplaced, candidates
+            blocks.append((dict.fromkeys(topology.end_elements(host, way, directed), 1.0),
+                           kept[idx]))
+    return blocks, unplaced
 
 
 def _groups(*columns: Any) -> list[tuple[tuple[Any, ...], Any]]:
