@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from test_fabric import _finish, _free_port, _needs_root, _rank, _sh
 
 HOST_MBIT, SLOW_MBIT = 400, 40
@@ -173,7 +174,10 @@ def l3_fabric(tmp_path_factory):
             proc = subprocess.Popen(
                 ["ip", "netns", "exec", name, "unshare", "--uts", "sh", "-c",
                  f'hostname {node} && exec "$@"', "sh", "lldpd", "-d", "-u", sock, "-p", pid,
-                 "-O", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 # Every fabric address advertised (lldpd picks one otherwise): a traced
+                 # flow's ICMP answers come from whichever interface faces back.
+                 "-m", "10.212.*,10.213.*", "-O", str(conf)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             daemons.append((node, proc, sock, pid))
         lldp_dir = tmp_path_factory.mktemp("lldp")
         docs: dict[str, dict] = {}
@@ -202,7 +206,7 @@ def l3_fabric(tmp_path_factory):
         print(f"\nL3 fabric: {len(leaves)} leaves, {len(spines)} spines, {len(hosts)} hosts, "
               f"LLDP from every node in {time.monotonic() - started:.1f} s")
         yield {"hosts": [(h, ns[h]) for h in hosts], "master": _host_addr(1, 0)[1],
-               "lldp": lldp_dir, "leaves": leaves, "spines": spines}
+               "lldp": lldp_dir, "leaves": leaves, "spines": spines, "ns": ns}
     finally:
         for _node, proc, _sock, _pid in daemons:
             proc.terminate()
@@ -230,7 +234,89 @@ def test_lldp_reads_the_l3_fabric_as_it_is_cabled(l3_fabric):
     assert topo.hosts == {h: h.split("-")[0] for h, _ in l3_fabric["hosts"]}, topo.hosts
     assert topo.trunks == {(leaf, spine) for leaf in leaves for spine in spines}, topo.trunks
     assert len(topo.switch_paths("leaf1", "leaf2")) == 2          # ECMP: over both spines
+    # Every router's addresses, as its neighbours saw them advertised.
+    for i, leaf in enumerate(leaves, 1):
+        for j, spine in enumerate(spines, 1):
+            mine, theirs = _uplink_addr(i, j)
+            assert topo.addresses.get(mine) == leaf and topo.addresses.get(theirs) == spine
+        assert topo.addresses.get(_host_addr(i, 0)[0]) == leaf
     print("topology notes:", *topo.notes, sep="\n  ")
+
+
+SINK = """
+import socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", int(sys.argv[1]))); srv.listen(64); srv.settimeout(60)
+while True:
+    conn, _ = srv.accept(); conn.settimeout(10)
+    try:
+        while conn.recv(1 << 16): pass
+    except OSError: pass
+    conn.close()
+"""
+
+TRACE_AND_SEND = """
+import json, socket, sys
+from netbench.env import tracepath
+dst, port, stop = sys.argv[1], int(sys.argv[2]), set(sys.argv[3].split(","))
+sport = tracepath.free_port()
+found = tracepath.trace(dst, port, sport, wait=2.0, stop=lambda hop: hop in stop)
+flow = tracepath.probe_socket("", sport)          # the flow on the traced 5-tuple
+flow.settimeout(20); flow.connect((dst, port)); flow.sendall(bytes(2 << 20))
+flow.shutdown(socket.SHUT_WR); flow.recv(1); flow.close()   # the sink read it all
+print(json.dumps({"sport": sport, "hops": found.hops, "reached": found.reached}))
+"""
+
+
+def _tx_bytes(ns: str, dev: str) -> int:
+    out = subprocess.run(["ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev],
+                         capture_output=True, text=True, check=True).stdout
+    return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
+
+
+@pytest.mark.root
+def test_a_traced_flow_crosses_the_spine_its_trace_names(l3_fabric):
+    """A flow's path under ECMP, traced with its own 5-tuple (netbench.env.tracepath: SYNs
+    with rising TTL from the flow's source port, the ICMP answers read from the socket's
+    error queue) and named by LLDP's addresses: the flow then sent on that 5-tuple leaves
+    leaf1 by the uplink to the spine the trace named (the uplinks' byte counters say which),
+    and over a few source ports both spines are seen."""
+    import sys
+
+    from netbench.env.topology import load
+
+    topo = load(l3_fabric["lldp"])
+    ns = dict(l3_fabric["hosts"])
+    dst, port = _host_addr(2, 0)[1], 45678
+    stop = ",".join(a for a, node in topo.addresses.items() if node == "leaf2")
+    sink = subprocess.Popen(["ip", "netns", "exec", ns["leaf2-h0"], sys.executable, "-c",
+                             SINK, str(port)])
+    leaf1 = l3_fabric["ns"]["leaf1"]
+    seen = set()
+    try:
+        time.sleep(0.5)
+        for _ in range(6):
+            before = {j: _tx_bytes(leaf1, f"swp5{j}") for j in range(1, SPINES + 1)}
+            run = subprocess.run(["ip", "netns", "exec", ns["leaf1-h0"], sys.executable,
+                                  "-c", TRACE_AND_SEND, dst, str(port), stop],
+                                 capture_output=True, text=True, timeout=60,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+            assert run.returncode == 0, run.stderr
+            got = json.loads(run.stdout)
+            sent = {j: _tx_bytes(leaf1, f"swp5{j}") - before[j] for j in before}
+            path = topo.path_of(got["hops"], "leaf1-h0", "leaf2-h0")
+            carried = f"spine{max(sent, key=sent.get)}"
+            print(f"source port {got['sport']}: hops {got['hops']} -> {path}; bytes out of "
+                  f"leaf1 by uplink: {sent}")
+            assert not got["reached"] and path is not None and len(path) == 3, got
+            assert path[1] == carried and sent[int(carried[-1])] > 2 << 20, (path, sent)
+            seen.add(path[1])
+            if len(seen) == SPINES:
+                break
+    finally:
+        sink.kill()
+        sink.wait(timeout=10)
+    assert seen == {"spine1", "spine2"}, seen
 
 
 def _sweep(fabric, pattern: str, res: Path) -> tuple[list, float]:

@@ -126,6 +126,24 @@ def test_lldp_from_lldpd_a_directory_of_node_outputs():
         "link:leaf2--spine", "switch:leaf2", "link:h3/eth0--leaf2", "host:h3/eth0"}
 
 
+def test_lldp_management_addresses_name_a_traced_flows_hops():
+    """Each neighbour's advertised addresses (one string, a list, json0's [{"value"}]) map
+    back to its name: a trace's ICMP answers become a switch path, kept with the run."""
+    fabric = topology.load(LLDP_DIR)
+    one = topology.load(FIXTURES / "lldp-leaf-spine-json0.json")
+    assert fabric.addresses and fabric.addresses == one.addresses
+    leaf1 = next(a for a, n in fabric.addresses.items() if n == "leaf1")
+    spine = next(a for a, n in fabric.addresses.items() if n == "spine")
+    leaf2 = next(a for a, n in fabric.addresses.items() if n == "leaf2")
+    assert fabric.path_of([leaf1, spine, leaf2], "h1", "h3/eth0") == ("leaf1", "spine", "leaf2")
+    assert fabric.path_of([leaf1, leaf1, spine, leaf2], "h1", "h3/eth0") == (
+        "leaf1", "spine", "leaf2")                     # two answers from one router: one hop
+    assert fabric.path_of([leaf1, None, leaf2], "h1", "h3/eth0") is None     # unanswered
+    assert fabric.path_of([leaf1, "192.0.2.9", leaf2], "h1", "h3/eth0") is None  # unknown
+    assert fabric.path_of([leaf2, spine, leaf1], "h1", "h3/eth0") is None    # wrong ends
+    assert topology.from_json(fabric.to_json()).addresses == fabric.addresses
+
+
 def test_lldp_json0_in_one_file_reads_the_same():
     one = topology.load(FIXTURES / "lldp-leaf-spine-json0.json")
     many = topology.load(LLDP_DIR)

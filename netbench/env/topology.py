@@ -113,6 +113,9 @@ class Topology:
     source: str = ""                                            # where the shape came from
     inferred: bool = False
     notes: list[str] = field(default_factory=list)              # what the source showed amiss
+    # A node's addresses (its LLDP management addresses) -> its name: what a traced flow's
+    # ICMP answers are mapped back to switches with.
+    addresses: dict[str, str] = field(default_factory=dict)
     # How a pair's traffic picks among equal-cost paths: "ecmp" (a hash of the flow, which
     # nobody outside the switch knows: a verdict is over the path set) or "dest" (by the
     # destination, as InfiniBand's subnet manager routes a fat-tree: the path is known).
@@ -293,7 +296,19 @@ class Topology:
         return json.dumps({"hosts": self.hosts, "trunks": sorted(self.trunks),
                            "switches": sorted(self.switches), "capacity": self.capacity,
                            "source": self.source, "routing": self.routing,
-                           "inferred": self.inferred, "notes": self.notes}, sort_keys=True)
+                           "inferred": self.inferred, "notes": self.notes,
+                           "addresses": self.addresses}, sort_keys=True)
+
+    def path_of(self, hops: Sequence[str | None], src: str, dst: str) -> tuple[str, ...] | None:
+        """The switch path a trace's hop addresses name, from the client's switch to the
+        server's; None where a hop is unanswered or unknown, or the switches do not join
+        the two ends over the topology's links (the flow is then judged on its path set)."""
+        a, b = self.host_key(src), self.host_key(dst)
+        names = [self.addresses.get(h) if h else None for h in hops]
+        if a is None or b is None or None in names:
+            return None
+        path = tuple(n for i, n in enumerate(names) if not i or n != names[i - 1])
+        return path if self.joins(path, self.hosts[a], self.hosts[b]) else None
 
     def check_hosts(self, endpoints: Iterable[str]) -> list[str]:
         """Warnings for a sweep's endpoints against the topology: hosts it lacks, hosts it
@@ -395,6 +410,7 @@ def from_json(text: str) -> Topology:
             topo.add_trunk(str(a), str(b))
         topo.switches |= {str(s) for s in data.get("switches", [])}
         topo.capacity = {str(k): float(v) for k, v in dict(data.get("capacity", {})).items()}
+        topo.addresses = {str(k): str(v) for k, v in dict(data.get("addresses", {})).items()}
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
         raise UsageError(f"the topology kept with the run is not readable ({exc})") from None
     if topo.routing not in ("ecmp", "dest"):
@@ -759,6 +775,7 @@ class _Seen:
     port: str                   # the neighbour's port: its ifname where the id is one
     rate: float | None          # Gbit/s, from the neighbour's MAU type
     label: str                  # the MAU type ("100GbaseCR4"); "" where none
+    addresses: list[str] = field(default_factory=list)   # its management addresses
 
 
 def parse_lldp(outputs: Mapping[str, Any], source: str = "lldp",
@@ -787,6 +804,8 @@ def parse_lldp(outputs: Mapping[str, Any], source: str = "lldp",
         s.peer = s.peer if s.peer in outputs else short.get(s.peer.split(".")[0], s.peer)
         caps.setdefault(s.peer, set()).update(s.caps or ())
     switches = {n for n, c in caps.items() if c & {"Bridge", "Router"}}
+    for s in seen:
+        topo.addresses.update(dict.fromkeys(s.addresses, s.peer))
     for n in sorted(switches & set(outputs)):
         if not caps[n] & {"Bridge"}:
             topo.notes.append(f"node {n}: read as a switch (its neighbours see Router "
@@ -868,7 +887,8 @@ def _lldp_seen(node: str, doc: Any, where: str, notes: list[str]) -> list[_Seen]
         name = _text(pid) if kind == "ifname" else _text(port.get("descr")) or _text(pid)
         neg = _one(port.get("auto-negotiation"))
         rate, label = _mau_rate(_text(neg.get("current")) if isinstance(neg, dict) else None)
-        out.append(_Seen(node, str(iface), peer, caps, name or "?", rate, label))
+        addresses = [a for a in (_text(x) for x in _list(info.get("mgmt-ip"))) if a]
+        out.append(_Seen(node, str(iface), peer, caps, name or "?", rate, label, addresses))
     return out
 
 
