@@ -330,6 +330,9 @@ class Measurement:
     # Bytes one operation moved where the run decided it (a collective's size rounded to a
     # multiple of its element size): the case's ``Traits.op_bytes``.
     op_bytes: int | None = None
+    # The routers the case's data crossed, as traces of its own connections saw them
+    # (``ClientSession.routes``, one list a connection): stored in the row's ``route``.
+    routes: list[list[str | None]] | None = None
 
 
 # Which way the data goes between a case's two ends: "forward" from the end that starts the
@@ -382,7 +385,14 @@ class ClientSession(Protocol):
     def run_remote(self, benchmark: str, params: Mapping[str, Any],
                    timeout: float) -> dict[str, Any]: ...
 
-    def open_data(self, count: int, timeout: float) -> list[Any]: ...
+    def open_data(self, count: int, timeout: float, traced: bool = False) -> list[Any]:
+        """``count`` data connections to the far end; ``traced``: each from a source port
+        whose path was traced first (``routes``), so the path is the connection's own."""
+        ...
+
+    # With ``open_data(traced=True)``: each connection's routers, as a trace from its own
+    # 5-tuple saw them (addresses in order; None where one did not answer).
+    routes: list[list[str | None]]
 
     def close(self) -> None: ...
 
@@ -404,6 +414,9 @@ class Context(Protocol):
     peer: str | None          # HOST:PORT the user gave, or None for the loopback fallback
     cancelled: threading.Event
     shared: dict[str, Any]    # lives for the whole run; values with close() are closed at its end
+    # The run traces each data connection's routers (netbench fabric --trace): a benchmark
+    # that opens data connections passes it to ``open_data(traced=...)``.
+    trace: bool
 
     def connect(self) -> ClientSession: ...
 
@@ -434,6 +447,7 @@ class Benchmark:
     metrics: ClassVar[tuple[Metric, ...]] = ()
     params: ClassVar[tuple[Param, ...]] = ()
     needs_peer: ClassVar[bool] = False     # run() calls ctx.connect()
+    traces: ClassVar[bool] = False         # run() honours ctx.trace (its routes are kept)
     headline: ClassVar[str | None] = None  # the metric a case is summed up by (default: first)
     size_means: ClassVar[str] = "message"  # what msg_size counts, where the params have one
     flow: ClassVar[Flow | None] = None     # which way its data goes; None: forward where it

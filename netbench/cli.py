@@ -233,7 +233,8 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         (lambda text: None)
     options = fabric.Options(args.pattern, args.direction, args.k, args.center, args.pairs,
                              args.rails, args.label or "", args.join_timeout,
-                             args.rendezvous_store, _planner(args, shape), shape)
+                             args.rendezvous_store, _planner(args, shape, plan), shape,
+                             args.trace)
     result = fabric.sweep(plan, env, launched, store, options, rendezvous=args.rendezvous,
                           bind=args.bind, port=args.port, device=args.device or "", say=say)
     if not writer:
@@ -249,21 +250,30 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     return code
 
 
-def _planner(args: argparse.Namespace, shape: Any) -> Any:
+def _planner(args: argparse.Namespace, shape: Any, plan: Any) -> Any:
     """``--pattern adaptive``'s planner, made by rank 0 once it knows the endpoints."""
     if args.pattern != "adaptive":
-        if args.rounds is not None:
-            raise UsageError("--rounds applies to --pattern adaptive")
+        if args.rounds is not None or args.trace:
+            raise UsageError(f"{'--rounds' if args.rounds is not None else '--trace'} "
+                             "applies to --pattern adaptive")
         return None
     if args.direction == "bidirectional" or args.k is not None or args.rails:
         raise UsageError("--pattern adaptive chooses each round's pairs and their direction "
                          "itself: leave out --direction bidirectional, --k and --rails")
     if args.rounds is not None and not 1 <= args.rounds <= 10_000:
         raise UsageError(f"--rounds {args.rounds}: a whole number 1..10000")
+    if args.trace and (shape is None or not shape.addresses):
+        raise UsageError("--trace names each flow's routers by their addresses: give a "
+                         "--topology that has them (LLDP, with lldpd advertising every "
+                         "fabric address: lldpd -m PATTERN)")
+    untraced = sorted({p.bench.name for p in plan.cases if not p.bench.traces})
+    if args.trace and untraced:
+        raise UsageError(f"--trace: {', '.join(untraced)} cannot trace its connections "
+                         "(tcp.stream can)")
     from netbench.analysis.adaptive import AdaptivePlanner
 
     return lambda names: AdaptivePlanner(names, shape, threshold=args.threshold,
-                                         budget=args.rounds)
+                                         budget=args.rounds, traced=args.trace)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -463,6 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "--topology)")
     p.add_argument("--rounds", type=int, metavar="N", help="with --pattern adaptive: at "
                    "most N rounds (default 2 log2(endpoints) + 4)")
+    p.add_argument("--trace", action="store_true", help="with --pattern adaptive: trace "
+                   "each pair's data connection from its own 5-tuple (under ECMP: the path "
+                   "it takes), so a verdict names a link, not its path set; needs a "
+                   "--topology with the routers' addresses (LLDP)")
     p.add_argument("--direction", default="each", choices=("each", "forward", "bidirectional"),
                    help="each direction of a pair on its own (default), one, or both at once")
     p.add_argument("--k", type=int, help="at most K pairs at once (k-batch)")

@@ -171,3 +171,33 @@ def test_traced_flows_that_collide_expect_their_share_and_clear_nothing():
     assert "link:leafA->leafB" in planner._cleared
     planner.record(pairs[1:], [20.0], paths=[path])          # alone and slow: evidence
     assert planner.slow_flags[-1] is True
+
+
+def test_a_traced_sweeps_stored_rows_are_judged_as_the_planner_judged_them():
+    """What a traced sweep stores (each row's route and fair share) read back by the
+    analysis every stored run gets: the uplink named alone and pinned, as the planner's own
+    verdict named it; collisions that read their share are set aside, not called slow."""
+    import json
+
+    import pandas as pd
+
+    from netbench.analysis.fabric import analyse
+
+    topo = sim.fat_tree(16, 16, 8, routing="ecmp")
+    topo.addresses = {s: s for s in topo.switches}         # routers answer by their names
+    planner, verdict = _traced(topo, {"link:leaf3--spine5": 0.25}, seed=3)
+    names = sorted(topo.hosts)
+    rows = pd.DataFrame([{
+        "benchmark": "tcp.stream", "params": "{}", "metric": "goodput", "unit": "Gbit/s",
+        "better": "higher", "status": "ok", "reason": None, "host": names[m.client],
+        "peer": names[m.server], "value": m.value, "route": json.dumps([list(m.path)]),
+        "fair_share": 0.0 if m.share != m.share else m.share} for m in planner.measured])
+    (m,) = analyse(rows, threshold=planner.threshold, topology=topo)
+    assert [s.elements for s in m.suspects] == [s.elements for s in verdict.suspects] == [
+        ["link:leaf3--spine5"]]
+    assert m.suspects[0].pinned and not m.faulty_hosts
+    collided = sum(1 for x in planner.measured if x.share < 1)
+    assert collided and any("judged by nothing" in note for note in m.notes), m.notes
+    untraced = rows.drop(columns=["route", "fair_share"])
+    (plain,) = analyse(untraced, threshold=planner.threshold, topology=topo)
+    assert [s.elements for s in plain.suspects] != [["link:leaf3--spine5"]]

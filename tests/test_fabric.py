@@ -277,6 +277,18 @@ def test_usage_errors_are_one_clear_line(tmp_path):
     assert_clean_error(netbench("fabric", "tcp.rr", "--direction", "bidirectional",
                                 "--results", str(tmp_path), env={**os.environ, **env}),
                        "no bidirectional mode")
+    # --trace: adaptive only, a topology with the routers' addresses, a benchmark that
+    # traces its connections.
+    shape = ROOT / "tests" / "fixtures" / "topology" / "lldp-leaf-spine"
+    slurm = ROOT / "tests" / "fixtures" / "topology" / "two-leaves.conf"
+    for args, needle in (
+            (["tcp.stream", "--trace"], "--trace applies to --pattern adaptive"),
+            (["tcp.stream", "--trace", "--pattern", "adaptive", "--topology", str(slurm)],
+             "--trace names each flow's routers by their addresses"),
+            (["tcp.rr", "--trace", "--pattern", "adaptive", "--topology", str(shape)],
+             "--trace: tcp.rr cannot trace its connections")):
+        assert_clean_error(netbench("fabric", *args, "--results", str(tmp_path),
+                                    env={**os.environ, **env}), needle)
 
 
 # --- the known answer: four hosts on a bridge, one slow egress ------------------------------

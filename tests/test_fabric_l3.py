@@ -319,11 +319,11 @@ def test_a_traced_flow_crosses_the_spine_its_trace_names(l3_fabric):
     assert seen == {"spine1", "spine2"}, seen
 
 
-def _sweep(fabric, pattern: str, res: Path) -> tuple[list, float]:
+def _sweep(fabric, pattern: str, res: Path, *more: str) -> tuple[list, float]:
     hosts = fabric["hosts"]
     args = ["tcp.stream", "-p", "duration=0.6", "-p", "warmup=0.2", "--timeout", "30",
             "--threshold", "0.4", "--topology", str(fabric["lldp"]), "--pattern", pattern,
-            "--results", str(res), "--json"]
+            "--results", str(res), "--json", *more]
     start = time.monotonic()
     port = _free_port()
     procs = [_rank(r, len(hosts), port, args, name, netns=ns, master=fabric["master"])
@@ -415,3 +415,39 @@ def test_a_slow_leaf_spine_link_is_named_and_nothing_else(l3_fabric, tmp_path, p
     # The verdict: exit 1, the shaped link named (every suspect holds it, above; beside it
     # only its ECMP twin, which carries exactly the same path sets: no pair tells them apart).
     assert outs[0][0] == 1, outs[0]
+
+
+@pytest.mark.root
+def test_with_traced_flows_the_slow_uplink_itself_is_named(l3_fabric, tmp_path):
+    """``--trace``: each pair's data connection traced from its own 5-tuple first, its
+    routers named by LLDP's addresses, so the adaptive sweep knows which spine each flow
+    took: the shaped uplink is named alone (not beside its ECMP twin), pinned, no host, in
+    fewer rounds than all-pairs; every stored tcp.stream row keeps its route."""
+    import pyarrow.parquet as pq
+
+    from netbench.env.topology import load
+
+    res = tmp_path / "res"
+    outs, seconds = _sweep(l3_fabric, "adaptive", res, "--trace")
+    n = len(l3_fabric["hosts"])
+    assert [o[0] for o in outs[1:]] == [0] * (n - 1), outs
+    (m,) = json.loads(outs[0][1])["matrices"]
+    (path,) = res.glob("*.parquet")
+    facts = json.loads(pq.read_schema(path).metadata[b"netbench_fabric"])
+    stderr = outs[0][2]
+    print(f"\n--trace: {facts['rounds']} rounds in {seconds:.1f} s, {len(m['cells'])} cells")
+    for why in facts["why"]:
+        print("  round:", why)
+    print(stderr[stderr.find("tcp.stream"):])
+    assert outs[0][0] == 1, outs[0]
+    assert m["faulty_hosts"] == [] and "HOST" not in stderr[stderr.find("tcp.stream"):]
+    (suspect,) = m["suspects"]
+    assert suspect["pinned"] and all(_on_shaped_link(e) for e in suspect["elements"]), suspect
+    assert facts["rounds"] < 2 * (n - 1), facts
+    rows = pq.read_table(path).to_pandas()
+    ok = rows[(rows["status"] == "ok") & (rows["metric"] == "goodput")]
+    topo = load(l3_fabric["lldp"])
+    named = [topo.path_of(json.loads(r)[0], h, p)
+             for r, h, p in zip(ok["route"], ok["host"], ok["peer"])]
+    assert all(p is not None for p in named), list(zip(ok["route"], named))
+    assert ok["fair_share"].notna().all()

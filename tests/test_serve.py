@@ -118,3 +118,22 @@ def test_many_simultaneous_clients_are_bounded(server):
         for s in socks:
             s.close()
     assert server.alive()
+
+
+def test_traced_data_connections_keep_their_routes_and_the_server_shrugs_off_the_probes(
+        server, tmp_path):
+    """open_data(traced=True): each data connection's 5-tuple traced first (on loopback no
+    router answers: the first probe reaches the server and is reset), then the connection
+    bound to that source port; the server takes the reset probes as vanished clients."""
+    session = ClientSession("127.0.0.1", server.port)
+    session.run_remote("tcp.stream", {"streams": 2, "duration": 0.2, "warmup": 0}, 10)
+    socks = session.open_data(2, 10, traced=True)
+    try:
+        assert session.routes == [[], []]
+        assert len({s.getsockname()[1] for s in socks}) == 2
+    finally:
+        for sock in socks:
+            sock.close()
+        session.channel.sock.close()
+    _works(server, tmp_path)
+    assert server.alive()

@@ -64,7 +64,9 @@ class Measured:
     value: float | None          # None: the pair failed
     round: int
     path: tuple[str, ...] | None = None     # the switches a tracer saw its flow cross
-    share: float = 1.0           # its fair share of the round's links, where paths are known
+    # Its fair share of the round's links, from the traced paths (1: alone; NaN: unknown, a
+    # trace that failed beside other flows).
+    share: float = 1.0
 
 
 @dataclass
@@ -190,7 +192,7 @@ class AdaptivePlanner:
                 self.measured.append(Measured(int(c), int(s), v, number, path))
                 self._probed.add((int(c), int(s)))
             fresh = self.measured[start:]
-            if any(traced):
+            if self.traced:
                 self._expect_shares(fresh)
             for m in fresh:                 # the links each flow loaded, for the cover
                 if self.pinned or m.path is not None:
@@ -201,7 +203,8 @@ class AdaptivePlanner:
         """Each traced flow's fair share of the links it crossed beside the round's other
         flows (max-min, at the topology's capacities where it has them, else equal): two
         flows an ECMP hash put on one link each expect half, and read slow only below
-        that. A flow without a trace expects its link alone."""
+        that. A flow whose trace failed beside others has no known share (NaN): it is judged
+        neither slow nor fast, and clears nothing."""
         from netbench.env.sharing import max_min_fair
 
         if self.better != "higher" or self.topology is None:
@@ -223,7 +226,8 @@ class AdaptivePlanner:
         fair = max_min_fair([f for f in flows if f], capacity)
         shares = iter(fair)
         for m, f, solo in zip(round_, flows, alone):
-            m.share = min(1.0, next(shares) / solo) if f else 1.0
+            m.share = min(1.0, next(shares) / solo) if f else \
+                1.0 if len(round_) == 1 else math.nan
 
     def _oriented(self, value: float | None) -> float | None:
         if value is None or not value > 0:
@@ -238,7 +242,11 @@ class AdaptivePlanner:
 
         values = [None if v is None else v / m.share
                   for m, v in ((m, self._oriented(m.value)) for m in self.measured)]
-        self.healthy, self.healthy_from = reference(values, self.threshold)
+        # The healthy rate from flows that had their links alone: a collided flow over its
+        # share overstates itself wherever the shared link was not the bottleneck after all
+        # (a 100G uplink under two 25G hosts).
+        alone = [v if m.share >= 1.0 else math.nan for m, v in zip(self.measured, values)]
+        self.healthy, self.healthy_from = reference(alone, self.threshold)
         self.slow_flags = [v is None or (self.healthy is not None and
                                          v < (1 - self.threshold) * self.healthy)
                            for v in values]

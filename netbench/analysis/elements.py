@@ -109,9 +109,11 @@ def element_table(matrix: Any, topology: Topology) -> list[ElementStat]:
         return len(blocks) - 1
 
     if n:
+        traced = [tuple(p.split(">")) if p else None for p in cells["path"]] \
+            if "path" in cells else None
         for elements, rows in path_blocks(cells["client"].astype(object).tolist(),
                                           cells["server"].astype(object).tolist(),
-                                          topology, True)[0]:
+                                          topology, True, traced)[0]:
             b = block(rows)
             for element, share in elements.items():
                 through.setdefault(element, []).append((b, share))

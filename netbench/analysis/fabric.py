@@ -156,9 +156,11 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
         first = measured.iloc[0] if not measured.empty else None
         endpoints = sorted(set(group["host"].dropna()) | set(group["peer"].dropna()))
         better = str(first["better"]) if first is not None else "higher"
-        # Repeats of a pair count as their median; the fabric's median is over pairs.
-        cells = (measured.groupby(["host", "peer"], sort=True)["value"].median()
-                 .rename_axis(["client", "server"]).reset_index())
+        measured, unknown = _traced(measured, better, topology, threshold)
+        # Repeats of a pair count as their median (a traced pair's, per path it took); the
+        # fabric's median is over pairs.
+        cells = (measured.groupby(["host", "peer", "path"], sort=True)["value"].median()
+                 .rename_axis(["client", "server", "path"]).reset_index())
         median = float(np.median(cells["value"])) if len(cells) else None
         value = cells["value"].to_numpy(dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -181,15 +183,59 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
         if len(lost):
             cells = pd.concat([cells, pd.DataFrame({
                 "client": lost["host"].astype(str).to_numpy(),
-                "server": lost["peer"].astype(str).to_numpy(), "value": np.nan,
+                "server": lost["peer"].astype(str).to_numpy(), "path": "", "value": np.nan,
                 "ratio": np.nan, "slow": False, "line_rate": np.nan, "of_line": np.nan,
                 "reason": lost["reason"].to_numpy(), "cause": None})], ignore_index=True)
         m = Matrix(str(bench), str(params), str(name), str(first["unit"]) if first is not None
                    else "", better, endpoints, median, cells,
                    roles=roles(flow_of(group.iloc[0].to_dict()), better))
+        if unknown:
+            m.notes.append(f"{unknown} traced measurement(s) judged by nothing: a flow that "
+                           "shared a link and read its share (a fault that left that much "
+                           "would read the same), or whose trace failed beside other flows")
         _attribute(m, topology, threshold, judged)
         out.append(m)
     return out
+
+
+def _traced(measured: Any, better: str, topology: Topology | None,
+            threshold: float) -> tuple[Any, int]:
+    """A traced sweep's rows as the planner judged them: each figure over its flow's fair
+    share of its round (``fair_share``: a collision on a link is not a fault), a flow that
+    shared a link and read its share set aside (no evidence either way), as is one whose
+    share is unknown (0); and the switch path its trace named (``path``, "a>b>c"; "" where
+    untraced or not the topology's). Rows of other sweeps pass as they are."""
+    import json
+
+    import numpy as np
+
+    measured = measured.assign(path="")
+    unknown = 0
+    if "fair_share" in measured and measured["fair_share"].notna().any() and \
+            better == "higher":
+        share = measured["fair_share"].astype(float).fillna(1.0).to_numpy()
+        value = measured["value"].astype(float).to_numpy()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            judged = value / share
+        healthy = reference(np.where(share >= 1.0, value, np.nan), threshold)[0]
+        keep = (share >= 1.0) | ((share > 0) & (healthy is not None) &
+                                 (judged < (1 - threshold) * (healthy or 0.0)))
+        unknown = int((~keep).sum())
+        measured = measured[keep].assign(value=judged[keep])
+    if topology is not None and "route" in measured and measured["route"].notna().any():
+        def path(route: Any, host: Any, peer: Any) -> str:
+            try:
+                hops = json.loads(route) if isinstance(route, str) else None
+            except ValueError:
+                return ""
+            if not isinstance(hops, list) or len(hops) != 1 or not isinstance(hops[0], list):
+                return ""
+            found = topology.path_of(hops[0], str(host), str(peer))
+            return ">".join(found) if found else ""
+
+        measured = measured.assign(path=[path(r, h, p) for r, h, p in zip(
+            measured["route"], measured["host"], measured["peer"])])
+    return measured, unknown
 
 
 def _case_params(rows: Any) -> Any:
@@ -227,9 +273,10 @@ def _attribute(m: Matrix, topology: Topology | None, threshold: float,
                 str(name), role, int(r.pairs), int(r.slow),
                 None if r.median_ratio != r.median_ratio else float(r.median_ratio))
     m.hosts = sorted(stats_of.values(), key=lambda h: (h.name, h.role))
-    pairs = [Pair(c, s, None if v != v else v) for c, s, v in
-             zip(_strings(ok["client"]), _strings(ok["server"]),
-                 ok["value"].astype(float).tolist())]
+    paths = ok["path"].tolist() if "path" in ok else [""] * len(ok)
+    pairs = [Pair(c, s, None if v != v else v, tuple(p.split(">")) if p else None)
+             for c, s, v, p in zip(_strings(ok["client"]), _strings(ok["server"]),
+                                   ok["value"].astype(float).tolist(), paths)]
     slow = ok["slow"].tolist()
     if topology is not None:
         m.notes += topology.check_hosts(m.endpoints)

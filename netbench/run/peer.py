@@ -401,6 +401,7 @@ class ClientSession:
 
     def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
         self.host, self.port = host, port
+        self.routes: list[list[str | None]] = []
         self.peer_name = f"netbench serve at {host}:{port}"
         sock = _connect(host, port, timeout, self.peer_name)
         self.channel = Channel(sock, self.peer_name)
@@ -420,11 +421,14 @@ class ClientSession:
         return self.channel.request({"op": "run", "benchmark": benchmark,
                                      "params": dict(params)}, timeout)
 
-    def open_data(self, count: int, timeout: float) -> list[socket.socket]:
+    def open_data(self, count: int, timeout: float,
+                  traced: bool = False) -> list[socket.socket]:
         socks: list[socket.socket] = []
+        self.routes = []
         try:
             for index in range(count):
-                sock = _connect(self.host, self.port, timeout, self.peer_name)
+                source = self._traced_port(timeout) if traced else None
+                sock = _connect(self.host, self.port, timeout, self.peer_name, source)
                 socks.append(sock)
                 Channel(sock, self.peer_name).send({"op": "data", "session": self.token,
                                                     "index": index})
@@ -435,6 +439,17 @@ class ClientSession:
             raise
         return socks
 
+    def _traced_port(self, timeout: float) -> int:
+        """A free source port whose path to the server was traced (``routes``): the data
+        connection bound to it next hashes onto the same ECMP path as the probes did."""
+        from netbench.env import tracepath
+
+        address = self.channel.sock.getpeername()[0]
+        port = tracepath.free_port()
+        found = tracepath.trace(address, self.port, port, wait=min(1.0, timeout / 4))
+        self.routes.append(found.hops)
+        return port
+
     def close(self) -> None:
         try:
             self.channel.send({"op": "bye"})
@@ -443,9 +458,11 @@ class ClientSession:
         self.channel.close()
 
 
-def _connect(host: str, port: int, timeout: float, name: str) -> socket.socket:
+def _connect(host: str, port: int, timeout: float, name: str,
+             source_port: int | None = None) -> socket.socket:
     try:
-        sock = socket.create_connection((host, port), timeout=timeout)
+        sock = socket.create_connection((host, port), timeout=timeout, source_address=(
+            ("", source_port) if source_port is not None else None))
     except socket.gaierror as exc:
         raise PeerError(f"cannot resolve peer {host!r}: {exc.strerror}") from None
     except TimeoutError:

@@ -38,10 +38,12 @@ class _CaseContext:
 
     def __init__(self, env: Mapping[str, Any], peer: str | None,
                  connect: Callable[[float], ClientSession], deadline: float,
-                 progress: Callable[[float], None], shared: dict[str, Any]) -> None:
+                 progress: Callable[[float], None], shared: dict[str, Any],
+                 trace: bool = False) -> None:
         self.env = env
         self.peer = peer
         self.shared = shared
+        self.trace = trace
         self.cancelled = threading.Event()
         self._connect = connect
         self._deadline = deadline
@@ -252,6 +254,7 @@ class Runner:
     def __init__(self, store: ResultStore, env: Mapping[str, Any], label: str = "",
                  peer: str | None = None, reporter: RunEvents | None = None) -> None:
         self.store, self.env, self.label, self.peer = store, env, label, peer
+        self.trace = False        # trace each data connection's routers (fabric --trace)
         self.reporter = reporter or SilentEvents()
         self._loopback: peer_mod.ServerProcess | None = None
         self._shared: dict[str, Any] = {}
@@ -415,7 +418,7 @@ class Runner:
             return self.status_rows(index, planned, base, "skipped", reason)
         ctx = _CaseContext(self.env, self.peer, self._connect,
                            time.monotonic() + planned.timeout, self.reporter.progress,
-                           self._shared)
+                           self._shared, self.trace)
         outcome: dict[str, Any] = {}
 
         def work() -> None:
@@ -465,6 +468,7 @@ class Runner:
             "env_nic": nic_summary(self.env, m.device),
             "env_rdma_device": rdma_summary(self.env, m.device),
             "env_gpu": gpu_summary(self.env, m.pci_address),
+            "route": json.dumps(m.routes) if m.routes is not None else None,
             **self._traits(bench, case, measured),
         }
 

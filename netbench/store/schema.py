@@ -54,6 +54,14 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("headline", "string"), ("flow", "string"), ("op_bytes", "int64"),
     ("bus_factor", "float64"), ("size_means", "string"), ("lead", "string"),
     ("trail", "string"),
+    # The routers the case's data crossed, as traces of its own 5-tuples saw them (JSON: a
+    # list of addresses a connection, null where a router did not answer): a fabric sweep
+    # with --trace. Under ECMP the pair's path, which its two ends alone cannot tell.
+    ("route", "string"),
+    # A traced sweep's flow: the share of its links it could expect beside its round's other
+    # flows, from their traced paths (max-min; 1: alone, 0: unknown, its trace failed beside
+    # others). Its figure is judged as value / fair_share: a collision is not a fault.
+    ("fair_share", "float64"),
 )
 
 

@@ -315,6 +315,9 @@ class Options:
     # ``record(pairs, values, better)``): netbench.analysis.adaptive, handed in by the CLI.
     planner: Callable[[list[str]], Any] | None = None
     topology: Any = None         # the fabric's shape (--topology): kept with the run
+    # Trace each pair's data connection (--trace): its path (``route``) and, for the planner,
+    # the switches it names (the topology's addresses), each flow judged on its fair share.
+    trace: bool = False
 
 
 def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Any, options: Options, *,
@@ -428,6 +431,7 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
     except (TypeError, KeyError, ValueError):
         raise NetbenchError(f"the rendezvous' run record is malformed: {_clip(run)}") from None
     runner = Runner(NullStore(), env, label=options.label)
+    runner.trace = options.trace
     base = runner.base(run_id, started, plan.suite)
     result = SweepResult(run_id, endpoints, plan_schedule)
     writer = None
@@ -473,8 +477,13 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                 stored = _collect(meet, number, pairs, offset - len(pairs), plan, endpoints,
                                   runner, base, result, per_round)
                 if planner is not None:
-                    values, better = _pair_values(stored, pairs, endpoints)
-                    planner.record(pairs.tolist(), values, better, sorted(result.gone))
+                    values, better, routes = _pair_values(stored, pairs, endpoints)
+                    paths = _switch_paths(routes, pairs, endpoints, options.topology) \
+                        if options.trace else None
+                    planner.record(pairs.tolist(), values, better, sorted(result.gone),
+                                   paths=paths)
+                    if options.trace:
+                        _keep_shares(stored, planner.measured[-len(pairs):], endpoints)
                     facts.update(rounds=number + 1, why=why)   # kept with the run
                     writer.extra["netbench_fabric"] = json.dumps(facts)
                 writer.append(stored)
@@ -545,11 +554,13 @@ def _agree_round(meet: Rendezvous, number: int, planner: Any, world: int,
     return np.array(pairs, dtype=int)
 
 
-def _pair_values(rows: Sequence[Mapping[str, Any]], pairs: Any,
-                 endpoints: list[Endpoint]) -> tuple[list[float | None], str]:
+def _pair_values(rows: Sequence[Mapping[str, Any]], pairs: Any, endpoints: list[Endpoint],
+                 ) -> tuple[list[float | None], str, list[Any]]:
     """Each pair's figure for the planner: its first case's headline metric (None where the
-    pair failed), and which way that figure is better."""
+    pair failed), which way that figure is better, and its traced routers (the row's
+    ``route``: one list a connection; None where untraced)."""
     found: dict[tuple[str, str], float | None] = {}
+    routes: dict[tuple[str, str], Any] = {}
     better = "higher"
     for row in sorted(rows, key=lambda r: r.get("case_index") or 0):
         key = (str(row.get("host")), str(row.get("peer")))
@@ -560,8 +571,36 @@ def _pair_values(rows: Sequence[Mapping[str, Any]], pairs: Any,
         elif row.get("status") == "ok" and row.get("metric") == row.get("headline"):
             found[key] = row.get("value")
             better = str(row.get("better") or better)
-    return [found.get((endpoints[c].name, endpoints[s].name)) for c, s in pairs.tolist()], \
-        better
+            routes[key] = row.get("route")
+    keys = [(endpoints[c].name, endpoints[s].name) for c, s in pairs.tolist()]
+    return [found.get(k) for k in keys], better, [routes.get(k) for k in keys]
+
+
+def _switch_paths(routes: Sequence[Any], pairs: Any, endpoints: list[Endpoint],
+                  topology: Any) -> list[tuple[str, ...] | None]:
+    """Each pair's traced routers as the topology's switch path (its addresses name them);
+    None where the pair ran on several connections (several paths), a router did not answer
+    or its address is not the topology's."""
+    out: list[tuple[str, ...] | None] = []
+    for route, (c, s) in zip(routes, pairs.tolist()):
+        try:
+            hops = json.loads(route) if isinstance(route, str) else None
+        except ValueError:
+            hops = None
+        one = hops[0] if isinstance(hops, list) and len(hops) == 1 else None
+        out.append(topology.path_of(one, endpoints[c].name, endpoints[s].name)
+                   if isinstance(one, list) and topology is not None else None)
+    return out
+
+
+def _keep_shares(rows: list[dict[str, Any]], measured: Sequence[Any],
+                 endpoints: list[Endpoint]) -> None:
+    """Each row of a traced round gets its flow's fair share (0 where unknown), so the
+    stored verdict judges it as the planner did."""
+    share = {(endpoints[m.client].name, endpoints[m.server].name):
+             (0.0 if math.isnan(m.share) else float(m.share)) for m in measured}
+    for row in rows:
+        row["fair_share"] = share.get((str(row.get("host")), str(row.get("peer"))))
 
 
 def _round(number: int, pairs: Any, offset: int, plan: Plan, endpoints: list[Endpoint],

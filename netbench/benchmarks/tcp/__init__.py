@@ -251,6 +251,7 @@ class _TcpBenchmark(Benchmark):
 
 
 class TcpStream(_TcpBenchmark):
+    traces = True                 # its client's data connections, with ctx.trace
     name = "tcp.stream"
     headline = "goodput"
     description = "bulk TCP goodput counted by the receiver (iperf3-style), with CPU cost"
@@ -308,7 +309,9 @@ class TcpStream(_TcpBenchmark):
         session = ctx.connect()
         try:
             session.run_remote(self.name, params, SETUP_TIMEOUT)
-            socks = session.open_data(fwd + rev, SETUP_TIMEOUT)
+            # Traced (netbench fabric --trace): the client's connections, whose data goes out
+            # the way the trace went; a reverse stream's path is the far end's to trace.
+            socks = session.open_data(fwd + rev, SETUP_TIMEOUT, traced=ctx.trace and fwd > 0)
             ctx.on_cancel(_shutdown_all(socks))
             try:
                 _prepare(socks, params["window"])
@@ -325,7 +328,10 @@ class TcpStream(_TcpBenchmark):
                     sock.close()
         finally:
             session.close()
-        return self._measure(params, fwd, rev, transfer.report(), far, client_cpu, device)
+        measured = self._measure(params, fwd, rev, transfer.report(), far, client_cpu, device)
+        if ctx.trace and fwd:        # each forward connection's (one stream: one path)
+            measured.routes = [list(r) for r in session.routes[:fwd]]
+        return measured
 
     def _measure(self, params: Mapping[str, Any], fwd: int, rev: int,
                  local: Mapping[str, Any], far: Mapping[str, Any],
