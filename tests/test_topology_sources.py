@@ -234,3 +234,13 @@ def test_slurm_and_toml_read_as_before():
     assert all(not n.startswith("topology (") or "lacks" in n or "did not" in n
                for n in fabric.check_hosts(["h1"]))
     assert "ibnetdiscover output" in topology.FORMATS and len(topology.FORMATS) == 4
+
+
+def test_a_stored_route_names_a_path_only_when_it_is_one_connections():
+    fabric = topology.load(LLDP_DIR)
+    at = {n: a for a, n in fabric.addresses.items()}
+    one = json.dumps([[at["leaf1"], at["spine"], at["leaf2"]]])
+    assert fabric.path_of_route(one, "h1", "h3/eth0") == ("leaf1", "spine", "leaf2")
+    two = json.dumps([[at["leaf1"], at["spine"], at["leaf2"]]] * 2)
+    for bad in (two, "[", "null", json.dumps([[1, 2]]), None, json.dumps({"a": 1})):
+        assert fabric.path_of_route(bad, "h1", "h3/eth0") is None, bad

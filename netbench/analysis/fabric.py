@@ -205,8 +205,6 @@ def _traced(measured: Any, better: str, topology: Topology | None,
     shared a link and read its share set aside (no evidence either way), as is one whose
     share is unknown (0); and the switch path its trace named (``path``, "a>b>c"; "" where
     untraced or not the topology's). Rows of other sweeps pass as they are."""
-    import json
-
     import numpy as np
 
     measured = measured.assign(path="")
@@ -223,18 +221,9 @@ def _traced(measured: Any, better: str, topology: Topology | None,
         unknown = int((~keep).sum())
         measured = measured[keep].assign(value=judged[keep])
     if topology is not None and "route" in measured and measured["route"].notna().any():
-        def path(route: Any, host: Any, peer: Any) -> str:
-            try:
-                hops = json.loads(route) if isinstance(route, str) else None
-            except ValueError:
-                return ""
-            if not isinstance(hops, list) or len(hops) != 1 or not isinstance(hops[0], list):
-                return ""
-            found = topology.path_of(hops[0], str(host), str(peer))
-            return ">".join(found) if found else ""
-
-        measured = measured.assign(path=[path(r, h, p) for r, h, p in zip(
-            measured["route"], measured["host"], measured["peer"])])
+        found = [topology.path_of_route(r, str(h), str(p)) for r, h, p in zip(
+            measured["route"], measured["host"], measured["peer"])]
+        measured = measured.assign(path=[">".join(f) if f else "" for f in found])
     return measured, unknown
 
 

@@ -299,6 +299,20 @@ class Topology:
                            "inferred": self.inferred, "notes": self.notes,
                            "addresses": self.addresses}, sort_keys=True)
 
+    def path_of_route(self, route: Any, src: str, dst: str) -> tuple[str, ...] | None:
+        """``path_of`` a stored row's ``route`` (JSON: the routers of each of its data
+        connections); None where it is not one connection's (several took several paths)."""
+        import json
+
+        try:
+            hops = json.loads(route) if isinstance(route, str) else None
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(hops, list) or len(hops) != 1 or not isinstance(hops[0], list) \
+                or not all(h is None or isinstance(h, str) for h in hops[0]):
+            return None
+        return self.path_of(hops[0], src, dst)
+
     def path_of(self, hops: Sequence[str | None], src: str, dst: str) -> tuple[str, ...] | None:
         """The switch path a trace's hop addresses name, from the client's switch to the
         server's; None where a hop is unanswered or unknown, or the switches do not join

@@ -581,16 +581,10 @@ def _switch_paths(routes: Sequence[Any], pairs: Any, endpoints: list[Endpoint],
     """Each pair's traced routers as the topology's switch path (its addresses name them);
     None where the pair ran on several connections (several paths), a router did not answer
     or its address is not the topology's."""
-    out: list[tuple[str, ...] | None] = []
-    for route, (c, s) in zip(routes, pairs.tolist()):
-        try:
-            hops = json.loads(route) if isinstance(route, str) else None
-        except ValueError:
-            hops = None
-        one = hops[0] if isinstance(hops, list) and len(hops) == 1 else None
-        out.append(topology.path_of(one, endpoints[c].name, endpoints[s].name)
-                   if isinstance(one, list) and topology is not None else None)
-    return out
+    if topology is None:
+        return [None] * len(routes)
+    return [topology.path_of_route(route, endpoints[c].name, endpoints[s].name)
+            for route, (c, s) in zip(routes, pairs.tolist())]
 
 
 def _keep_shares(rows: list[dict[str, Any]], measured: Sequence[Any],
