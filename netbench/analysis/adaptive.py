@@ -123,6 +123,7 @@ class AdaptivePlanner:
         self._place = {s: i for i, s in enumerate(self._ring)}
         self._star: Topology | None = None
         self._core_trunks: dict[tuple[str, str, int], frozenset[str]] = {}
+        self._via: dict[tuple[int, int, tuple[str, ...]], dict[str, float]] = {}
 
     # --- what a pair crosses -----------------------------------------------------------------
 
@@ -148,8 +149,11 @@ class AdaptivePlanner:
         """What one measurement crossed: its traced path where the tracer saw one that the
         topology has, else its pair's (path set, under ECMP)."""
         if m.path is not None and self.topology is not None:
-            found = self.topology.elements_via(self.endpoints[m.client],
-                                               self.endpoints[m.server], m.path)
+            key = (m.client, m.server, m.path)
+            found = self._via.get(key)
+            if found is None:          # worked out once: every round judges them all again
+                found = self._via[key] = self.topology.elements_via(
+                    self.endpoints[m.client], self.endpoints[m.server], m.path)
             if found:
                 return found
         return self.elements(m.client, m.server)
@@ -218,11 +222,15 @@ class AdaptivePlanner:
             nodes = [f"host:{a}", *path, f"host:{b}"] if path else []
             flows.append(list(zip(nodes, nodes[1:])))
 
-        def capacity(hop: tuple[str, str]) -> float:
-            x, y = (h.removeprefix("host:") for h in hop)
-            return topo.capacity.get(f"link:{link_name(x, y)}", 1.0)
+        known: dict[tuple[str, str], float] = {}
 
-        alone = [max_min_fair([f], capacity)[0] if f else 1.0 for f in flows]
+        def capacity(hop: tuple[str, str]) -> float:
+            if hop not in known:
+                x, y = (h.removeprefix("host:") for h in hop)
+                known[hop] = topo.capacity.get(f"link:{link_name(x, y)}", 1.0)
+            return known[hop]
+
+        alone = [min(capacity(h) for h in f) if f else 1.0 for f in flows]   # its own rate
         fair = max_min_fair([f for f in flows if f], capacity)
         shares = iter(fair)
         for m, f, solo in zip(round_, flows, alone):
@@ -537,7 +545,8 @@ class AdaptivePlanner:
               loaded: set[str]) -> None:
         pairs.append(pair)
         busy.update(pair)
-        loaded |= self._trunks_of(*pair)
+        if not self.traced:           # traced flows may share links: nothing to keep apart
+            loaded |= self._trunks_of(*pair)
 
     def _units(self, c: int, s: int) -> set[str]:
         """The things on a pair's path no fast pair has cleared: one end of the pair (NIC
