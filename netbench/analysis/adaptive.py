@@ -214,13 +214,19 @@ class AdaptivePlanner:
         if self.better != "higher" or self.topology is None:
             return
         topo = self.topology
-        flows = []
+        flows, loads = [], []
         for m in round_:
             a, b = self.key[m.client], self.key[m.server]
             path = m.path if m.path and a and b and topo.joins(
                 m.path, topo.hosts[a], topo.hosts[b]) else None
             nodes = [f"host:{a}", *path, f"host:{b}"] if path else []
             flows.append(list(zip(nodes, nodes[1:])))
+            # A flow whose trace failed still ran: counted as loading every link of its
+            # path set (it took one of them), so its neighbours' shares are not overstated.
+            loads.append(flows[-1] if path else [
+                tuple(t[5:].split("->", 1)) for t in self._trunks_of(m.client, m.server)]
+                + ([(f"host:{a}", topo.hosts[a]), (topo.hosts[b], f"host:{b}")]
+                   if a and b else []))
 
         known: dict[tuple[str, str], float] = {}
 
@@ -231,11 +237,12 @@ class AdaptivePlanner:
             return known[hop]
 
         alone = [min(capacity(h) for h in f) if f else 1.0 for f in flows]   # its own rate
-        fair = max_min_fair([f for f in flows if f], capacity)
-        shares = iter(fair)
-        for m, f, solo in zip(round_, flows, alone):
-            m.share = min(1.0, next(shares) / solo) if f else \
-                1.0 if len(round_) == 1 else math.nan
+        fair = max_min_fair(loads, capacity)
+        for m, f, solo, got in zip(round_, flows, alone, fair):
+            if not f:
+                m.share = 1.0 if len(round_) == 1 else math.nan
+            else:               # progressive filling sums its steps: 1 - 1e-16 is alone
+                m.share = 1.0 if got >= solo * (1 - 1e-9) else got / solo
 
     def _oriented(self, value: float | None) -> float | None:
         if value is None or not value > 0:

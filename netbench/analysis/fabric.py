@@ -54,8 +54,9 @@ class HostVerdict:
 
 @dataclass
 class Matrix:
-    """``cells``: a DataFrame, one row per pair (client, server, value, ratio, slow, cause,
-    reason), numpy all the way: a million pairs are judged in seconds."""
+    """``cells``: a DataFrame, one row per pair (client, server, path, value, ratio, slow,
+    cause, reason; a traced sweep's pair one row per switch path it took), numpy all the
+    way: a million pairs are judged in seconds."""
 
     benchmark: str
     params: str
@@ -377,8 +378,10 @@ def as_json(matrices: Sequence[Matrix]) -> list[Mapping[str, Any]]:
              "notes": m.notes,
              "failed": [{"client": c.client, "server": c.server, "reason": c.reason}
                         for c in m.failed],
+             # A traced sweep's pair has a cell per switch path it took ("a>b>c").
              "cells": [{"client": c.client, "server": c.server, "value": c.value,
                         "ratio": c.ratio, "slow": c.slow, "cause": c.cause,
-                        "of_line": of_line}
-                       for c, of_line in zip(m.all_cells(), m.cells["of_line"].map(
-                           lambda x: None if x != x else float(x)))]} for m in matrices]
+                        "of_line": of_line, "path": path or None}
+                       for c, of_line, path in zip(m.all_cells(), m.cells["of_line"].map(
+                           lambda x: None if x != x else float(x)), m.cells["path"])]}
+            for m in matrices]

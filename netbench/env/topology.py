@@ -818,8 +818,16 @@ def parse_lldp(outputs: Mapping[str, Any], source: str = "lldp",
         s.peer = s.peer if s.peer in outputs else short.get(s.peer.split(".")[0], s.peer)
         caps.setdefault(s.peer, set()).update(s.caps or ())
     switches = {n for n, c in caps.items() if c & {"Bridge", "Router"}}
+    claims: dict[str, set[str]] = {}
     for s in seen:
-        topo.addresses.update(dict.fromkeys(s.addresses, s.peer))
+        for address in s.addresses:
+            claims.setdefault(address, set()).add(s.peer)
+    shared = sorted(a for a, nodes in claims.items() if len(nodes) > 1)
+    topo.addresses = {a: next(iter(n)) for a, n in claims.items() if len(n) == 1}
+    if shared:       # an anycast loopback or a VRRP address names no one switch
+        topo.notes.append(f"{len(shared)} address(es) advertised by more than one node "
+                          f"({', '.join(shared[:3])}{' ...' if len(shared) > 3 else ''}): "
+                          "a trace's hop there names nothing")
     for n in sorted(switches & set(outputs)):
         if not caps[n] & {"Bridge"}:
             topo.notes.append(f"node {n}: read as a switch (its neighbours see Router "

@@ -8,7 +8,10 @@ fresh socket bound to the same source address and port (a connect that never com
 leaves no TIME_WAIT), so the flow opened after the trace, bound to that port too, hashes the
 same. The trace stops at the first hop ``stop`` accepts (the destination's own router: a
 probe one hop further would reach the server), at the destination itself (a probe that
-connects is reset at once), or after ``max_hops``.
+connects is reset at once: the server sees a client that came and went), after ``max_hops``
+or at ``deadline``. Routers police ICMP (Linux: 1,000 a second, bursts of 50; switches in
+hardware): at scale some hops go unanswered (None), and such a flow is judged on its path
+set.
 """
 
 from __future__ import annotations
@@ -54,10 +57,16 @@ def probe_socket(source: str, port: int) -> socket.socket:
 
 def trace(destination: str, port: int, source_port: int, source: str = "",
           max_hops: int = MAX_HOPS, wait: float = 1.0,
-          stop: Callable[[str], bool] | None = None) -> Trace:
-    """The routers a TCP flow ``source:source_port -> destination:port`` crosses, in order."""
+          stop: Callable[[str], bool] | None = None,
+          deadline: float | None = None) -> Trace:
+    """The routers a TCP flow ``source:source_port -> destination:port`` crosses, in order;
+    ``wait``: seconds a hop may take to answer; ``deadline`` (time.monotonic()): when the
+    whole trace gives up, said in ``note``."""
     out = Trace(source=(source, source_port))
     for ttl in range(1, max_hops + 1):
+        if deadline is not None and time.monotonic() + wait > deadline:
+            out.note = f"out of time after {ttl - 1} hop(s)"
+            return out
         hop, reached = _probe(destination, port, source, source_port, ttl, wait)
         if reached:
             out.reached = True
@@ -84,17 +93,20 @@ def _probe(destination: str, port: int, source: str, source_port: int, ttl: int,
         if code not in (errno.EINPROGRESS, errno.EAGAIN):
             return _offender(sock), False
         deadline = time.monotonic() + wait
+        poller = select.poll()               # not select(): a rank may hold > 1,024 fds
+        poller.register(sock, select.POLLIN | select.POLLOUT | select.POLLERR)
         while (left := deadline - time.monotonic()) > 0:
-            readable, writable, failed = select.select([sock], [sock], [sock], left)
+            events = poller.poll(left * 1000)
             hop = _offender(sock)
             if hop is not None:
                 return hop, False
             status = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            writable = any(flags & select.POLLOUT for _, flags in events)
             if writable and status == 0:
                 return None, _reset(sock)          # connected: the destination answered
             if status in (errno.ECONNREFUSED,):
                 return None, True                  # the destination itself refused
-            if not (readable or writable or failed):
+            if not events:
                 break
             if status:
                 return _offender(sock), False

@@ -402,6 +402,7 @@ class ClientSession:
     def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
         self.host, self.port = host, port
         self.routes: list[list[str | None]] = []
+        self.traced_to = host
         self.peer_name = f"netbench serve at {host}:{port}"
         sock = _connect(host, port, timeout, self.peer_name)
         self.channel = Channel(sock, self.peer_name)
@@ -428,7 +429,9 @@ class ClientSession:
         try:
             for index in range(count):
                 source = self._traced_port(timeout) if traced else None
-                sock = _connect(self.host, self.port, timeout, self.peer_name, source)
+                # The traced address, not the name again (another A record is another path).
+                sock = _connect(self.traced_to if source else self.host, self.port, timeout,
+                                self.peer_name, source or None)
                 socks.append(sock)
                 Channel(sock, self.peer_name).send({"op": "data", "session": self.token,
                                                     "index": index})
@@ -444,9 +447,13 @@ class ClientSession:
         connection bound to it next hashes onto the same ECMP path as the probes did."""
         from netbench.env import tracepath
 
-        address = self.channel.sock.getpeername()[0]
+        if self.channel.sock.family != socket.AF_INET:      # the tracer speaks IPv4
+            self.routes.append([])
+            return 0
+        self.traced_to = self.channel.sock.getpeername()[0]
         port = tracepath.free_port()
-        found = tracepath.trace(address, self.port, port, wait=min(1.0, timeout / 4))
+        found = tracepath.trace(self.traced_to, self.port, port, wait=min(1.0, timeout / 8),
+                                deadline=time.monotonic() + timeout / 2)
         self.routes.append(found.hops)
         return port
 

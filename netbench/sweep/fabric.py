@@ -287,7 +287,15 @@ def _jsonable(value: Any) -> Any:
 _TIMES = ("started_at", "case_started_at")
 
 
+MAX_ROUTE = 64 << 10      # bytes of a row's route (a trace's addresses) kept from a rank
+
+
 def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    # A rank reports what it measured; a flow's fair share is rank 0's to work out, and a
+    # route is a bounded string or nothing.
+    row.pop("fair_share", None)
+    if not (isinstance(row.get("route"), str) and len(row["route"]) <= MAX_ROUTE):
+        row["route"] = None
     for key in _TIMES:
         if isinstance(row.get(key), str):
             try:
@@ -554,26 +562,30 @@ def _agree_round(meet: Rendezvous, number: int, planner: Any, world: int,
     return np.array(pairs, dtype=int)
 
 
+def _judged_rows(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """Each pair's row the planner judges it by: its first case's headline metric, or the
+    failed row where that case failed."""
+    found: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for row in sorted(rows, key=lambda r: r.get("case_index") or 0):
+        key = (str(row.get("host")), str(row.get("peer")))
+        if key not in found and (row.get("status") == "failed" or (
+                row.get("status") == "ok" and row.get("metric") == row.get("headline"))):
+            found[key] = row
+    return found
+
+
 def _pair_values(rows: Sequence[Mapping[str, Any]], pairs: Any, endpoints: list[Endpoint],
                  ) -> tuple[list[float | None], str, list[Any]]:
     """Each pair's figure for the planner: its first case's headline metric (None where the
     pair failed), which way that figure is better, and its traced routers (the row's
     ``route``: one list a connection; None where untraced)."""
-    found: dict[tuple[str, str], float | None] = {}
-    routes: dict[tuple[str, str], Any] = {}
-    better = "higher"
-    for row in sorted(rows, key=lambda r: r.get("case_index") or 0):
-        key = (str(row.get("host")), str(row.get("peer")))
-        if key in found:
-            continue
-        if row.get("status") == "failed":
-            found[key] = None
-        elif row.get("status") == "ok" and row.get("metric") == row.get("headline"):
-            found[key] = row.get("value")
-            better = str(row.get("better") or better)
-            routes[key] = row.get("route")
-    keys = [(endpoints[c].name, endpoints[s].name) for c, s in pairs.tolist()]
-    return [found.get(k) for k in keys], better, [routes.get(k) for k in keys]
+    judged = _judged_rows(rows)
+    better = next((str(r["better"]) for r in judged.values()
+                   if r.get("status") == "ok" and r.get("better")), "higher")
+    picked = [judged.get((endpoints[c].name, endpoints[s].name)) for c, s in pairs.tolist()]
+    return ([r.get("value") if r is not None and r.get("status") == "ok" else None
+             for r in picked], better,
+            [r.get("route") if r is not None else None for r in picked])
 
 
 def _switch_paths(routes: Sequence[Any], pairs: Any, endpoints: list[Endpoint],
@@ -589,12 +601,16 @@ def _switch_paths(routes: Sequence[Any], pairs: Any, endpoints: list[Endpoint],
 
 def _keep_shares(rows: list[dict[str, Any]], measured: Sequence[Any],
                  endpoints: list[Endpoint]) -> None:
-    """Each row of a traced round gets its flow's fair share (0 where unknown), so the
-    stored verdict judges it as the planner did."""
+    """The rows of the case each pair was judged by get its flow's fair share (0 where
+    unknown), so the stored verdict judges them as the planner did; a pair's other cases
+    ran on other connections (other paths, other neighbours): 0, set aside."""
     share = {(endpoints[m.client].name, endpoints[m.server].name):
              (0.0 if math.isnan(m.share) else float(m.share)) for m in measured}
+    judged = {key: row.get("case_index") for key, row in _judged_rows(rows).items()}
     for row in rows:
-        row["fair_share"] = share.get((str(row.get("host")), str(row.get("peer"))))
+        key = (str(row.get("host")), str(row.get("peer")))
+        row["fair_share"] = share.get(key, 0.0) \
+            if key in judged and row.get("case_index") == judged[key] else 0.0
 
 
 def _round(number: int, pairs: Any, offset: int, plan: Plan, endpoints: list[Endpoint],

@@ -309,9 +309,11 @@ class TcpStream(_TcpBenchmark):
         session = ctx.connect()
         try:
             session.run_remote(self.name, params, SETUP_TIMEOUT)
-            # Traced (netbench fabric --trace): the client's connections, whose data goes out
-            # the way the trace went; a reverse stream's path is the far end's to trace.
-            socks = session.open_data(fwd + rev, SETUP_TIMEOUT, traced=ctx.trace and fwd > 0)
+            # Traced (netbench fabric --trace): one forward stream, whose data goes out the
+            # way its trace went (several streams take several paths; a reverse stream's is
+            # the far end's to trace).
+            traced = ctx.trace and fwd == 1 and not rev
+            socks = session.open_data(fwd + rev, SETUP_TIMEOUT, traced=traced)
             ctx.on_cancel(_shutdown_all(socks))
             try:
                 _prepare(socks, params["window"])
@@ -329,8 +331,8 @@ class TcpStream(_TcpBenchmark):
         finally:
             session.close()
         measured = self._measure(params, fwd, rev, transfer.report(), far, client_cpu, device)
-        if ctx.trace and fwd:        # each forward connection's (one stream: one path)
-            measured.routes = [list(r) for r in session.routes[:fwd]]
+        if traced:
+            measured.routes = [list(r) for r in session.routes]
         return measured
 
     def _measure(self, params: Mapping[str, Any], fwd: int, rev: int,
