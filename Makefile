@@ -31,7 +31,8 @@ BUILD_DEPS := gcc:gcc /usr/include/stdio.h:libc6-dev \
 # System tools the tests and reference comparisons use (tests that need one skip without it).
 TEST_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf chromium:chromium \
               modprobe:kmod mpirun:openmpi-bin unshare:util-linux ps:procps \
-              lldpd:lldpd lldpcli:lldpd
+              lldpd:lldpd lldpcli:lldpd \
+              ibsim:ibsim-utils opensm:opensm dump_fts:infiniband-diags ibtracert:infiniband-diags
 builddeps:
 	@tools/sysdeps.sh $(BUILD_DEPS)
 sysdeps: builddeps

@@ -118,7 +118,6 @@ class AdaptivePlanner:
         self._paths: dict[tuple[int, int], dict[str, float]] = {}
         self._hop_index: dict[tuple[str, str], dict[tuple[str, str], list[int]]] = {}
         self._routes: dict[tuple[str, int], dict[int, list[int]]] = {}
-        self._route_of = [topo.route_of(e) if topo else 0 for e in self.endpoints]
         self._ring = sorted(s for s in self.by_switch if s is not None)     # host switches
         self._place = {s: i for i, s in enumerate(self._ring)}
         self._star: Topology | None = None
@@ -165,7 +164,7 @@ class AdaptivePlanner:
         sa, sb = self.switch[client], self.switch[server]
         if sa is None or sb is None:
             return frozenset()
-        route = (self._route(server) % max(1, len(self.topology.switch_paths(sa, sb)))
+        route = (self.topology.route_index(sa, sb, self.endpoints[server])
                  if self.pinned and self.topology is not None else 0)
         key = (sa, sb, route)
         found = self._core_trunks.get(key)
@@ -502,10 +501,8 @@ class AdaptivePlanner:
             for sb in targets:
                 if sb == sa:
                     continue
-                ks, count = self._hops(sa, sb).get((x, y), ()), len(
-                    self.topology.switch_paths(sa, sb)) if self.topology else 1
-                for k in ks:
-                    for s in self._by_route(sb, count).get(k, ()):
+                for k in self._hops(sa, sb).get((x, y), ()):
+                    for s in self._by_route(sa, sb).get(k, ()):
                         if s not in busy:
                             pair = (senders[0], s)
                             if self._fits(pair, busy, loaded):
@@ -531,13 +528,14 @@ class AdaptivePlanner:
             self._hop_index[key] = index
         return self._hop_index[key]
 
-    def _by_route(self, switch: str, count: int) -> dict[int, list[int]]:
-        """The endpoints behind ``switch`` by the path their route picks among ``count``."""
-        key = (switch, count)
+    def _by_route(self, sa: str, sb: str) -> dict[int, list[int]]:
+        """The endpoints behind ``sb`` by the path from ``sa`` their route picks (its index
+        among ``switch_paths(sa, sb)``)."""
+        key = (sa, sb)
         if key not in self._routes:
             grouped: dict[int, list[int]] = {}
-            for i in self.by_switch.get(switch, []):
-                grouped.setdefault(self._route(i) % count, []).append(i)
+            for i in self.by_switch.get(sb, []):
+                grouped.setdefault(self._route(sa, i), []).append(i)
             self._routes[key] = grouped
         return self._routes[key]
 
@@ -615,12 +613,14 @@ class AdaptivePlanner:
         return out
 
     def _pick(self, switch: str | None, way: str, exclude: set[int],
-              route_like: int | None = None) -> int | None:
-        """A good endpoint behind ``switch`` (any switch where it has none)."""
+              route_like: tuple[str | None, int] | None = None) -> int | None:
+        """A good endpoint behind ``switch`` (any switch where it has none); ``route_like``:
+        (a source switch, an endpoint): one routed from there as that endpoint is, first."""
         pool = [i for i in self.by_switch.get(switch, []) if i not in exclude]
         good = [i for i in pool if self._good(i, way)]
-        if route_like is not None and self.pinned:
-            same = [i for i in good if self._route(i) == self._route(route_like)]
+        if route_like is not None and route_like[0] is not None and self.pinned:
+            source, like = route_like
+            same = [i for i in good if self._route(source, i) == self._route(source, like)]
             good = same or good
         if good:
             return self.rng.choice(good)
@@ -628,8 +628,10 @@ class AdaptivePlanner:
         return self.rng.choice(anywhere) if anywhere else (self.rng.choice(pool) if pool
                                                            else None)
 
-    def _route(self, i: int) -> int:
-        return self._route_of[i]
+    def _route(self, source: str, i: int) -> int:
+        """Which of the paths from switch ``source`` to endpoint ``i``'s its route takes."""
+        assert self.topology is not None and self.switch[i] is not None
+        return self.topology.route_index(source, self.switch[i], self.endpoints[i])
 
     def _core_probes(self, c: int, s: int, core: set[str]) -> list[tuple[int, int]]:
         """The core again between other good endpoints on the same switches (and, where
@@ -637,7 +639,13 @@ class AdaptivePlanner:
         the first or only the last part of the core."""
         out = []
         sender = self._pick(self.switch[c], "send", exclude={c, s})
-        receiver = self._pick(self.switch[s], "recv", exclude={c, s}, route_like=s)
+        receiver = self._pick(self.switch[s], "recv", exclude={c, s},
+                              route_like=(self.switch[c], s))
+        if (self.pinned and receiver is not None and self.switch[c] is not None
+                and self._route(self.switch[c], receiver) != self._route(self.switch[c], s)):
+            # No other endpoint there is routed as s is (a subnet manager spreads 5 hosts
+            # over 3 spines unevenly): s again, from another sender, keeps the core.
+            receiver = s
         if sender is not None and receiver is not None and sender != receiver:
             out.append((sender, receiver))
         if not self.pinned or len(core) < 2:

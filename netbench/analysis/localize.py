@@ -259,7 +259,6 @@ def path_blocks(clients: Sequence[Any], servers: Sequence[Any], topology: Topolo
     # the equal-cost ones), so its elements are pinned; grouped by the path, not the pair.
     pinned = topology.routing == "dest"
     dest = np.array(server, dtype=object)[placed]
-    route = np.array([topology.route_of(s) for s in dest], dtype=int) if pinned else None
     positions = frame.index.to_numpy()
     blocks: list[tuple[dict[str, float], Any]] = []
     # A pair whose flow was traced crosses the path the tracer saw, whatever the routing.
@@ -274,14 +273,11 @@ def path_blocks(clients: Sequence[Any], servers: Sequence[Any], topology: Topolo
                  for path, members in by_path.items()]
         if by_path:
             idx = np.setdiff1d(idx, [i for members in by_path.values() for i in members])
-        if not len(idx):
-            pass                              # every pair of the switch pair traced
-        elif pinned:
-            paths = len(topology.switch_paths(sa, sb)) or 1
-            ks = route[idx] % paths
+        if len(idx) and pinned:
+            ks = np.array([topology.route_index(sa, sb, d) for d in dest[idx]], dtype=int)
             cores += [(topology.core_pinned(sa, sb, dest[idx[ks == k][0]], directed),
                        idx[ks == k]) for k in np.unique(ks)]
-        else:
+        elif len(idx):                        # (none left: every pair of the two traced)
             cores.append((topology.core(sa, sb, directed), idx))
         for core, part in cores:
             if core is None:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from netbench.env import ibroutes
 from netbench.errors import UsageError
 
 MAX_PATHS = 64            # equal-cost paths kept per switch pair (a fat-tree's spines)
@@ -120,6 +121,11 @@ class Topology:
     # nobody outside the switch knows: a verdict is over the path set) or "dest" (by the
     # destination, as InfiniBand's subnet manager routes a fat-tree: the path is known).
     routing: str = "ecmp"
+    # The subnet manager's forwarding tables where they were read (``dump_fts``/``ibroute``
+    # after ibnetdiscover's output): switch -> endpoint -> the switch it forwards toward
+    # it; a destination-routed pair's path is walked through them, not guessed.
+    routes: dict[str, dict[str, str]] = field(default_factory=dict)
+    _walks: dict[tuple[str, str, str], int] = field(default_factory=dict, repr=False)
     _paths: dict[tuple[str, str], list[tuple[str, ...]]] = field(default_factory=dict,
                                                                   repr=False)
     _adjacency: dict[str, list[str]] | None = field(default=None, repr=False)
@@ -137,7 +143,7 @@ class Topology:
                              f"({self.hosts[host]} and {switch})")
         self.switches.add(switch)
         self.hosts[host] = switch
-        self._cores, self._rank, self._pinned, self._ends = {}, None, {}, {}
+        self._cores, self._rank, self._pinned, self._ends, self._walks = {}, None, {}, {}, {}
 
     def add_trunk(self, a: str, b: str) -> None:
         if a == b:
@@ -145,6 +151,7 @@ class Topology:
         self.switches |= {a, b}
         self.trunks.add((min(a, b), max(a, b)))
         self._adjacency, self._paths, self._cores, self._pinned = None, {}, {}, {}
+        self._walks = {}
 
     def neighbours(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {s: [] for s in self.switches}
@@ -234,17 +241,56 @@ class Topology:
         return self._cores[key]
 
     def route_of(self, endpoint: str) -> int:
-        """Under ``routing = "dest"``, the index that picks a destination's path among the
-        equal-cost ones (its place among the hosts, as D-mod-K routes by LID)."""
+        """Under ``routing = "dest"`` without forwarding tables, the index that picks a
+        destination's path among the equal-cost ones (its place among the hosts, as D-mod-K
+        routes by LID)."""
         if self._rank is None:
             self._rank = {h: i for i, h in enumerate(sorted(self.hosts))}
         return self._rank.get(self.host_key(endpoint) or "", 0)
 
+    def route_index(self, sa: str, sb: str, endpoint: str) -> int:
+        """Under ``routing = "dest"``, which of ``switch_paths(sa, sb)`` a pair toward
+        ``endpoint`` takes: the one its forwarding tables walk (a path longer than the
+        shortest is added to the list), else D-mod-K's pick; -1 where none is known (no
+        path, a table without the endpoint, a loop)."""
+        paths = self.switch_paths(sa, sb)
+        if not paths:
+            return -1
+        if not self.routes:
+            return self.route_of(endpoint) % len(paths)
+        host = self.host_key(endpoint) or ""
+        key = (sa, sb, host)
+        found = self._walks.get(key)
+        if found is None:
+            path = self._walk(sa, host)
+            if path is None or path[-1] != sb:
+                found = -1
+            elif path in paths:
+                found = paths.index(path)
+            else:                     # off the shortest paths: still the one it takes
+                paths.append(path)
+                found = len(paths) - 1
+                self._cores.pop((sa, sb, False), None)
+                self._cores.pop((sa, sb, True), None)
+            self._walks[key] = found
+        return found
+
+    def _walk(self, sa: str, host: str) -> tuple[str, ...] | None:
+        """The switches the forwarding tables send ``host``'s traffic through from ``sa``."""
+        target = self.hosts.get(host)
+        node, path = sa, [sa]
+        while node != target:
+            node = self.routes.get(node, {}).get(host)        # type: ignore[assignment]
+            if node is None or node in path:
+                return None
+            path.append(node)
+        return tuple(path)
+
     def path_to(self, sa: str, sb: str, endpoint: str) -> tuple[str, ...] | None:
         """The switch path a destination-routed pair takes from ``sa`` to ``sb`` toward
-        ``endpoint`` (None: no path)."""
-        paths = self.switch_paths(sa, sb)
-        return paths[self.route_of(endpoint) % len(paths)] if paths else None
+        ``endpoint`` (None: no path known)."""
+        k = self.route_index(sa, sb, endpoint)
+        return self.switch_paths(sa, sb)[k] if k >= 0 else None
 
     def elements_pinned(self, src: str, dst: str) -> dict[str, float]:
         """``elements(src, dst, directed=True)`` on the one path the destination's route
@@ -264,12 +310,12 @@ class Topology:
                     directed: bool = False) -> dict[str, float] | None:
         """``core`` on the one path toward a destination-routed ``endpoint`` (cached by the
         path's index: the endpoints that route alike share it; read-only)."""
-        paths = self.switch_paths(sa, sb)
-        if not paths:
+        k = self.route_index(sa, sb, endpoint)
+        if k < 0:
             return None
-        key = (sa, sb, self.route_of(endpoint) % len(paths), directed)
+        key = (sa, sb, k, directed)
         if key not in self._pinned:
-            self._pinned[key] = core_along(paths[key[2]], directed)
+            self._pinned[key] = core_along(self.switch_paths(sa, sb)[k], directed)
         return self._pinned[key]
 
     def elements_via(self, src: str, dst: str, path: Sequence[str]) -> dict[str, float]:
@@ -297,7 +343,8 @@ class Topology:
                            "switches": sorted(self.switches), "capacity": self.capacity,
                            "source": self.source, "routing": self.routing,
                            "inferred": self.inferred, "notes": self.notes,
-                           "addresses": self.addresses}, sort_keys=True)
+                           "addresses": self.addresses, "routes": _grouped(self.routes)},
+                          sort_keys=True)
 
     def path_of_route(self, route: Any, src: str, dst: str) -> tuple[str, ...] | None:
         """``path_of`` a stored row's ``route`` (JSON: the routers of each of its data
@@ -346,6 +393,17 @@ class Topology:
             out.append(f"topology ({self.source}): switch(es) with no links: "
                        f"{', '.join(lone[:10])}")
         return out + [f"topology ({self.source}): {note}" for note in self.notes]
+
+
+def _grouped(routes: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, list[str]]]:
+    """Forwarding tables kept compact: switch -> next switch -> the endpoints sent there."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for switch, table in routes.items():
+        toward: dict[str, list[str]] = {}
+        for endpoint, nxt in sorted(table.items()):
+            toward.setdefault(nxt, []).append(endpoint)
+        out[switch] = toward
+    return out
 
 
 def core_along(path: Sequence[str], directed: bool = False) -> dict[str, float]:
@@ -425,6 +483,9 @@ def from_json(text: str) -> Topology:
         topo.switches |= {str(s) for s in data.get("switches", [])}
         topo.capacity = {str(k): float(v) for k, v in dict(data.get("capacity", {})).items()}
         topo.addresses = {str(k): str(v) for k, v in dict(data.get("addresses", {})).items()}
+        topo.routes = {str(switch): {str(e): str(nxt) for nxt, ends in dict(toward).items()
+                                     for e in ends}
+                       for switch, toward in dict(data.get("routes", {})).items()}
     except (ValueError, TypeError, KeyError, RecursionError) as exc:
         raise UsageError(f"the topology kept with the run is not readable ({exc})") from None
     if topo.routing not in ("ecmp", "dest"):
@@ -637,7 +698,8 @@ _IB_NODE = re.compile(r'(Switch|Ca|Rt)\s+\d+\s+"([SHR]-[0-9a-fA-F]+)"\s*(?:#\s*"
 # and ``[1](guid) \t"S-..."[36]\t\t# lid 83 lmc 0 "desc" lid 48 4xEDR`` (a CA's).
 _IB_PORT = re.compile(r'\[(\d+)\](?:\[ext \d+\])?(?:\([0-9a-fA-F]+\))?\s*"([SHR]-[0-9a-fA-F]+)"'
                       r'\[(\d+)\](?:\[ext \d+\])?\s*(?:\([0-9a-fA-F]+\))?\s*#.*?"(.*)"\s+lid\s+'
-                      r'\d+\s+(\S+)')
+                      r'(\d+)\s+(\S+)')
+_IB_OWN_LID = re.compile(r"#\s*lid\s+(\d+)\s+lmc\b")     # a CA's own, on its port lines
 # A CA's NodeDescription as its firmware sets it names no host ("MT23108 InfiniHost Mellanox
 # Technologies"); rdma-ndd sets "<hostname> <device>".
 _FIRMWARE_DESC = re.compile(r"^MT\d+\b|Technologies\s*$")
@@ -664,8 +726,11 @@ def parse_ibnetdiscover(text: str, source: str = "ibnetdiscover") -> Topology:
     told: dict[str, str] = {}        # node id -> NodeDescription, from its peers' port lines
     links: dict[frozenset[tuple[str, int]], tuple[float | None, str]] = {}
     loops: set[frozenset[tuple[str, int]]] = set()
+    lids: dict[tuple[str, int], int] = {}        # (CA id, port) -> its LID
+    cabled: dict[tuple[str, int], str] = {}      # (switch id, port) -> the node it reaches
+    lines, tables = ibroutes.split(text, source)
     node: str | None = None
-    for number, raw in enumerate(text.splitlines(), 1):
+    for number, raw in lines:
         line = raw.strip()
         if (not line or line.startswith("#") or re.match(r"\w+=", line)
                 or line == "Non-Chassis Nodes" or re.match(r"(Chassis \d|Hostname:)", line)):
@@ -682,8 +747,15 @@ def parse_ibnetdiscover(text: str, source: str = "ibnetdiscover") -> Topology:
                     f"{line[:60]!r} is not a line of it")
             raise UsageError(f"topology {source} line {number}: {what} (accepted: "
                              f"{IB_ACCEPTED})")
-        peer, label = port.group(2), port.group(5)
+        peer, label, mine = port.group(2), port.group(6), int(port.group(1))
         told.setdefault(peer, port.group(4))
+        if node[0] == "S":
+            cabled[node, mine] = peer
+            if peer[0] == "H":
+                lids[peer, int(port.group(3))] = int(port.group(5))
+        own = _IB_OWN_LID.search(line)
+        if node[0] == "H" and own:
+            lids[node, mine] = int(own.group(1))
         key = frozenset({(node, int(port.group(1))), (peer, int(port.group(3)))})
         if peer == node:                 # a loopback plug or a cable between two own ports
             if key not in loops:
@@ -706,7 +778,41 @@ def parse_ibnetdiscover(text: str, source: str = "ibnetdiscover") -> Topology:
         (n1, p1), (n2, p2) = sorted(key)
         cables.append(_Cable(names.get(n1) or endpoint[n1, p1],
                              names.get(n2) or endpoint[n2, p2], rate, label))
-    return _assemble(topo, cables, set(names.values()))
+    topo = _assemble(topo, cables, set(names.values()))
+    if tables:
+        _ib_routes(topo, tables, cabled, {lid: endpoint[key] for key, lid in lids.items()
+                                          if key in endpoint}, names)
+    return topo
+
+
+def _ib_routes(topo: Topology, tables: Mapping[str, Mapping[int, int]],
+               cabled: Mapping[tuple[str, int], str], by_lid: Mapping[int, str],
+               names: Mapping[str, str]) -> None:
+    """The forwarding tables onto the shape: each switch's next switch toward each endpoint
+    (by the endpoint's LID and the cable on the port it leaves by), and the fabric routed by
+    destination. What the tables lack or contradict is noted, never guessed."""
+    unknown = sorted(set(tables) - set(names))
+    for sid, table in tables.items():
+        switch = names.get(sid)
+        if switch is None:
+            continue
+        toward = topo.routes.setdefault(switch, {})
+        for lid, port in table.items():
+            endpoint = by_lid.get(lid)
+            nxt = names.get(cabled.get((sid, port), ""))
+            if endpoint is not None and nxt is not None and port:
+                toward[endpoint] = nxt
+    topo.routing = "dest"
+    remote = {s: [h for h, at in topo.hosts.items() if at != s] for s in topo.switches}
+    missing = sum(h not in topo.routes.get(s, {}) for s, hosts in remote.items()
+                  for h in hosts)
+    if unknown:
+        topo.notes.append(f"forwarding tables of {len(unknown)} switch(es) ibnetdiscover did "
+                          f"not list: {', '.join(unknown[:5])}; left out")
+    if missing:
+        topo.notes.append(f"the forwarding tables lack {missing} (switch, host) route(s) (a "
+                          "switch with no table, an entry to an uncabled port): a pair "
+                          "through one is judged without a path")
 
 
 def _ib_rate(label: str) -> float | None:

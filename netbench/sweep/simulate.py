@@ -40,7 +40,9 @@ class FabricSim:
         if not paths:
             raise ValueError(f"no path from {client} to {server}")
         if topo.routing == "dest":               # routed by destination: the known path
-            pick = topo.route_of(server) % len(paths)
+            pick = topo.route_index(a, b, server)
+            if pick < 0:
+                raise ValueError(f"no route from {client} to {server}")
         else:
             pick = zlib.crc32(f"{client}>{server}#{self.salt}".encode()) % len(paths)
         nodes = [client, *paths[pick], server]
