@@ -14,6 +14,8 @@ Where the shape comes from (``load``, the format told by the file):
   ``switches`` (the switches it links to), optional ``[link."A--B"] capacity = "100G"``;
 - ``ibnetdiscover``'s output (InfiniBand): switches, hosts from their CAs' NodeDescriptions,
   every cable with its rate (4xEDR = 100 Gbit/s), parallel cables one trunk of their sum;
+  followed by the subnet manager's forwarding tables (``dump_fts``, ``ibroute``; see
+  ``netbench.env.ibroutes``), each pair's path is the one they set (``routing = "dest"``);
 - LLDP as lldpd reports it (``lldpcli -f json show neighbors`` on every node; Ethernet,
   RoCE): a directory of ``<node>.json`` or one ``{"<node>": ...}`` file; nodes seen with
   Bridge or Router enabled are switches;
