@@ -302,8 +302,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
     spec = accept.load_spec(args.spec, registry.catalog())
     store = _store(args.results)
     chosen = accept.choose_run(store, spec, args.run, args.label)
-    outcomes = accept.evaluate(spec, chosen.rows,
-                               accept.kept_topology(store, spec, chosen.run_ids))
+    outcomes = accept.evaluate(spec, chosen.rows, accept.kept_topology(
+        store, spec, chosen.run_ids), accept.read_counters(store, chosen.run_ids))
     print(console.accept_text(spec, chosen, outcomes))
     if args.junit:
         accept.junit(spec, outcomes, args.junit)

@@ -219,8 +219,12 @@ def test_element_bounds_are_checked_when_the_spec_loads(tmp_path):
     assert_clean_error(netbench("accept", str(spec)), "unknown key 'min_link_medain'",
                        "min_link_median, min_switch_median")
     spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n')
-    assert_clean_error(netbench("accept", str(spec)), "min_host_median, min_link_median or "
-                       "min_switch_median")
+    assert_clean_error(netbench("accept", str(spec)), "min_link_median, min_switch_median or "
+                       "max_delta")
+    spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
+                    'max_delta = { RetransSegs = -1 }\n')
+    assert_clean_error(netbench("accept", str(spec)), "s.toml:4:", "max_delta = {'RetransSegs'"
+                       ": -1}: a table of counter names", "whole numbers >= 0")
 
 
 def test_an_unreadable_kept_topology_is_one_clear_error(tmp_path):

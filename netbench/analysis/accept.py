@@ -20,6 +20,16 @@ A spec is TOML, and may be the suite file itself (``[[check]]`` entries beside `
     min_link_median = 0.90     # each link between switches: the median of its pairs against
     min_switch_median = 0.90   # the fabric's healthy rate (both ways, and each direction)
 
+    [[check]]                  # what the NIC and the kernel counted while each case ran
+    benchmark = "tcp.stream"
+    metric = "goodput"
+    max_delta = { RetransSegs = 100, carrier_changes = 0, symbol_error = 0 }
+
+A ``max_delta`` bound is on each case's counter deltas (netbench.env.counters), each name
+summed over the objects that have it (every interface's carrier_changes, every port's
+symbol_error) or given whole (``"net/eth0/rx_dropped"``). A case whose counters were not read
+fails it, and so does a name no case of the run could read (a typo, or a driver without it).
+
 The per-element bounds need the fabric's shape, kept with a run swept with ``netbench fabric
 --topology FILE``; a run without one fails them, saying so. Under ECMP a pair counts toward
 every link it may take, so a bad link among several paths lowers its median less than its
@@ -47,9 +57,10 @@ from netbench.store import measured_params
 from netbench.textfile import load_toml, printable
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
-               "max", "min_line_rate", "min_host_median", "min_link_median", "min_switch_median")
+               "max", "min_line_rate", "min_host_median", "min_link_median", "min_switch_median",
+               "max_delta")
 BOUNDS = ("min", "max", "min_line_rate", "min_host_median", "min_link_median",
-          "min_switch_median")
+          "min_switch_median", "max_delta")
 ELEMENT_BOUNDS = {"min_link_median": "link", "min_switch_median": "switch"}
 
 
@@ -68,6 +79,7 @@ class Check:
     msg_size_max: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
     unit: str = ""                         # the metric's, as the rows judged store it
+    max_delta: dict[str, int] = field(default_factory=dict)   # counter -> most it may grow
 
 
 @dataclass
@@ -146,6 +158,11 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
                     bound, (int, float)) or not 0 < bound <= 10):
                 fail(f"{key} = {bound!r}: a share of the fabric's healthy rate, above 0 "
                      "(0.9 = every one at 90% of it or more)", key)
+        deltas = entry.get("max_delta", {})
+        if "max_delta" in entry and not _counts(deltas):
+            fail(f"max_delta = {deltas!r}: a table of counter names and the most each may "
+                 "grow in a case, whole numbers >= 0 ({ RetransSegs = 100, "
+                 "carrier_changes = 0 })", "max_delta")
         try:
             check = Check(
                 name=str(entry.get("name") or f"{name} {metric}"), benchmark=name, metric=metric,
@@ -158,7 +175,7 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
                 else None,
                 msg_size_max=parse_size(entry["msg_size_max"]) if "msg_size_max" in entry
                 else None,
-                params=dict(entry.get("params") or {}))
+                params=dict(entry.get("params") or {}), max_delta=dict(deltas))
         except (TypeError, ValueError) as exc:
             fail(str(exc))
         checks.append(check)
@@ -174,6 +191,12 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
                              f"\"probe\", not {line_rate!r}")
     suite = (data.get("suite") or {}).get("name") if data.get("case") else None
     return Spec(str(accept.get("name") or path.stem), suite, line_rate, checks)
+
+
+def _counts(table: Any) -> bool:
+    """Is ``table`` a max_delta: counter names to whole numbers >= 0, at least one?"""
+    return isinstance(table, dict) and bool(table) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in table.values())
 
 
 def _num(value: Any) -> float | None:
@@ -226,9 +249,28 @@ def kept_topology(store: Any, spec: Spec, run_ids: Sequence[str]) -> Any:
     return kept(store.runs(), run_ids)
 
 
-def evaluate(spec: Spec, rows: Any, topology: Any = None) -> list[Outcome]:
+def read_counters(store: Any, run_ids: Sequence[str]) -> set[str]:
+    """The counter names the chosen runs read around their cases (their footers)."""
+    import json
+
+    index = store.runs()
+    if "counters" not in index:
+        return set()
+    names: set[str] = set()
+    for text in index.loc[index["run_id"].isin(list(run_ids)), "counters"]:
+        try:
+            read = json.loads(text).get("read", []) if isinstance(text, str) and text else []
+        except (ValueError, AttributeError):
+            continue
+        names |= {str(n) for n in read} if isinstance(read, list) else set()
+    return names
+
+
+def evaluate(spec: Spec, rows: Any, topology: Any = None,
+             counters_read: set[str] | None = None) -> list[Outcome]:
     """Each check against the chosen rows; ``topology`` (``kept_topology``): the fabric's
-    shape, for the per-link and per-switch bounds."""
+    shape, for the per-link and per-switch bounds; ``counters_read`` (``read_counters``):
+    the counter names the runs read, so a ``max_delta`` name none of them has fails."""
     outcomes = []
     for check in spec.checks:
         mine = rows[rows["benchmark"] == check.benchmark]
@@ -252,7 +294,8 @@ def evaluate(spec: Spec, rows: Any, topology: Any = None) -> list[Outcome]:
         units = ok["unit"].dropna() if "unit" in ok else ()
         if len(units):                  # the unit the measured rows were stored in
             check = replace(check, unit=str(units.iloc[0]))
-        outcomes.append(_judge(check, spec, selected, skipped, topology))
+        outcomes.append(_judge(check, spec, selected, skipped, topology,
+                               counters_read or set()))
     return outcomes
 
 
@@ -294,7 +337,7 @@ def _case_names(check: Check, rows: list[Any]) -> list[str]:
 
 
 def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
-           topology: Any = None) -> Outcome:
+           topology: Any = None, counters_read: set[str] | None = None) -> Outcome:
     unit = _unit(check)
     if not rows:
         why = (f"{check.benchmark} was {skipped['status'].iloc[0]}: "
@@ -327,8 +370,42 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
         failures += _host_medians(check, rows)
     if check.min_link_median is not None or check.min_switch_median is not None:
         failures += _element_medians(check, rows, topology)
+    if check.max_delta:
+        failures += _counter_failures(check, rows, counters_read or set())
     return Outcome(check, not failures, measured, _bounds(check, bound_text),
                    "; ".join(failures) or "all measured values within bounds")
+
+
+def _counter_failures(check: Check, rows: list[Any], read: set[str]) -> list[str]:
+    """Each case's counter deltas against ``max_delta``: a name's total over the objects
+    that have it (``carrier_changes``: every interface's), or one counter named whole."""
+    import json
+
+    failures, unread, seen = [], 0, set()
+    for row, case in zip(rows, _case_names(check, rows)):
+        try:
+            grown = json.loads(row.get("counters")) if isinstance(row.get("counters"),
+                                                                  str) else None
+        except ValueError:
+            grown = None
+        if not isinstance(grown, dict):
+            unread += 1
+            continue
+        seen |= set(grown)
+        for name, most in check.max_delta.items():
+            total = sum(int(v) for k, v in grown.items()
+                        if k == name or k.rsplit("/", 1)[-1] == name)
+            if total > most:
+                failures.append(f"{case}: {name} +{total} > {most}")
+    if unread:
+        failures.append(f"counters not read for {unread} of {len(rows)} case(s) (run without "
+                        "--no-counters, with a netbench that reads them)")
+    missing = [n for n in check.max_delta if not any(
+        k == n or k.rsplit("/", 1)[-1] == n for k in read | seen)]
+    if missing and len(rows) > unread:
+        failures.append(f"no counter named {', '.join(missing)} was read on this host (a "
+                        "typo, or a driver without it)")
+    return failures
 
 
 def _host_medians(check: Check, rows: list[Any]) -> list[str]:
@@ -419,6 +496,9 @@ def _bounds(check: Check, extra: str | None) -> str:
         if getattr(check, key) is not None:
             parts.append(f"every {kind} >= {getattr(check, key):g} x the healthy rate (the "
                          "median of its pairs)")
+    if check.max_delta:
+        parts.append("counters a case: " + ", ".join(f"{name} +{most} at most" for name, most
+                                                      in check.max_delta.items()))
     return " and ".join(parts)
 
 

@@ -25,6 +25,7 @@ from netbench import stats
 from netbench.analysis.cases import case_names
 from netbench.analysis.verdict import VERDICTS, Verdict
 from netbench.api import Case, format_size, json_safe
+from netbench.env import counters
 from netbench.store import columns_of
 from netbench.textfile import printable  # stored params and hosts may hold escapes
 
@@ -405,6 +406,7 @@ def _run_notes(result: Any, store: Any, resumed: bool) -> list[str]:
     err = []
     for note, times in Counter(result.fallbacks).items():   # a per-case note, said once
         err.append(f"fallback: {note}" + (f" ({times} times)" if times > 1 else "") + "\n")
+    err += [line + "\n" for line in counter_lines(result.rows)]
     skipped: dict[str, list[str]] = {}
     for row in result.rows:
         if row["status"] == "skipped":
@@ -424,6 +426,30 @@ def _run_notes(result: Any, store: Any, resumed: bool) -> list[str]:
     if result.path is not None:
         err.append(f"stored {n_rows} rows ({counts} cases) in {result.path}\n")
     return err
+
+
+def counter_lines(rows: Iterable[Mapping[str, Any]], limit: int = 20) -> list[str]:
+    """A line for each case whose error counters grew while it ran (netbench.env.counters):
+    ``counters: tcp.stream (case 3): tcp/RetransSegs +523, net/veth0/carrier_changes +2``."""
+    out, seen = [], set()
+    for row in rows:
+        key = (row.get("run_id"), row.get("host"), row.get("case_index"))
+        text = row.get("counters")
+        if key in seen or not isinstance(text, str):
+            continue
+        seen.add(key)
+        try:
+            grown = counters.nonzero_errors(json.loads(text))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if grown:
+            where = f" {row.get('host')} -> {row.get('peer')}" if row.get("peer") else ""
+            out.append(f"counters: {row.get('benchmark')} (case {int(row['case_index']) + 1})"
+                       f"{where}: " + ", ".join(f"{printable(k)} +{v}" for k, v in
+                                                sorted(grown.items())))
+    if len(out) > limit:
+        out = out[:limit] + [f"counters: ... and {len(out) - limit} more case(s) with errors"]
+    return out
 
 
 def _stop_notes(result: Any, n_cases: int, resumed: bool, jsonl: str | None,

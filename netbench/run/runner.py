@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from netbench import hooks
 from netbench.api import Benchmark, Case, ClientSession, Measurement, RunSetup, format_size
-from netbench.env import hostload
+from netbench.env import counters, hostload
 from netbench.env.probe import gpu_summary, nic_summary, probe, rdma_summary
 from netbench.errors import NetbenchError, SkipCase, UsageError
 from netbench.run import peer as peer_mod
@@ -255,6 +255,8 @@ class Runner:
                  peer: str | None = None, reporter: RunEvents | None = None) -> None:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.trace = False        # trace each data connection's routers (fabric --trace)
+        self.count = True         # read the NIC's and kernel's counters around each case
+        self._said: set[str] = set()
         self.reporter = reporter or SilentEvents()
         self._loopback: peer_mod.ServerProcess | None = None
         self._shared: dict[str, Any] = {}
@@ -297,6 +299,10 @@ class Runner:
                                     "the host's TCP stack, not a NIC")
         self.reporter.start_run(run_id, plan.suite, len(plan.cases), self.label)
         extra = {"netbench_plan": plan_fingerprint(plan)}
+        first = self._counters()
+        if first is not None:       # what is read around each case: a 0 later is a 0
+            extra["netbench_counters"] = json.dumps({"read": sorted(first.values),
+                                                     "notes": first.notes})
         if self.env.get("resumes"):
             extra["netbench_resumes"] = json.dumps(self.env["resumes"], default=str)
         writer = self.store.open_run(path, extra)
@@ -309,9 +315,11 @@ class Runner:
                 in_flight = (index, description)
                 self.reporter.start_case(index, planned.case, description)
                 case_base = {**base, "case_started_at": datetime.now(UTC)}
+                before = self._counters()
                 began, load = time.monotonic(), self._load.start()
                 rows = self._run_case(index, planned, case_base)
                 _timed(rows, began, load, self._load)   # when it ran, how long, how busy
+                self._counted(rows, before)
                 result.rows.extend(rows)
                 result.fallbacks.extend(self._case_fallbacks)
                 self._case_fallbacks.clear()
@@ -351,6 +359,32 @@ class Runner:
                     result.path = None
         result.fallbacks.extend(hooks.call("run_finished", result.rows))
         return result
+
+    def _counters(self) -> counters.Snapshot | None:
+        """The NIC's and the kernel's counters now (None: --no-counters); what cannot be
+        read is said once a run."""
+        if not self.count:
+            return None
+        snap = counters.snapshot(self.env.get("sysfs_root") or "/sys")
+        self._say_once(snap.notes)
+        return snap
+
+    def _counted(self, rows: list[dict[str, Any]], before: counters.Snapshot | None) -> None:
+        """Each row of a case: what its counters grew by while it ran."""
+        after = self._counters()
+        if before is None or after is None:
+            return
+        grown, notes = counters.delta(before, after)
+        self._say_once(notes)
+        text = json.dumps(grown, sort_keys=True)
+        for row in rows:
+            row["counters"] = text
+
+    def _say_once(self, notes: list[str]) -> None:
+        for note in notes:
+            if note not in self._said:
+                self._said.add(note)
+                self._case_fallbacks.append(f"counters: {note}")
 
     def base(self, run_id: str, started: datetime, suite: str) -> dict[str, Any]:
         """What every row of this host's part of the run carries: the run and the fingerprint."""

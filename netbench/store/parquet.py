@@ -359,7 +359,8 @@ class ResultStore:
                     "host": info.get("netbench_host", ""), "benchmarks": set(),
                     "ok_benchmarks": set(), "ok": 0, "skipped": 0, "failed": 0,
                     "state": state, "plan": info.get("netbench_plan", ""),
-                    "topology": info.get("netbench_topology", "")}
+                    "topology": info.get("netbench_topology", ""),
+                    "counters": info.get("netbench_counters", "")}
             run["benchmarks"] |= benchmarks
             run["ok_benchmarks"] |= ok_benchmarks
             for key in ("ok", "skipped", "failed"):
@@ -369,7 +370,8 @@ class ResultStore:
         index = [{**r, "benchmarks": sorted(r["benchmarks"]),
                   "ok_benchmarks": sorted(r["ok_benchmarks"])} for r in merged.values()]
         columns = ["path", "run_id", "label", "started_at", "suite", "host", "benchmarks",
-                   "ok_benchmarks", "ok", "skipped", "failed", "state", "plan", "topology"]
+                   "ok_benchmarks", "ok", "skipped", "failed", "state", "plan", "topology",
+                   "counters"]
         frame = pd.DataFrame(index, columns=columns)
         frame = frame.sort_values("started_at", ignore_index=True) if index else frame
         self._index = (signature, frame)

@@ -62,6 +62,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     # flows, from their traced paths (max-min; 1: alone, 0: unknown, its trace failed beside
     # others). Its figure is judged as value / fair_share: a collision is not a fault.
     ("fair_share", "float64"),
+    # What the NIC and the kernel counted while the case ran (netbench.env.counters): JSON
+    # {"<source>/<object>/<name>": delta} of the counters that grew; "{}": read, none grew;
+    # missing: not read. The names read are in the run's footer (netbench_counters).
+    ("counters", "string"),
 )
 
 

@@ -1,0 +1,227 @@
+"""What the NIC and the kernel counted while a case ran: read before and after it, outside the
+timed section, the difference kept with the case.
+
+A NIC is not accepted on speed alone: a link at line rate while its symbol errors climb, a port
+that flapped once, TCP that only kept its rate by retransmitting, are what later stall a job.
+A snapshot holds every counter it could read, keyed ``<source>/<object>/<name>``:
+
+- ``net/<if>/<name>``: the netdev's ``/sys/class/net/<if>/statistics/*`` and its
+  ``carrier_changes`` (every interface of the network namespace: a flap on any is news);
+- ``ethtool/<if>/<name>``: ``ethtool -S`` of each interface backed by a device (PFC pause
+  frames per priority, rx_discards_phy, out_of_buffer on mlx5), parsed generically;
+- ``rdma/<dev>/<port>/<name>`` and ``rdma_hw/<dev>/<port>/<name>``: the port's
+  ``counters/*`` and ``hw_counters/*`` under /sys/class/infiniband (mlx5's symbol_error,
+  link_downed, out_of_sequence ...; rxe's own set);
+- ``tcp/<name>``, ``tcpext/<name>``: the kernel's Tcp and TcpExt counters of this network
+  namespace (/proc/net/snmp, /proc/net/netstat: RetransSegs, TCPLostRetransmit ...).
+
+``delta`` keeps what grew; a counter that went backwards (a driver reload, a wrap) is left
+out and said, never a negative delta. A counter read but absent from a case's deltas stayed
+put: the run keeps the names it read, so a later run's first error is news. ``ERRORS`` names
+the counters that are errors whatever the driver (lower is better, 0 is healthy). What cannot
+be read (no such device, permissions, no ethtool) is a note, said once a run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_INTERFACES = 64          # interfaces read a snapshot (sorted; the rest noted)
+MAX_COUNTERS = 4096          # counters kept a snapshot
+ETHTOOL_TIMEOUT = 2.0        # seconds for one `ethtool -S`
+
+# Error counters by name, whatever the object: lower is better, 0 is the healthy value.
+ERRORS = frozenset({
+    # netdev
+    "carrier_changes", "rx_errors", "tx_errors", "rx_dropped", "tx_dropped", "rx_crc_errors",
+    "rx_frame_errors", "rx_missed_errors", "rx_fifo_errors", "tx_fifo_errors",
+    "tx_carrier_errors",
+    # InfiniBand port counters (PortCounters), mlx5 and rxe
+    "symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
+    "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors", "port_xmit_discards",
+    "port_xmit_constraint_errors", "port_rcv_constraint_errors",
+    "local_link_integrity_errors", "excessive_buffer_overrun_errors", "VL15_dropped",
+    # mlx5 hw_counters
+    "out_of_sequence", "packet_seq_err", "duplicate_request", "rnr_nak_retry_err",
+    "local_ack_timeout_err", "implied_nak_seq_err", "req_cqe_error", "resp_cqe_error",
+    "rx_icrc_encapsulated",
+    # rxe hw_counters
+    "rcvd_seq_err", "retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
+    "send_err", "rcvd_rnr_err",
+    # the kernel's TCP
+    "RetransSegs", "InErrs", "TCPLostRetransmit", "TCPTimeouts", "TCPSynRetrans",
+    # ethtool (mlx5)
+    "rx_discards_phy", "rx_out_of_buffer", "rx_crc_errors_phy", "rx_symbol_err_phy",
+})
+
+
+@dataclass
+class Snapshot:
+    values: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)     # what could not be read, and why
+
+
+def is_error(key: str) -> bool:
+    """Is ``key`` (``source/object/name``) one of the error counters?"""
+    return key.rsplit("/", 1)[-1] in ERRORS
+
+
+def snapshot(sysfs: str | Path = "/sys", proc: str | Path = "/proc",
+             ethtool: bool = True) -> Snapshot:
+    """Every counter this host and network namespace let netbench read, now."""
+    snap = Snapshot()
+    _netdevs(Path(sysfs), snap, ethtool)
+    _rdma(Path(sysfs), snap)
+    _kernel_tcp(Path(proc), snap)
+    if len(snap.values) > MAX_COUNTERS:
+        kept = sorted(snap.values, key=lambda k: (not is_error(k), k))[:MAX_COUNTERS]
+        snap.notes.append(f"{len(snap.values)} counters; the first {MAX_COUNTERS} kept "
+                          "(errors first)")
+        snap.values = {k: snap.values[k] for k in kept}
+    return snap
+
+
+def delta(before: Snapshot, after: Snapshot) -> tuple[dict[str, int], list[str]]:
+    """What grew between two snapshots, and what went backwards (said, left out)."""
+    out: dict[str, int] = {}
+    backwards = []
+    for key, was in before.values.items():
+        now = after.values.get(key)
+        if now is None:
+            continue
+        if now < was:
+            backwards.append(key)
+        elif now > was:
+            out[key] = now - was
+    notes = []
+    if backwards:
+        notes.append(f"{len(backwards)} counter(s) went backwards during the case (a driver "
+                     f"reload or a wrap; left out): {', '.join(sorted(backwards)[:5])}")
+    return out, notes
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    try:
+        return int(text.split()[0], 0) if text else None
+    except ValueError:
+        return None
+
+
+def _readable(directory: Path, prefix: str, snap: Snapshot) -> None:
+    """Every integer file of ``directory`` into ``snap`` under ``prefix/<file>``."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        if directory.exists():
+            snap.notes.append(f"{directory}: {exc.strerror or exc}")
+        return
+    denied = 0
+    for name in names:
+        path = directory / name
+        value = _read_int(path)
+        if value is None:
+            denied += path.is_file() and not os.access(path, os.R_OK)
+            continue
+        snap.values[f"{prefix}/{name}"] = value
+    if denied:
+        snap.notes.append(f"{directory}: {denied} counter(s) not readable (permissions)")
+
+
+def _netdevs(sysfs: Path, snap: Snapshot, ethtool: bool) -> None:
+    try:
+        names = sorted(os.listdir(sysfs / "class" / "net"))
+    except OSError as exc:
+        snap.notes.append(f"{sysfs / 'class' / 'net'}: {exc.strerror or exc}; no netdev "
+                          "counters")
+        return
+    if len(names) > MAX_INTERFACES:
+        snap.notes.append(f"{len(names)} interfaces; the first {MAX_INTERFACES} read")
+        names = names[:MAX_INTERFACES]
+    tool = shutil.which("ethtool") if ethtool else None
+    devices = []
+    for name in names:
+        base = sysfs / "class" / "net" / name
+        _readable(base / "statistics", f"net/{name}", snap)
+        flaps = _read_int(base / "carrier_changes")
+        if flaps is not None:
+            snap.values[f"net/{name}/carrier_changes"] = flaps
+        if (base / "device").exists():
+            devices.append(name)
+    if devices and ethtool and tool is None:
+        snap.notes.append("ethtool not installed: `ethtool -S` counters (pause frames, "
+                          "discards) not read")
+    for name in devices if tool else ():
+        _ethtool(tool, name, snap)
+
+
+_ETHTOOL_LINE = re.compile(r"\s*([^:]+?):\s+(-?\d+)\s*$")
+
+
+def _ethtool(tool: str, name: str, snap: Snapshot) -> None:
+    try:
+        done = subprocess.run([tool, "-S", name], capture_output=True, text=True,
+                              timeout=ETHTOOL_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        snap.notes.append(f"ethtool -S {name}: {exc}")
+        return
+    if done.returncode:
+        return                  # a driver without statistics: nothing to say each case
+    for line in done.stdout.splitlines()[1:]:     # first: "NIC statistics:"
+        m = _ETHTOOL_LINE.match(line)
+        if m:
+            snap.values[f"ethtool/{name}/{m.group(1).strip().replace(' ', '_')}"] = int(
+                m.group(2))
+
+
+def _rdma(sysfs: Path, snap: Snapshot) -> None:
+    root = sysfs / "class" / "infiniband"
+    try:
+        devices = sorted(os.listdir(root))
+    except OSError:
+        return                  # no RDMA devices here: nothing to say
+    for dev in devices:
+        try:
+            ports = sorted(os.listdir(root / dev / "ports"))
+        except OSError as exc:
+            snap.notes.append(f"{root / dev / 'ports'}: {exc.strerror or exc}")
+            continue
+        for port in ports:
+            base = root / dev / "ports" / port
+            _readable(base / "counters", f"rdma/{dev}/{port}", snap)
+            _readable(base / "hw_counters", f"rdma_hw/{dev}/{port}", snap)
+
+
+def _kernel_tcp(proc: Path, snap: Snapshot) -> None:
+    for name, wanted in (("snmp", {"Tcp": "tcp"}), ("netstat", {"TcpExt": "tcpext"})):
+        path = proc / "net" / name
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as exc:
+            snap.notes.append(f"{path}: {exc.strerror or exc}; no kernel TCP counters")
+            continue
+        # Pairs of lines: "Tcp: Name1 Name2 ..." then "Tcp: 1 2 ...".
+        for head, body in zip(lines[::2], lines[1::2]):
+            group, _, names = head.partition(":")
+            prefix = wanted.get(group)
+            if prefix is None or not body.startswith(group + ":"):
+                continue
+            for key, value in zip(names.split(), body.partition(":")[2].split()):
+                try:
+                    snap.values[f"{prefix}/{key}"] = int(value)
+                except ValueError:
+                    continue
+
+
+def nonzero_errors(deltas: Mapping[str, int]) -> dict[str, int]:
+    """The error counters that grew."""
+    return {k: v for k, v in deltas.items() if v and is_error(k)}

@@ -1,0 +1,211 @@
+"""What the NIC and the kernel counted around every case (netbench.env.counters): read from a
+tree shaped as sysfs and procfs are, and, in network namespaces, the known answers: a shaper
+whose queue cannot hold TCP's burst makes it retransmit (the row says so, an acceptance rule
+on it fails; a long queue: 0, the rule passes), and a link flapped during one case shows on
+that case alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from netbench.env import counters
+from netbench.run.peer import ServerProcess
+
+# rxe's hw_counters as Linux's drivers/infiniband/sw/rxe/rxe_hw_counters.c names them.
+
+
+LOSSY_QUEUE = 100000
+RXE_HW = ("sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request",
+          "rcvd_rnr_err", "send_rnr_err", "rcvd_seq_err", "ack_deferred", "retry_exceeded_err",
+          "retry_rnr_exceeded_err", "completer_retry_err", "send_err", "link_downed",
+          "rdma_sends", "rdma_recvs")
+
+
+def _tree(root: Path, values: dict[str, int]) -> tuple[Path, Path]:
+    """A sysfs and a procfs holding these counters (this machine's /proc/net/snmp and
+    netstat, their figures replaced where ``values`` names one)."""
+    sysfs, proc = root / "sys", root / "proc"
+    for key, value in values.items():
+        source, rest = key.split("/", 1)
+        if source == "net":
+            name, counter = rest.split("/")
+            where = sysfs / "class/net" / name / (
+                "" if counter == "carrier_changes" else "statistics")
+        elif source in ("rdma", "rdma_hw"):
+            dev, port, counter = rest.split("/")
+            where = sysfs / "class/infiniband" / dev / "ports" / port / (
+                "counters" if source == "rdma" else "hw_counters")
+        else:
+            continue
+        where.mkdir(parents=True, exist_ok=True)
+        (where / counter).write_text(f"{value}\n")
+    (proc / "net").mkdir(parents=True)
+    for name, group in (("snmp", "Tcp"), ("netstat", "TcpExt")):
+        lines = Path("/proc/net", name).read_text().splitlines()
+        for i in range(0, len(lines) - 1, 2):
+            if lines[i].startswith(group + ":"):
+                heads = lines[i].split()[1:]
+                body = lines[i + 1].split()[1:]
+                prefix = "tcp" if group == "Tcp" else "tcpext"
+                body = [str(values.get(f"{prefix}/{h}", b)) for h, b in zip(heads, body)]
+                lines[i + 1] = f"{group}: " + " ".join(body)
+        (proc / "net" / name).write_text("\n".join(lines) + "\n")
+    return sysfs, proc
+
+
+def test_a_snapshot_reads_netdev_rdma_and_tcp_and_a_delta_keeps_what_grew(tmp_path):
+    base = {"net/eth0/rx_errors": 3, "net/eth0/rx_bytes": 1000, "net/eth0/carrier_changes": 2,
+            "rdma/rxe0/1/symbol_error": 0, "tcp/RetransSegs": 50,
+            **{f"rdma_hw/rxe0/1/{n}": 7 for n in RXE_HW}}
+    sysfs, proc = _tree(tmp_path / "a", base)
+    before = counters.snapshot(sysfs, proc, ethtool=False)
+    assert before.notes == []
+    assert before.values["net/eth0/carrier_changes"] == 2
+    assert before.values["rdma_hw/rxe0/1/rcvd_seq_err"] == 7
+    assert before.values["tcp/RetransSegs"] == 50 and "tcpext/TCPLostRetransmit" in before.values
+    sysfs, proc = _tree(tmp_path / "b", {**base, "net/eth0/rx_bytes": 5000,
+                                          "net/eth0/carrier_changes": 4,
+                                          "rdma_hw/rxe0/1/rcvd_seq_err": 19,
+                                          "tcp/RetransSegs": 48})       # went backwards
+    grown, notes = counters.delta(before, counters.snapshot(sysfs, proc, ethtool=False))
+    assert grown == {"net/eth0/rx_bytes": 4000, "net/eth0/carrier_changes": 2,
+                     "rdma_hw/rxe0/1/rcvd_seq_err": 12}
+    assert notes == ["1 counter(s) went backwards during the case (a driver reload or a wrap; "
+                     "left out): tcp/RetransSegs"]
+    assert counters.nonzero_errors(grown) == {"net/eth0/carrier_changes": 2,
+                                              "rdma_hw/rxe0/1/rcvd_seq_err": 12}
+
+
+def test_what_cannot_be_read_is_a_note_not_a_failure(tmp_path):
+    snap = counters.snapshot(tmp_path / "nosys", tmp_path / "noproc", ethtool=False)
+    assert snap.values == {}
+    assert any("no netdev counters" in n for n in snap.notes)
+    assert any("no kernel TCP counters" in n for n in snap.notes)
+
+
+# --- known answers in network namespaces ---------------------------------------------------------
+
+def _sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, timeout=20)
+
+
+@pytest.fixture
+def veth_pair():
+    """A client namespace, a router namespace and a server namespace in a line (veths);
+    yields (ns_a, ns_b, dev_a, shape, flap) where shape(limit) puts a 100 Mbit/s tbf with a
+    queue of ``limit`` bytes on the router's way to the server: forwarded packets it cannot
+    queue are dropped, as a switch port's would be (a sender's own qdisc pushes back
+    instead); flap() takes the router's port to the client down and up (the client's
+    carrier drops; its routes stay, as behind a switch port)."""
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+        pytest.skip("network namespaces need root and iproute2 (as CI runs the tests)")
+    tag = f"{os.getpid() % 100000}"
+    a, r, b = f"nbcA{tag}", f"nbcR{tag}", f"nbcB{tag}"
+    va, ra, rb, vb = f"nbcva{tag}", f"nbcra{tag}", f"nbcrb{tag}", f"nbcvb{tag}"
+    try:
+        for ns in (a, r, b):
+            _sh("ip", "netns", "add", ns)
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+        _sh("ip", "link", "add", va, "netns", a, "type", "veth", "peer", "name", ra, "netns", r)
+        _sh("ip", "link", "add", rb, "netns", r, "type", "veth", "peer", "name", vb, "netns", b)
+        for ns, dev, addr in ((a, va, "10.204.1.1/24"), (r, ra, "10.204.1.2/24"),
+                              (r, rb, "10.204.2.2/24"), (b, vb, "10.204.2.1/24")):
+            _sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+            _sh("ip", "-n", ns, "link", "set", dev, "up")
+        _sh("ip", "netns", "exec", r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        _sh("ip", "-n", a, "route", "add", "default", "via", "10.204.1.2")
+        _sh("ip", "-n", b, "route", "add", "default", "via", "10.204.2.2")
+
+        def shape(limit: int) -> None:
+            _sh("tc", "-n", r, "qdisc", "replace", "dev", rb, "root", "tbf", "rate", "100mbit",
+                "burst", "256kb", "limit", str(limit))
+        def flap() -> None:
+            _sh("ip", "-n", r, "link", "set", ra, "down")
+            time.sleep(0.3)
+            _sh("ip", "-n", r, "link", "set", ra, "up")
+        yield a, b, va, shape, flap
+    finally:
+        for ns in (a, r, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _run(ns: str, server: ServerProcess, results: Path, *args: str) -> list[dict]:
+    proc = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, "-m", "netbench", "run", *args,
+         "--peer", server.address, "--results", str(results), "--json"],
+        capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _accept(results: Path, spec: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "netbench", "accept", str(spec), "--results",
+                           str(results)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+@pytest.mark.root
+def test_a_queue_too_short_for_the_burst_shows_as_retransmits_and_fails_acceptance(
+        veth_pair, tmp_path):
+    ns_a, ns_b, _, shape, _ = veth_pair
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
+                    'max_delta = { RetransSegs = 100, carrier_changes = 0 }\n')
+    server = ServerProcess(bind="10.204.2.1", prefix=("ip", "netns", "exec", ns_b))
+    seen = {}
+    try:
+        for limit, name in ((LOSSY_QUEUE, "short"), (8 << 20, "long")):
+            shape(limit)
+            rows = _run(ns_a, server, tmp_path / name, "tcp.stream", "-p", "duration=2",
+                        "-p", "warmup=0.5")
+            grown = json.loads(rows[0]["counters"])
+            seen[name] = grown.get("tcp/RetransSegs", 0)
+            verdict = _accept(tmp_path / name, spec)
+            print(f"tbf limit {limit} B: RetransSegs +{seen[name]}; accept rc "
+                  f"{verdict.returncode}: {verdict.stdout.strip()[-200:]}")
+            assert verdict.returncode == (1 if name == "short" else 0), verdict.stdout
+            if name == "short":
+                assert f"RetransSegs +{seen[name]} > 100" in verdict.stdout
+    finally:
+        server.stop()
+    assert seen["short"] > 0 and seen["long"] == 0, seen
+
+
+@pytest.mark.root
+def test_a_link_flapped_during_one_case_shows_on_that_case_alone(veth_pair, tmp_path):
+    ns_a, ns_b, dev_a, shape, flap_port = veth_pair
+    shape(64 << 20)
+    suite = tmp_path / "flap.toml"
+    suite.write_text('[suite]\nname = "flap"\n'
+                     '[[case]]\nbenchmark = "tcp.stream"\nduration = 1\nwarmup = 0.2\n'
+                     '[[case]]\nbenchmark = "tcp.stream"\nduration = 8\nwarmup = 0.2\n'
+                     '[[case]]\nbenchmark = "tcp.stream"\nduration = 1\nwarmup = 0.2\n')
+    server = ServerProcess(bind="10.204.2.1", prefix=("ip", "netns", "exec", ns_b))
+    results = tmp_path / "r"
+
+    def flap() -> None:          # well inside the long case (about 2.5 s to 10.5 s in)
+        time.sleep(6)
+        flap_port()
+
+    flapper = threading.Thread(target=flap)
+    flapper.start()
+    try:
+        rows = _run(ns_a, server, results, str(suite))
+    finally:
+        flapper.join()
+        server.stop()
+    flaps = {}
+    for row in rows:
+        grown = json.loads(row["counters"])
+        flaps[row["case_index"]] = grown.get(f"net/{dev_a}/carrier_changes", 0)
+    print(f"carrier_changes by case: {flaps}")
+    assert flaps[1] >= 2 and flaps[0] == flaps[2] == 0, flaps
