@@ -2,7 +2,7 @@
 tree shaped as sysfs and procfs are, and, in network namespaces, the known answers: a shaper
 whose queue cannot hold TCP's burst makes it retransmit (the row says so, an acceptance rule
 on it fails; a long queue: 0, the rule passes), and a link flapped during one case shows on
-that case alone."""
+that case alone, at both ends (the far end's through its netbench serve)."""
 
 from __future__ import annotations
 
@@ -105,8 +105,8 @@ def veth_pair():
     yields (ns_a, ns_b, dev_a, shape, flap) where shape(limit) puts a 100 Mbit/s tbf with a
     queue of ``limit`` bytes on the router's way to the server: forwarded packets it cannot
     queue are dropped, as a switch port's would be (a sender's own qdisc pushes back
-    instead); flap() takes the router's port to the client down and up (the client's
-    carrier drops; its routes stay, as behind a switch port)."""
+    instead); flap() takes the router's ports to both down and up (each end's carrier
+    drops; their routes stay, as behind a switch port)."""
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
         pytest.skip("network namespaces need root and iproute2 (as CI runs the tests)")
     tag = f"{os.getpid() % 100000}"
@@ -130,9 +130,11 @@ def veth_pair():
             _sh("tc", "-n", r, "qdisc", "replace", "dev", rb, "root", "tbf", "rate", "100mbit",
                 "burst", "256kb", "limit", str(limit))
         def flap() -> None:
-            _sh("ip", "-n", r, "link", "set", ra, "down")
+            for port in (ra, rb):
+                _sh("ip", "-n", r, "link", "set", port, "down")
             time.sleep(0.3)
-            _sh("ip", "-n", r, "link", "set", ra, "up")
+            for port in (ra, rb):
+                _sh("ip", "-n", r, "link", "set", port, "up")
         yield a, b, va, shape, flap
     finally:
         for ns in (a, r, b):
@@ -203,9 +205,70 @@ def test_a_link_flapped_during_one_case_shows_on_that_case_alone(veth_pair, tmp_
     finally:
         flapper.join()
         server.stop()
-    flaps = {}
+    flaps, far = {}, {}
+    dev_b = dev_a.replace("nbcva", "nbcvb")
     for row in rows:
         grown = json.loads(row["counters"])
         flaps[row["case_index"]] = grown.get(f"net/{dev_a}/carrier_changes", 0)
-    print(f"carrier_changes by case: {flaps}")
+        # The far end's own, through its netbench serve: its NIC moved the data and flapped.
+        far[row["case_index"]] = grown.get(f"far/net/{dev_b}/carrier_changes", 0)
+        assert grown.get(f"far/net/{dev_b}/rx_bytes", 0) > 1_000_000, grown
+    print(f"carrier_changes by case: here {flaps}, far end {far}")
     assert flaps[1] >= 2 and flaps[0] == flaps[2] == 0, flaps
+    assert far[1] >= 2 and far[0] == far[2] == 0, far
+
+
+# --- the far end's counters through netbench serve -----------------------------------------------
+
+def test_serve_answers_counters_and_a_flood_of_asks_shares_reads(tmp_path):
+    from netbench.run.peer import connect
+
+    server, results = ServerProcess(), tmp_path / "r"
+    try:
+        clients = [connect(server.address, 5) for _ in range(4)]
+        replies = [c.counters(5) for _ in range(50) for c in clients]
+        assert all(r.values and "tcp/RetransSegs" in r.values for r in replies)
+        # 200 asks within a second or so: reads were shared, not made 200 times.
+        distinct = {json.dumps(r.values, sort_keys=True) for r in replies}
+        assert len(distinct) < len(replies)
+        for c in clients:
+            c.close()
+        rows = subprocess.run([sys.executable, "-m", "netbench", "run", "tcp.rr", "-p",
+                               "duration=0.5", "--peer", server.address, "--json",
+                               "--results", str(results)],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert rows.returncode == 0, rows.stderr
+        grown = json.loads(json.loads(rows.stdout)[0]["counters"])
+        assert any(k.startswith("far/net/lo/") for k in grown), grown   # the server's lo
+    finally:
+        server.stop()
+
+
+def test_a_far_end_whose_counters_break_the_bounds_is_refused():
+    import socket as socket_mod
+
+    from netbench.errors import PeerError
+    from netbench.run.peer import ClientSession
+    from netbench.run.wire import Channel
+
+    listener = socket_mod.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def fake() -> None:
+        conn, _ = listener.accept()
+        channel = Channel(conn, "client")
+        channel.recv(5)
+        channel.send({"ok": True, "server": "netbench", "session": "t", "version": "x"})
+        channel.recv(5)
+        channel.send({"ok": True, "counters": {"net/eth0/rx_errors": "many"}})
+        channel.recv(5)
+        conn.close()
+
+    thread = threading.Thread(target=fake, daemon=True)
+    thread.start()
+    session = ClientSession("127.0.0.1", port, 5)
+    with pytest.raises(PeerError, match="sent counters that are not names"):
+        session.counters(5)
+    session.close()
+    thread.join(5)
+    listener.close()

@@ -28,13 +28,14 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_INTERFACES = 64          # interfaces read a snapshot (sorted; the rest noted)
 MAX_COUNTERS = 4096          # counters kept a snapshot
-ETHTOOL_TIMEOUT = 2.0        # seconds for one `ethtool -S`
+ETHTOOL_TIMEOUT = 2.0        # seconds for all the `ethtool -S` of one snapshot
 
 # Error counters by name, whatever the object: lower is better, 0 is the healthy value.
 ERRORS = frozenset({
@@ -160,17 +161,23 @@ def _netdevs(sysfs: Path, snap: Snapshot, ethtool: bool) -> None:
     if devices and ethtool and tool is None:
         snap.notes.append("ethtool not installed: `ethtool -S` counters (pause frames, "
                           "discards) not read")
-    for name in devices if tool else ():
-        _ethtool(tool, name, snap)
+    deadline = time.monotonic() + ETHTOOL_TIMEOUT
+    for i, name in enumerate(devices if tool else ()):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            snap.notes.append(f"ethtool -S took over {ETHTOOL_TIMEOUT:g} s: "
+                              f"{len(devices) - i} interface(s) not read")
+            break
+        _ethtool(tool, name, snap, left)
 
 
 _ETHTOOL_LINE = re.compile(r"\s*([^:]+?):\s+(-?\d+)\s*$")
 
 
-def _ethtool(tool: str, name: str, snap: Snapshot) -> None:
+def _ethtool(tool: str, name: str, snap: Snapshot, timeout: float) -> None:
     try:
         done = subprocess.run([tool, "-S", name], capture_output=True, text=True,
-                              timeout=ETHTOOL_TIMEOUT)
+                              timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         snap.notes.append(f"ethtool -S {name}: {exc}")
         return

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from netbench import __version__
+from netbench.env import counters
 from netbench.errors import NetbenchError, PeerError, UsageError
 from netbench.run.wire import PROTOCOL, Channel, hang_up, parse_hostport
 
@@ -51,6 +52,9 @@ LISTEN_BACKLOG = 1024     # the kernel caps it at net.core.somaxconn
 # JSON values in one message a client sends (a run's params are a dozen): few enough that a
 # message of empty lists costs about what its bytes do, for every connection at once.
 REQUEST_ITEMS = 4096
+COUNTER_INTERVAL = 0.02  # seconds a counter read is reused for (a flood shares one read)
+MAX_COUNTER_NAME = 256   # characters in a counter's name, as a client accepts it
+MAX_COUNTER_NOTES = 20
 FD_BACKOFF = 0.5         # seconds to stop accepting when the process is out of descriptors
 
 log = logging.getLogger("netbench.serve")
@@ -171,6 +175,8 @@ class Server:
         self._queued_data = 0
         self._memory = 0                      # bytes the running far ends reserved
         self._streams = 0                     # data streams the running far ends took
+        self._counter_lock = threading.Lock()
+        self._counted: tuple[float, dict[str, Any]] | None = None   # the last counter read
 
     def _count_queued(self, change: int) -> bool:
         with self._lock:
@@ -345,8 +351,12 @@ class Server:
                 op = request.get("op")
                 if op == "bye":
                     return
+                if op == "counters":
+                    channel.send(self._counters(session))
+                    continue
                 if op != "run":
-                    channel.send({"error": f"unknown op {_clip(op)}; expected run or bye"})
+                    channel.send({"error": f"unknown op {_clip(op)}; expected run, counters "
+                                           "or bye"})
                     continue
                 if not self._run_far_end(session, request):
                     return
@@ -355,6 +365,19 @@ class Server:
             with self._lock:
                 self._sessions.pop(token, None)
             session.drain()
+
+    def _counters(self, session: _ServerSession) -> dict[str, Any]:
+        """This host's counters (netbench.env.counters), for the client to difference around
+        its case. Read at most once every COUNTER_INTERVAL whoever asks (each read is a few
+        milliseconds of work, and ethtool runs): clients flooding the op share one read."""
+        with self._counter_lock:
+            now = time.monotonic()
+            if self._counted is None or now - self._counted[0] >= COUNTER_INTERVAL:
+                snap = counters.snapshot()
+                self._counted = (time.monotonic(), {
+                    "ok": True, "counters": snap.values,
+                    "notes": snap.notes[:MAX_COUNTER_NOTES]})
+            return self._counted[1]
 
     def _run_far_end(self, session: _ServerSession, request: Mapping[str, Any]) -> bool:
         """Run one benchmark's far end; False when the control connection is unusable."""
@@ -456,6 +479,22 @@ class ClientSession:
                                 deadline=time.monotonic() + timeout / 2)
         self.routes.append(found.hops)
         return port
+
+    def counters(self, timeout: float) -> counters.Snapshot:
+        """The server's counters now; PeerError where its reply is not counters (an older
+        netbench: unknown op) or breaks the bounds."""
+        reply = self.channel.request({"op": "counters"}, timeout)
+        values, notes = reply.get("counters"), reply.get("notes", [])
+        if not isinstance(values, dict) or len(values) > counters.MAX_COUNTERS or not all(
+                isinstance(k, str) and len(k) <= MAX_COUNTER_NAME and type(v) is int
+                for k, v in values.items()):
+            raise PeerError(f"{self.peer_name} sent counters that are not names (at most "
+                            f"{MAX_COUNTER_NAME} characters) to whole numbers, at most "
+                            f"{counters.MAX_COUNTERS}")
+        if not isinstance(notes, list):
+            notes = []
+        return counters.Snapshot(dict(values), [_clip(n, 200) for n in
+                                                notes[:MAX_COUNTER_NOTES]])
 
     def close(self) -> None:
         try:

@@ -250,6 +250,9 @@ def _timed(rows: list[dict[str, Any]], began: float, load: Any,
         row.update(busy)
 
 
+FAR_COUNTERS_TIMEOUT = 5.0   # seconds to reach the far end and read its counters
+
+
 class Runner:
     def __init__(self, store: ResultStore, env: Mapping[str, Any], label: str = "",
                  peer: str | None = None, reporter: RunEvents | None = None) -> None:
@@ -314,12 +317,7 @@ class Runner:
                 description = planned.bench.describe(planned.case)
                 in_flight = (index, description)
                 self.reporter.start_case(index, planned.case, description)
-                case_base = {**base, "case_started_at": datetime.now(UTC)}
-                before = self._counters()
-                began, load = time.monotonic(), self._load.start()
-                rows = self._run_case(index, planned, case_base)
-                _timed(rows, began, load, self._load)   # when it ran, how long, how busy
-                self._counted(rows, before)
+                rows = self.measure(index, planned, base)
                 result.rows.extend(rows)
                 result.fallbacks.extend(self._case_fallbacks)
                 self._case_fallbacks.clear()
@@ -369,12 +367,35 @@ class Runner:
         self._say_once(snap.notes)
         return snap
 
-    def _counted(self, rows: list[dict[str, Any]], before: counters.Snapshot | None) -> None:
-        """Each row of a case: what its counters grew by while it ran."""
-        after = self._counters()
-        if before is None or after is None:
+    def _far_counters(self) -> counters.Snapshot | None:
+        """The far end's counters, as its ``netbench serve`` (or fabric rank) reads them;
+        None where it cannot say (an older netbench, gone): said once a run."""
+        if not self.count:
+            return None
+        try:
+            session = self._connect(FAR_COUNTERS_TIMEOUT)
+            try:
+                snap = session.counters(FAR_COUNTERS_TIMEOUT)
+            finally:
+                session.close()
+        except NetbenchError as exc:
+            self._say_once([f"the far end's counters were not read: {exc}"])
+            return None
+        self._say_once([f"far end: {note}" for note in snap.notes])
+        return snap
+
+    def _counted(self, rows: list[dict[str, Any]],
+                 before: tuple[counters.Snapshot | None, counters.Snapshot | None],
+                 after: tuple[counters.Snapshot | None, counters.Snapshot | None]) -> None:
+        """Each row of a case: what its counters grew by while it ran, this end's and the
+        far end's (``far/...``)."""
+        if before[0] is None or after[0] is None:
             return
-        grown, notes = counters.delta(before, after)
+        grown, notes = counters.delta(before[0], after[0])
+        if before[1] is not None and after[1] is not None:
+            far, far_notes = counters.delta(before[1], after[1])
+            grown.update({f"far/{k}": v for k, v in far.items()})
+            notes += [f"far end: {n}" for n in far_notes]
         self._say_once(notes)
         text = json.dumps(grown, sort_keys=True)
         for row in rows:
@@ -403,9 +424,12 @@ class Runner:
         """One case, run as ``run`` runs it (availability, timeout, errors as rows), its rows
         timed and returned, not stored: for a caller that stores elsewhere (a fabric sweep)."""
         case_base = {**base, "case_started_at": datetime.now(UTC)}
+        far = self.peer is not None and planned.bench.needs_peer
+        before = self._counters(), self._far_counters() if far else None
         began, load = time.monotonic(), self._load.start()
         rows = self._run_case(index, planned, case_base)
-        _timed(rows, began, load, self._load)
+        _timed(rows, began, load, self._load)   # when it ran, how long, how busy
+        self._counted(rows, before, (self._counters(), self._far_counters() if far else None))
         return rows
 
     def close_shared(self) -> list[str]:

@@ -288,6 +288,7 @@ _TIMES = ("started_at", "case_started_at")
 
 
 MAX_ROUTE = 64 << 10      # bytes of a row's route (a trace's addresses) kept from a rank
+MAX_COUNTERS_TEXT = 512 << 10   # bytes of a row's counter deltas kept from a rank
 
 
 def _decoded(row: dict[str, Any]) -> dict[str, Any]:
@@ -296,6 +297,8 @@ def _decoded(row: dict[str, Any]) -> dict[str, Any]:
     row.pop("fair_share", None)
     if not (isinstance(row.get("route"), str) and len(row["route"]) <= MAX_ROUTE):
         row["route"] = None
+    if not (isinstance(row.get("counters"), str) and len(row["counters"]) <= MAX_COUNTERS_TEXT):
+        row["counters"] = None
     for key in _TIMES:
         if isinstance(row.get(key), str):
             try:
