@@ -156,6 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
+    from netbench.analysis.counter_news import counter_news
     from netbench.analysis.selection import resolve
     from netbench.report import console
 
@@ -174,12 +175,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 2
     changes = cmp.env_changes(base_sel.rows, cand_sel.rows)
     failed = cmp.failed_cases(base_sel.rows, cand_sel.rows)
+    news = counter_news(base_sel.rows, cand_sel.rows)      # errors quiet before, grown now
     if args.json:
         print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel},
-                          failed))
+                          failed, news))
     else:
-        print(console.compare_text(base_sel, cand_sel, verdicts, failed, changes, args.all))
-    if any(v.verdict.fails_gate() for v in verdicts):
+        print(console.compare_text(base_sel, cand_sel, verdicts, failed, changes, args.all,
+                                   news))
+    if any(v.verdict.fails_gate() for v in verdicts) or any(n.gated for n in news):
         return 1
     if args.fail_on_noisy and cmp.undecided(verdicts):
         return 3

@@ -199,11 +199,13 @@ def test_a_link_flapped_during_one_case_shows_on_that_case_alone(veth_pair, tmp_
         flap_port()
 
     flapper = threading.Thread(target=flap)
-    flapper.start()
     try:
-        rows = _run(ns_a, server, results, str(suite))
+        _run(ns_a, server, results, str(suite), "--label", "steady")
+        flapper.start()
+        rows = _run(ns_a, server, results, str(suite), "--label", "flapped")
     finally:
-        flapper.join()
+        if flapper.is_alive():
+            flapper.join()
         server.stop()
     flaps, far = {}, {}
     dev_b = dev_a.replace("nbcva", "nbcvb")
@@ -216,6 +218,18 @@ def test_a_link_flapped_during_one_case_shows_on_that_case_alone(veth_pair, tmp_
     print(f"carrier_changes by case: here {flaps}, far end {far}")
     assert flaps[1] >= 2 and flaps[0] == flaps[2] == 0, flaps
     assert far[1] >= 2 and far[0] == far[2] == 0, far
+    # compare: the flap is news (quiet in the baseline), and a NIC's news fails the gate.
+    proc = subprocess.run([sys.executable, "-m", "netbench", "compare", "steady", "flapped",
+                           "--results", str(results), "--json"], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    news = json.loads(proc.stdout)["counter_news"]
+    print(news)
+    assert proc.returncode == 1
+    flap = next(n for n in news if n["name"] == "carrier_changes")
+    assert flap["gated"] and flap["candidate"] >= 4 and flap["where"] == [
+        f"far/net/{dev_b}/carrier_changes", f"net/{dev_a}/carrier_changes"]
+    # What the flap cost TCP is news too (timeouts, retransmits), never a failed gate.
+    assert all(not n["gated"] for n in news if n["where"][0].startswith("tcp"))
 
 
 # --- the far end's counters through netbench serve -----------------------------------------------

@@ -403,8 +403,9 @@ def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]
 
 def to_json(verdicts: Sequence[MetricVerdict], changes: Sequence[tuple[str, Any, Any]],
             sides: Mapping[str, Any] | None = None,
-            failed: Sequence[tuple[str, str, str, str]] = ()) -> str:
-    """Verdicts, environment changes, and (``sides``: name -> Selection) the runs chosen."""
+            failed: Sequence[tuple[str, str, str, str]] = (), news: Sequence[Any] = ()) -> str:
+    """Verdicts, environment changes, and (``sides``: name -> Selection) the runs chosen;
+    ``news``: error counters quiet before and grown now (analysis.counter_news)."""
     chosen = {name: {"what": sel.what, "run_ids": sel.run_ids,
                      "left_out": [{"run_id": r, "why": w} for r, w in sel.left_out]}
               for name, sel in (sides or {}).items()}
@@ -414,5 +415,6 @@ def to_json(verdicts: Sequence[MetricVerdict], changes: Sequence[tuple[str, Any,
                                                    "reason": r} for s, b, p, r in failed],
                                  "environment_changes": [{"what": k, "baseline": a,
                                                           "candidate": b}
-                                                         for k, a, b in changes]}),
+                                                         for k, a, b in changes],
+                                 "counter_news": [asdict(n) for n in news]}),
                       indent=2, allow_nan=False)

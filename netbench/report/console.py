@@ -554,9 +554,11 @@ def runs_table(index: Any) -> str:
 
 def compare_text(baseline: Any, candidate: Any, verdicts: Sequence[Any],
                  failed: Sequence[tuple[str, str, str, str]],
-                 changes: Sequence[tuple[str, Any, Any]], everything: bool = False) -> str:
+                 changes: Sequence[tuple[str, Any, Any]], everything: bool = False,
+                 news: Sequence[Any] = ()) -> str:
     """`netbench compare`: the two sides (selections), the verdicts (``compare_summary``),
-    the cases no side could judge, and what changed in the environment."""
+    the cases no side could judge, error counters quiet before and grown now, and what
+    changed in the environment."""
     from netbench.analysis.cases import headlines
 
     lines = [f"baseline:  {printable(baseline.describe())}",
@@ -566,6 +568,11 @@ def compare_text(baseline: Any, candidate: Any, verdicts: Sequence[Any],
     for side_name, bench, params, reason in failed:
         lines.append(f"not judged: {side_name}: every invocation of {printable(bench)} "
                      f"{printable(params)} failed: {printable(reason[:200])}")
+    for n in news:
+        lines.append(f"counters: news: {printable(n.benchmark)} {printable(n.params)}: "
+                     f"{printable(n.name)} 0 -> {n.candidate} in one invocation "
+                     f"({', '.join(printable(w) for w in n.where[:4])})"
+                     + ("" if n.gated else "; the namespace's TCP, any traffic's: not gated"))
     lines.append("environment changes:" if changes else "environment: no differences recorded")
     lines.extend(f"  {env_change(what, a, b)}" for what, a, b in changes)
     return "\n".join(lines)
