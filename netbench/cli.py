@@ -134,6 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.peer:
         parse_hostport(args.peer, 1)
     env = session.run_env(args.sysfs_root, launched)
+    env.update({"no_counters": True} if args.no_counters else {})   # kept: it read none
     resume = None
     if args.resume:
         resume, args.label = session.resume_run(store, args.resume, plan, env.get("host"),
@@ -232,6 +233,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     writer = launched is not None and launched.is_writer
     store = session.choose_store(writer, args.jsonl, args.results, _store)
     env = session.run_env(args.sysfs_root, launched)
+    env.update({"no_counters": True} if args.no_counters else {})   # kept: it read none
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if writer else \
         (lambda text: None)
     options = fabric.Options(args.pattern, args.direction, args.k, args.center, args.pairs,
@@ -255,24 +257,11 @@ def cmd_fabric(args: argparse.Namespace) -> int:
 
 def _planner(args: argparse.Namespace, shape: Any, plan: Any) -> Any:
     """``--pattern adaptive``'s planner, made by rank 0 once it knows the endpoints."""
-    if args.pattern != "adaptive":
-        if args.rounds is not None or args.trace:
-            raise UsageError(f"{'--rounds' if args.rounds is not None else '--trace'} "
-                             "applies to --pattern adaptive")
+    from netbench.sweep.fabric import check_adaptive
+
+    if not check_adaptive(args.pattern, args.direction, args.k, args.rails, args.rounds,
+                          args.trace, shape, plan):
         return None
-    if args.direction == "bidirectional" or args.k is not None or args.rails:
-        raise UsageError("--pattern adaptive chooses each round's pairs and their direction "
-                         "itself: leave out --direction bidirectional, --k and --rails")
-    if args.rounds is not None and not 1 <= args.rounds <= 10_000:
-        raise UsageError(f"--rounds {args.rounds}: a whole number 1..10000")
-    if args.trace and (shape is None or not shape.addresses):
-        raise UsageError("--trace names each flow's routers by their addresses: give a "
-                         "--topology that has them (LLDP, with lldpd advertising every "
-                         "fabric address: lldpd -m PATTERN)")
-    untraced = sorted({p.bench.name for p in plan.cases if not p.bench.traces})
-    if args.trace and untraced:
-        raise UsageError(f"--trace: {', '.join(untraced)} cannot trace its connections "
-                         "(tcp.stream can)")
     from netbench.analysis.adaptive import AdaptivePlanner
 
     return lambda names: AdaptivePlanner(names, shape, threshold=args.threshold,
@@ -418,6 +407,10 @@ def _port(text: str) -> int:
     return int(text)
 
 
+NO_COUNTERS = ("do not read the NIC's and the kernel's counters around each case (read by "
+               "default, at both ends: netbench.env.counters)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from netbench.run.peer import DEFAULT_PORT
 
@@ -459,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "replaces the suite's repeat (never multiplies it)")
     p.add_argument("--resume", metavar="RUN", help="continue an interrupted run (same suite, "
                    "same host): its finished cases are kept, the rest run under its run id")
+    p.add_argument("--no-counters", action="store_true", help=NO_COUNTERS)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("fabric", help="every pair of hosts: one process per host under srun, "
@@ -498,6 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="this rank's NIC, when a host runs one rank per NIC")
     p.add_argument("--rails", action="store_true", help="pair NIC i only with NIC i (rail to "
                    "rail; every rank gives --device)")
+    p.add_argument("--no-counters", action="store_true", help=NO_COUNTERS)
     p.add_argument("--join-timeout", type=float, default=120.0,
                    help="seconds for every rank to join (default 120)")
     p.add_argument("--threshold", type=float, default=0.10, help="a pair this far below the "

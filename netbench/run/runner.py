@@ -258,7 +258,8 @@ class Runner:
                  peer: str | None = None, reporter: RunEvents | None = None) -> None:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.trace = False        # trace each data connection's routers (fabric --trace)
-        self.count = True         # read the NIC's and kernel's counters around each case
+        # Read the NIC's and kernel's counters around each case (--no-counters: not).
+        self.count = not env.get("no_counters")
         self._said: set[str] = set()
         self.reporter = reporter or SilentEvents()
         self._loopback: peer_mod.ServerProcess | None = None

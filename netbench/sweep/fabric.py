@@ -291,6 +291,31 @@ MAX_ROUTE = 64 << 10      # bytes of a row's route (a trace's addresses) kept fr
 MAX_COUNTERS_TEXT = 512 << 10   # bytes of a row's counter deltas kept from a rank
 
 
+def check_adaptive(pattern: str, direction: str, k: int | None, rails: bool,
+                   rounds: int | None, trace: bool, shape: Any, plan: Plan) -> bool:
+    """Are the options of an adaptive sweep consistent (True), or is it none (False)?
+    UsageError naming the option that does not fit."""
+    if pattern != "adaptive":
+        if rounds is not None or trace:
+            raise UsageError(f"{'--rounds' if rounds is not None else '--trace'} applies to "
+                             "--pattern adaptive")
+        return False
+    if direction == "bidirectional" or k is not None or rails:
+        raise UsageError("--pattern adaptive chooses each round's pairs and their direction "
+                         "itself: leave out --direction bidirectional, --k and --rails")
+    if rounds is not None and not 1 <= rounds <= 10_000:
+        raise UsageError(f"--rounds {rounds}: a whole number 1..10000")
+    if trace and (shape is None or not shape.addresses):
+        raise UsageError("--trace names each flow's routers by their addresses: give a "
+                         "--topology that has them (LLDP, with lldpd advertising every "
+                         "fabric address: lldpd -m PATTERN)")
+    untraced = sorted({p.bench.name for p in plan.cases if not p.bench.traces})
+    if trace and untraced:
+        raise UsageError(f"--trace: {', '.join(untraced)} cannot trace its connections "
+                         "(tcp.stream can)")
+    return True
+
+
 def _decoded(row: dict[str, Any]) -> dict[str, Any]:
     # A rank reports what it measured; a flow's fair share is rank 0's to work out, and a
     # route is a bounded string or nothing.
