@@ -109,7 +109,8 @@ def test_shipped_acceptance_spec_loads():
     from netbench.analysis.accept import load_spec
 
     spec = load_spec("suites/nic-acceptance.toml")
-    assert spec.suite == "nic-acceptance" and len(spec.checks) == 4
+    assert spec.suite == "nic-acceptance" and len(spec.checks) == 5
+    assert spec.checks[-1].max_delta["symbol_error"] == 0
 
 
 def test_gpu_acceptance_spec_loads_and_without_a_gpu_says_why(tmp_path):
