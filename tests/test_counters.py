@@ -286,3 +286,35 @@ def test_a_far_end_whose_counters_break_the_bounds_is_refused():
     session.close()
     thread.join(5)
     listener.close()
+
+
+# --- a fabric sweep's errors, attributed -----------------------------------------------------------
+
+def test_a_sweeps_error_counters_name_the_link_their_pairs_share_not_the_hosts():
+    """The analysis alone, on a sweep's rows: every pair routed over one uplink (one way)
+    grew receive errors, at full speed; the verdict names that uplink's direction, no host."""
+    import pandas as pd
+
+    from netbench.analysis import fabric
+    from netbench.sweep import simulate as sim
+
+    topo = sim.fat_tree(4, 4, 2, routing="dest")
+    names = sorted(topo.hosts)
+    rows = []
+    for index, (c, s) in enumerate((c, s) for c in names for s in names if c != s):
+        crossed = "link:leaf1->spine0" in topo.elements_pinned(c, s)
+        rows.append(dict(benchmark="tcp.stream", params="{}", metric="goodput", value=10.0,
+                         unit="Gbit/s", better="higher", host=c, peer=s, status="ok",
+                         case_index=index, reason=None, run_id="r",
+                         counters=json.dumps({"far/net/eth0/rx_crc_errors": 5,
+                                              "net/eth0/tx_bytes": 1 << 30} if crossed
+                                             else {"net/eth0/tx_bytes": 1 << 30})))
+    (m,) = fabric.analyse(pd.DataFrame(rows), topology=topo)
+    assert m.errors and all(v == {"rx_crc_errors": 5} for v in m.errors.values())
+    assert [s.elements for s in m.error_localization.suspects] == [["link:leaf1->spine0"]]
+    text = fabric.summary([m])
+    assert "ERRORS link:leaf1->spine0: 24 of 24 pairs through it grew error counters" in text
+    assert "HOST" not in text and m.flagged()
+    (out,) = fabric.as_json([m])
+    assert out["error_suspects"] == [{"elements": ["link:leaf1->spine0"], "pairs": 24,
+                                      "with_errors": 24}] and len(out["errors"]) == 24

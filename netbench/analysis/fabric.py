@@ -19,6 +19,7 @@ from netbench.analysis.cases import flow_of, headline_of, probed_line_rate, role
 from netbench.analysis.elements import ElementStat, element_table
 from netbench.analysis.elements import worst as worst_elements
 from netbench.analysis.localize import Localization, Pair, Suspect, localize, reference
+from netbench.env.counters import nonzero_errors
 from netbench.env.topology import Topology, infer
 from netbench.errors import UsageError
 from netbench.store import keyed, params_json, params_of
@@ -73,6 +74,11 @@ class Matrix:
     notes: list[str] = field(default_factory=list)     # topology warnings, said once
     topology: Topology | None = None          # the shape judged on: given, or inferred
     elements: list[ElementStat] = field(default_factory=list)   # each element's evidence
+    # Pairs whose cases grew error counters (netbench.env.counters), and the elements that
+    # explain them (``localize`` with "slow" read as "grew errors"): a flap or a bad cable
+    # shows in its pairs' counters whatever their speed.
+    errors: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
+    error_localization: Localization | None = None
 
     def _cells(self, frame: Any) -> list[Cell]:
         return [Cell(str(r.client), str(r.server), None if r.value != r.value else r.value,
@@ -111,7 +117,8 @@ class Matrix:
         return self._cells(self.cells)
 
     def flagged(self) -> bool:
-        return bool(self.faulty_hosts or self.suspects or self.slow_links or self.failed)
+        return bool(self.faulty_hosts or self.suspects or self.slow_links or self.failed
+                    or self.errors)
 
 
 def _line_rates(measured: Any) -> dict[str, float]:
@@ -195,6 +202,7 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
                            "shared a link and read its share (a fault that left that much "
                            "would read the same), or whose trace failed beside other flows")
         _attribute(m, topology, threshold, judged)
+        _attribute_errors(m, group)
         out.append(m)
     return out
 
@@ -294,6 +302,34 @@ def _attribute(m: Matrix, topology: Topology | None, threshold: float,
     cells["cause"] = np.where(cells["slow"], cause, None)
 
 
+def _attribute_errors(m: Matrix, group: Any) -> None:
+    """The pairs whose cases grew error counters, summed by name over the pair's cases and
+    both its ends, and the fewest elements that explain them."""
+    if "counters" not in group:
+        return
+    seen = set()
+    for client, server, index, text in zip(group["host"], group["peer"], group["case_index"],
+                                           group["counters"]):
+        if (client, server, index) in seen or not isinstance(text, str):
+            continue
+        seen.add((client, server, index))
+        try:
+            grown = nonzero_errors(json.loads(text))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if grown:
+            mine = m.errors.setdefault((str(client), str(server)), {})
+            for key, value in grown.items():
+                name = key.rsplit("/", 1)[-1]
+                mine[name] = mine.get(name, 0) + int(value)
+    if not m.errors or m.topology is None:
+        return
+    ok = m.cells[m.cells["value"].notna()].drop_duplicates(["client", "server"])
+    pairs = [Pair(c, s, 1.0) for c, s in zip(_strings(ok["client"]), _strings(ok["server"]))]
+    m.error_localization = localize(pairs, m.topology, slow=[
+        (p.client, p.server) in m.errors for p in pairs], healthy=(1.0, "error counters"))
+
+
 def _strings(column: Any) -> list[str]:
     """A column of host names as Python strings, a million in well under a second (names
     repeat: each is made once)."""
@@ -339,6 +375,7 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
             lines.append("  worst elements (median of the pairs through each, x healthy):")
             lines += [f"    {e.text()}" for e in worst_elements(m.elements, WORST_ELEMENTS,
                                                                    hosts=False)]
+        lines += _error_lines(m)
         for note in m.notes:
             lines.append(f"  note: {note}")
         for c in m.failed:
@@ -353,6 +390,21 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
         if not m.flagged():
             lines.append("  nothing flagged")
     return "\n".join(lines)
+
+
+def _error_lines(m: Matrix) -> list[str]:
+    """The elements whose pairs grew error counters, with the evidence; else the pairs."""
+    if not m.errors:
+        return []
+    lines = []
+    loc = m.error_localization
+    for suspect in loc.suspects if loc else []:
+        lines.append(f"  ERRORS {', '.join(suspect.elements[:3])}: {suspect.slow} of "
+                     f"{suspect.pairs} pairs through it grew error counters")
+    for (client, server), grown in sorted(m.errors.items())[:WORST_ELEMENTS * 2]:
+        lines.append(f"    {client} -> {server}: " + ", ".join(
+            f"{k} +{v}" for k, v in sorted(grown.items())))
+    return lines
 
 
 def as_json(matrices: Sequence[Matrix]) -> list[Mapping[str, Any]]:
@@ -376,6 +428,12 @@ def as_json(matrices: Sequence[Matrix]) -> list[Mapping[str, Any]]:
                            "median_avoiding": e.median_avoiding} for e in m.elements]
              if m.topology is not None and not m.topology.inferred else [],
              "notes": m.notes,
+             # Pairs whose cases grew error counters, and the elements that explain them.
+             "errors": [{"client": c, "server": s, "counters": grown}
+                        for (c, s), grown in sorted(m.errors.items())],
+             "error_suspects": [{"elements": s.elements, "pairs": s.pairs, "with_errors": s.slow}
+                                for s in (m.error_localization.suspects
+                                          if m.error_localization else [])],
              "failed": [{"client": c.client, "server": c.server, "reason": c.reason}
                         for c in m.failed],
              # A traced sweep's pair has a cell per switch path it took ("a>b>c").
