@@ -18,9 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from netbench.env.counters import is_error
-
-_NETNS_WIDE = ("tcp/", "tcpext/", "far/tcp/", "far/tcpext/")
+from netbench.env.counters import is_error, netns_wide
 
 
 @dataclass
@@ -75,5 +73,5 @@ def counter_news(base: Any, cand: Any) -> list[CounterNews]:
         for name, (most, where) in sorted(after[case].items()):
             if before[case].get(name, (0, set()))[0] == 0:
                 news.append(CounterNews(case[0], case[1], name, 0, most, sorted(where),
-                                        not all(w.startswith(_NETNS_WIDE) for w in where)))
+                                        not all(netns_wide(w) for w in where)))
     return news

@@ -19,7 +19,7 @@ from netbench.analysis.cases import flow_of, headline_of, probed_line_rate, role
 from netbench.analysis.elements import ElementStat, element_table
 from netbench.analysis.elements import worst as worst_elements
 from netbench.analysis.localize import Localization, Pair, Suspect, localize, reference
-from netbench.env.counters import nonzero_errors
+from netbench.env.counters import netns_wide, nonzero_errors
 from netbench.env.topology import Topology, infer
 from netbench.errors import UsageError
 from netbench.store import keyed, params_json, params_of
@@ -74,9 +74,9 @@ class Matrix:
     notes: list[str] = field(default_factory=list)     # topology warnings, said once
     topology: Topology | None = None          # the shape judged on: given, or inferred
     elements: list[ElementStat] = field(default_factory=list)   # each element's evidence
-    # Pairs whose cases grew error counters (netbench.env.counters), and the elements that
-    # explain them (``localize`` with "slow" read as "grew errors"): a flap or a bad cable
-    # shows in its pairs' counters whatever their speed.
+    # Pairs whose cases grew a device's error counters (netbench.env.counters), and the
+    # elements that explain them (``localize`` with "slow" read as "grew errors"): a flap
+    # or a bad cable shows in its pairs' counters whatever their speed.
     errors: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     error_localization: Localization | None = None
 
@@ -317,6 +317,9 @@ def _attribute_errors(m: Matrix, group: Any) -> None:
             grown = nonzero_errors(json.loads(text))
         except (ValueError, TypeError, AttributeError):
             continue
+        # A device's errors; the kernel's TCP counters are the whole namespace's (a few
+        # retransmits in a healthy sweep are not a fault): compare and accept judge those.
+        grown = {k: v for k, v in grown.items() if not netns_wide(k)}
         if grown:
             mine = m.errors.setdefault((str(client), str(server)), {})
             for key, value in grown.items():

@@ -73,6 +73,12 @@ def is_error(key: str) -> bool:
     return key.rsplit("/", 1)[-1] in ERRORS
 
 
+def netns_wide(key: str) -> bool:
+    """Does ``key`` count the whole network namespace (the kernel's TCP: any traffic's
+    retransmits), not one device?"""
+    return key.removeprefix("far/").startswith(("tcp/", "tcpext/"))
+
+
 def snapshot(sysfs: str | Path = "/sys", proc: str | Path = "/proc",
              ethtool: bool = True) -> Snapshot:
     """Every counter this host and network namespace let netbench read, now."""
