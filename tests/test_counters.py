@@ -230,6 +230,27 @@ def test_a_link_flapped_during_one_case_shows_on_that_case_alone(veth_pair, tmp_
         f"far/net/{dev_b}/carrier_changes", f"net/{dev_a}/carrier_changes"]
     # What the flap cost TCP is news too (timeouts, retransmits), never a failed gate.
     assert all(not n["gated"] for n in news if n["where"][0].startswith("tcp"))
+    _dashboard_marks_the_flap(results, tmp_path, dev_a)
+
+
+def _dashboard_marks_the_flap(results: Path, tmp_path: Path, dev_a: str) -> None:
+    """The dashboard's counters panel, as headless Chromium renders it: the flapped case
+    first, its error counters marked."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    page = tmp_path / "dash.html"
+    proc = subprocess.run([sys.executable, "-m", "netbench", "report", "--results",
+                           str(results), "--label", "flapped", "-o", str(page)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    if chromium is None:
+        pytest.skip("needs Debian's chromium to render the dashboard")
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                          f"--user-data-dir={tmp_path / 'profile'}",
+                          "--virtual-time-budget=20000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    table = dom.split('<table id="counters">', 1)[1].split("</table>", 1)[0]
+    first = table.split("<tbody>", 1)[1].split("</tr>", 1)[0]
+    assert '<td class="err">' in first and f"net/{dev_a}/carrier_changes +2" in first, first
 
 
 # --- the far end's counters through netbench serve -----------------------------------------------
@@ -288,7 +309,7 @@ def test_a_far_end_whose_counters_break_the_bounds_is_refused():
     listener.close()
 
 
-# --- a fabric sweep's errors, attributed -----------------------------------------------------------
+# --- a fabric sweep's errors, attributed -----------------------------------------------
 
 def test_a_sweeps_error_counters_name_the_link_their_pairs_share_not_the_hosts():
     """The analysis alone, on a sweep's rows: every pair routed over one uplink (one way)

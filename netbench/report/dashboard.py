@@ -670,6 +670,51 @@ def _busiest(group: Any) -> str:
     return f"{load.max():.2g} cores busy outside netbench during {worst['benchmark']}{flag}"
 
 
+MAX_COUNTER_ROWS = 200      # cases in the counters panel (those with errors first)
+
+
+def counters_panel(rows: Any) -> str:
+    """What the NIC and the kernel counted while each case ran (netbench.env.counters): a
+    row per case whose counters grew, the error counters first and marked, then the largest
+    of the rest; cases with errors first."""
+    if "counters" not in rows:
+        return ""
+    from netbench.env.counters import nonzero_errors
+
+    found = []
+    for _, r in rows.drop_duplicates(["run_id", "host", "case_index"]).iterrows():
+        try:
+            grown = json.loads(r["counters"]) if isinstance(r["counters"], str) else None
+        except ValueError:
+            grown = None
+        if not isinstance(grown, dict) or not grown:
+            continue
+        errors = nonzero_errors(grown)
+        others = sorted(((k, v) for k, v in grown.items() if k not in errors),
+                        key=lambda kv: (-kv[1] if isinstance(kv[1], int) else 0, kv[0]))[:6]
+        found.append((not errors, r, errors, others))
+    head = "<h2>Counters: what the NIC and the kernel counted while each case ran</h2>"
+    if not found:
+        return head + ("<p>No case's counters grew (or none were read: --no-counters, "
+                       "an older netbench).</p>")
+    found.sort(key=lambda t: t[0])
+    cells = []
+    for _, r, errors, others in found[:MAX_COUNTER_ROWS]:
+        case = f"{r['benchmark']} {r['params']}" + (
+            f" ({r['host']} -> {r['peer']})" if r.get("peer") else "")
+        err = ", ".join(f"{k} +{v}" for k, v in sorted(errors.items()))
+        rest = ", ".join(f"{k} +{v}" for k, v in others)
+        cells.append(f"<tr><td>{html.escape(visible(r['run_id']))}</td>"
+                     f"<td>{html.escape(visible(case))}</td>"
+                     f"<td class=\"{'err' if err else ''}\">{html.escape(visible(err or '-'))}"
+                     f"</td><td>{html.escape(visible(rest))}</td></tr>")
+    more = (f"<p class=\"note\">{len(found) - MAX_COUNTER_ROWS} more case(s) not shown.</p>"
+            if len(found) > MAX_COUNTER_ROWS else "")
+    return (head + "<table id=\"counters\"><thead><tr><th>run</th><th>case</th>"
+            "<th>error counters</th><th>the largest others</th></tr></thead><tbody>"
+            + "".join(cells) + "</tbody></table>" + more)
+
+
 def environment_panel(rows: Any, latest: Any = None, base: Any = None) -> str:
     """The runs drawn (with --baseline, both sides' runs), the devices they ran on, and what
     the view's runs (and ``latest``, the newest run of the view's label) skipped and why:
@@ -713,7 +758,8 @@ def environment_panel(rows: Any, latest: Any = None, base: Any = None) -> str:
             (_table(["device", "as probed"], facts) if facts else "") +
             "<h2>Skipped and failed, and why</h2>" +
             (_table(head + ["benchmark", "status", "reason"], skip_rows) if skip_rows
-             else "<p>Nothing was skipped or failed in this view.</p>"))
+             else "<p>Nothing was skipped or failed in this view.</p>") +
+            counters_panel(rows))
 
 
 CHARTS = ("comparison", "trend", "fabric", "fabric_graph", "bandwidth", "latency", "cpu",
@@ -949,6 +995,7 @@ body {{ font-family: sans-serif; margin: 24px; color: #222; }}
 table {{ border-collapse: collapse; margin: 8px 0; }}
 td, th {{ border: 1px solid #ddd; padding: 4px 8px; text-align: left; font-size: 13px; }}
 .note {{ color: #555; font-size: 13px; }}
+td.err {{ color: #b00020; font-weight: bold; background: #fde8eb; }}
 </style>
 <script>window.nbErrors = 0; window.addEventListener("error", () => window.nbErrors++);</script>
 <script>{plotly}</script>
