@@ -230,6 +230,13 @@ def test_a_link_flapped_during_one_case_shows_on_that_case_alone(veth_pair, tmp_
         f"far/net/{dev_b}/carrier_changes", f"net/{dev_a}/carrier_changes"]
     # What the flap cost TCP is news too (timeouts, retransmits), never a failed gate.
     assert all(not n["gated"] for n in news if n["where"][0].startswith("tcp"))
+    # history: the flapped run's news, against the run before it.
+    proc = subprocess.run([sys.executable, "-m", "netbench", "history", "--results",
+                           str(results), "--json"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    runs = json.loads(proc.stdout)["runs"]
+    assert runs[0]["news"] == [] and any(
+        n["name"] == "carrier_changes" and n["gated"] for n in runs[1]["news"]), runs
     _dashboard_marks_the_flap(results, tmp_path, dev_a)
 
 

@@ -25,6 +25,7 @@ from netbench.analysis.compare import (
     side,
     threshold_for,
 )
+from netbench.analysis.counter_news import counter_news
 from netbench.analysis.verdict import HISTORY_RUNS, Judgement, Past, invocation_test, judge
 from netbench.errors import NetbenchError, UsageError
 from netbench.store import keyed
@@ -61,7 +62,9 @@ class Series:
 
 @dataclass
 class History:
-    runs: list[dict[str, Any]]          # run_id, started_at, label, changes [(what, a, b)]
+    # run_id, started_at, label, changes [(what, a, b)], news: error counters the window
+    # before it kept at 0 and it grew (analysis.counter_news)
+    runs: list[dict[str, Any]]
     series: list[Series]
     single: list[tuple[str, str, str]]  # cases measured in one run only: (benchmark, metric, run)
     left_out: list[tuple[str, str]]
@@ -131,12 +134,17 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
     per_run = {r: g for r, g in per_run.items() if not g.empty}
     order = [r for r in order if r in per_run]
     pooled = {r: pool(g) for r, g in per_run.items()}
+    import pandas as pd
+
     runs, previous = [], None
-    for run_id in order:
+    for i, run_id in enumerate(order):
         group = per_run[run_id]
         changes = env_changes(per_run[previous], group) if previous else []
+        before = [per_run[r] for r in order[max(0, i - window):i]]
+        news = counter_news(pd.concat(before), group) if before else []
         runs.append({"run_id": run_id, "started_at": group["started_at"].iloc[0],
-                     "label": group["label"].iloc[0] or "", "changes": changes})
+                     "label": group["label"].iloc[0] or "", "changes": changes,
+                     "news": news})
         previous = run_id
     keys = list(dict.fromkeys(k for r in order for k in pooled[r]))
     series, single = [], []
@@ -224,7 +232,8 @@ def to_json(history: History) -> str:
 
     return json.dumps(json_safe({
         "runs": [{**r, "started_at": when(r["started_at"]),
-                  "changes": [{"what": k, "before": a, "after": b} for k, a, b in r["changes"]]}
+                  "changes": [{"what": k, "before": a, "after": b} for k, a, b in r["changes"]],
+                  "news": [vars(n) for n in r.get("news", [])]}
                  for r in history.runs],
         "series": [{"benchmark": s.benchmark, "params": json.loads(s.params or "{}"),
                     "metric": s.metric, "unit": s.unit, "better": s.better,

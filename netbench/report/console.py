@@ -590,6 +590,9 @@ def history_text(h: Any, window: int) -> str:
                       f"{run['started_at']:%Y-%m-%d %H:%M}  "
                       f"{printable(run['label'] or '-')[:20]:<20}"
                       + (f"  changed: {changed}{more}" if changed else "")).rstrip())
+        for n in run.get("news", [])[:4]:
+            lines.append(f"       counters: news: {printable(n.benchmark)}: {printable(n.name)} "
+                         f"0 -> {n.candidate}" + ("" if n.gated else " (the namespace's TCP)"))
     lines.extend(f"  left out {printable(run_id)}: {printable(why)}"
                  for run_id, why in h.left_out[:10])
     lines.append("")
