@@ -146,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     again = session.resume_command(result.run_id, args.target, args.param or [],
                                    results=args.results, repeat=args.repeat,
                                    timeout=args.timeout, peer=args.peer,
-                                   sysfs_root=args.sysfs_root)
+                                   sysfs_root=args.sysfs_root, no_counters=args.no_counters)
     out, err, code = console.run_ending(
         result, store, len(plan.cases), rank=launched.rank if quiet else None,
         as_json=args.json, resumed=resume is not None, jsonl=args.jsonl, resume_command=again)

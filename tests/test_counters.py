@@ -80,10 +80,71 @@ def test_a_snapshot_reads_netdev_rdma_and_tcp_and_a_delta_keeps_what_grew(tmp_pa
     grown, notes = counters.delta(before, counters.snapshot(sysfs, proc, ethtool=False))
     assert grown == {"net/eth0/rx_bytes": 4000, "net/eth0/carrier_changes": 2,
                      "rdma_hw/rxe0/1/rcvd_seq_err": 12}
-    assert notes == ["1 counter(s) went backwards during the case (a driver reload or a wrap; "
-                     "left out): tcp/RetransSegs"]
+    assert notes == ["tcp/RetransSegs went backwards during a case (a driver reload or a "
+                     "wrap): that case's delta left out"]
     assert counters.nonzero_errors(grown) == {"net/eth0/carrier_changes": 2,
                                               "rdma_hw/rxe0/1/rcvd_seq_err": 12}
+    # Gauges and constants are not counters: a falling CurrEstab is no wrap.
+    assert not {"tcp/CurrEstab", "tcp/MaxConn", "tcp/RtoMin"} & set(before.values)
+
+
+def test_a_host_with_hundreds_of_virtual_interfaces_keeps_its_nics(tmp_path):
+    values = {f"net/cali{i:04d}/rx_errors": 0 for i in range(counters.MAX_INTERFACES + 6)}
+    sysfs, proc = _tree(tmp_path, {**values, "net/enp65s0f0np0/rx_errors": 1})
+    (sysfs / "class/net/enp65s0f0np0/device").mkdir()
+    snap = counters.snapshot(sysfs, proc, ethtool=False)
+    assert snap.values["net/enp65s0f0np0/rx_errors"] == 1
+    assert any("backed by a device first" in n for n in snap.notes)
+
+
+def test_sums_by_name_count_an_ethtool_repeat_of_a_netdev_statistic_once():
+    grown = {"net/eth0/rx_errors": 3, "ethtool/eth0/rx_errors": 3, "far/net/eth1/rx_errors": 1,
+             "ethtool/eth0/rx_discards_phy": 2, counters.FAR_UNREAD: 1}
+    sums = counters.by_name(grown)
+    assert sums["rx_errors"] == (4, ["net/eth0/rx_errors", "far/net/eth1/rx_errors"])
+    assert sums["rx_discards_phy"][0] == 2 and "unread" not in sums
+
+
+@pytest.mark.parametrize("text", ['{"tcp/RetransSegs": NaN}', '{"tcp/RetransSegs": 1e400}',
+                                  '{"tcp/RetransSegs": [1]}', '{"tcp/RetransSegs": "5"}',
+                                  '{"tcp/RetransSegs": -1}', '{"tcp/RetransSegs": true}',
+                                  '[1, 2]', '{"a": ' * 5000, "not json"])
+def test_garbage_in_the_counters_column_is_unread_never_a_crash(tmp_path, text):
+    """A file's or a rank's counters that are not names to whole numbers: the import refuses
+    the row, naming the column; every reader reads it as 'not read'."""
+    import pandas as pd
+
+    from netbench.analysis import accept
+    from netbench.analysis.counter_news import counter_news
+    from netbench.report.console import counter_lines
+    from netbench.store import counters_of
+
+    assert counters_of(text) is None
+    row = {"benchmark": "tcp.rr", "params": "{}", "metric": "lat_p50", "value": 1.0,
+           "status": "ok", "run_id": "r", "host": "h", "peer": "p", "case_index": 0,
+           "msg_size": 64, "unit": "us", "counters": text, "resolved": "{}"}
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[check]]\nbenchmark = "tcp.rr"\nmetric = "lat_p50"\n'
+                    'max_delta = { RetransSegs = 0 }\n')
+    (out,) = accept.evaluate(accept.load_spec(spec), pd.DataFrame([row]))
+    assert not out.passed and "counters not read for 1 of 1" in out.message
+    assert counter_news(pd.DataFrame([row]), pd.DataFrame([row])) == []
+    assert counter_lines([row]) == []
+    rows = tmp_path / "rows.jsonl"
+    good = subprocess.run([sys.executable, "-m", "netbench", "run", "mem.copy", "-p",
+                           "msg_size=1M", "-p", "iterations=2", "--jsonl", str(rows)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert good.returncode == 0, good.stderr
+    lines = rows.read_text().splitlines()
+    first = json.loads(lines[1])
+    first["counters"] = text
+    rows.write_text("\n".join([lines[0], json.dumps(first)] + lines[2:]) + "\n")
+    imported = subprocess.run([sys.executable, "-m", "netbench", "import", str(rows),
+                               "--results", str(tmp_path / "r")],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert "Traceback" not in imported.stderr
+    assert imported.returncode != 0 and "counters must be the text of a JSON object" in (
+        imported.stderr), imported.stderr
 
 
 def test_what_cannot_be_read_is_a_note_not_a_failure(tmp_path):
@@ -346,3 +407,67 @@ def test_a_sweeps_error_counters_name_the_link_their_pairs_share_not_the_hosts()
     (out,) = fabric.as_json([m])
     assert out["error_suspects"] == [{"elements": ["link:leaf1->spine0"], "pairs": 24,
                                       "with_errors": 24}] and len(out["errors"]) == 24
+
+
+def test_a_far_end_that_cannot_say_is_marked_unread_asked_once_and_fails_acceptance(tmp_path):
+    """An older netbench serve (no counters op): each peer case's row says far/unread (not
+    'read, nothing grew'), the far end is asked once a run, and a max_delta check fails."""
+    import select
+
+    code = ("import netbench.run.peer as p\n"
+            "p.Server._counters = lambda self, s: {'error': \"unknown op 'counters'; expected "
+            "run or bye\"}\n")
+    proc = subprocess.Popen([sys.executable, "-c", f"{code}\nfrom netbench.cli import main; "
+                             "main(['serve', '--port', '0'])"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        line = proc.stdout.readline() if ready else ""
+        port = line.split("listening on ")[1].split()[0].rsplit(":", 1)[1]
+        suite = tmp_path / "s.toml"
+        suite.write_text('[[case]]\nbenchmark = "tcp.rr"\nmsg_size = [64, 1024]\n'
+                         'duration = 0.3\n')
+        run = subprocess.run([sys.executable, "-m", "netbench", "run", str(suite), "--peer",
+                              f"127.0.0.1:{port}", "--json", "--results", str(tmp_path / "r")],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(run.stdout)
+    assert {json.loads(r["counters"]).get("far/unread") for r in rows} == {1}
+    assert run.stderr.count("the far end's counters were not read") == 1, run.stderr
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[check]]\nbenchmark = "tcp.rr"\nmetric = "lat_p50"\n'
+                    'max_delta = { carrier_changes = 0 }\n')
+    verdict = subprocess.run([sys.executable, "-m", "netbench", "accept", str(spec),
+                              "--results", str(tmp_path / "r")], capture_output=True,
+                             text=True, timeout=120, cwd=ROOT)
+    assert verdict.returncode == 1 and "the far end's counters not read for 2 of 2" in (
+        verdict.stdout), verdict.stdout
+
+
+def test_no_counters_reads_none_and_acceptance_says_so(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "netbench", "run", "tcp.rr", "-p",
+                          "duration=0.3", "--no-counters", "--json", "--results",
+                          str(tmp_path / "r")], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert {r.get("counters") for r in json.loads(run.stdout)} == {None}
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[check]]\nbenchmark = "tcp.rr"\nmetric = "lat_p50"\n'
+                    'max_delta = { RetransSegs = 0, no_such_counter = 0 }\n')
+    verdict = subprocess.run([sys.executable, "-m", "netbench", "accept", str(spec),
+                              "--results", str(tmp_path / "r")], capture_output=True,
+                             text=True, timeout=120, cwd=ROOT)
+    assert verdict.returncode == 1 and "counters not read for 1 of 1" in verdict.stdout
+    assert "no counter named" not in verdict.stdout      # unknown, not a typo, when unread
+    # Read, the typo is named (the footer says which names this host reads).
+    run = subprocess.run([sys.executable, "-m", "netbench", "run", "tcp.rr", "-p",
+                          "duration=0.3", "--results", str(tmp_path / "r2")],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    verdict = subprocess.run([sys.executable, "-m", "netbench", "accept", str(spec),
+                              "--results", str(tmp_path / "r2")], capture_output=True,
+                             text=True, timeout=120, cwd=ROOT)
+    assert "no counter named no_such_counter was read" in verdict.stdout, verdict.stdout
+    assert "RetransSegs" not in verdict.stdout.split("no counter named")[1]

@@ -52,8 +52,9 @@ from xml.etree import ElementTree
 
 from netbench.analysis.cases import flow_of, probed_line_rate, roles
 from netbench.api import finite, parse_size
+from netbench.env import counters
 from netbench.errors import NetbenchError, UsageError
-from netbench.store import measured_params
+from netbench.store import counters_of, measured_params
 from netbench.textfile import load_toml, printable
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
@@ -259,8 +260,8 @@ def read_counters(store: Any, run_ids: Sequence[str]) -> set[str]:
     names: set[str] = set()
     for text in index.loc[index["run_id"].isin(list(run_ids)), "counters"]:
         try:
-            read = json.loads(text).get("read", []) if isinstance(text, str) and text else []
-        except (ValueError, AttributeError):
+            read = json.loads(text).get("names", []) if isinstance(text, str) and text else []
+        except (ValueError, AttributeError, RecursionError):
             continue
         names |= {str(n) for n in read} if isinstance(read, list) else set()
     return names
@@ -378,31 +379,30 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
 
 def _counter_failures(check: Check, rows: list[Any], read: set[str]) -> list[str]:
     """Each case's counter deltas against ``max_delta``: a name's total over the objects
-    that have it (``carrier_changes``: every interface's), or one counter named whole."""
-    import json
-
-    failures, unread, seen = [], 0, set()
+    that have it (``carrier_changes``: every interface's, both ends), or one counter named
+    whole. ``read``: the counter names the runs' footers say were read (empty: unknown, an
+    imported or older run), so a name none of them has is a typo or a missing driver."""
+    failures, unread, far_unread, seen = [], 0, 0, set()
     for row, case in zip(rows, _case_names(check, rows)):
-        try:
-            grown = json.loads(row.get("counters")) if isinstance(row.get("counters"),
-                                                                  str) else None
-        except ValueError:
-            grown = None
-        if not isinstance(grown, dict):
+        grown = counters_of(row.get("counters"))
+        if grown is None:
             unread += 1
             continue
-        seen |= set(grown)
+        far_unread += counters.FAR_UNREAD in grown
+        sums = counters.by_name(grown)
+        seen |= set(sums)
         for name, most in check.max_delta.items():
-            total = sum(int(v) for k, v in grown.items()
-                        if k == name or k.rsplit("/", 1)[-1] == name)
+            total = grown.get(name, 0) if "/" in name else sums.get(name, (0, []))[0]
             if total > most:
                 failures.append(f"{case}: {name} +{total} > {most}")
     if unread:
         failures.append(f"counters not read for {unread} of {len(rows)} case(s) (run without "
                         "--no-counters, with a netbench that reads them)")
-    missing = [n for n in check.max_delta if not any(
-        k == n or k.rsplit("/", 1)[-1] == n for k in read | seen)]
-    if missing and len(rows) > unread:
+    if far_unread:
+        failures.append(f"the far end's counters not read for {far_unread} of {len(rows)} "
+                        "case(s) (its netbench serve is older, or did not answer)")
+    missing = [n for n in check.max_delta if n.rsplit("/", 1)[-1] not in read | seen]
+    if missing and read and len(rows) > unread:
         failures.append(f"no counter named {', '.join(missing)} was read on this host (a "
                         "typo, or a driver without it)")
     return failures

@@ -6,19 +6,20 @@ Each case's rows carry what its counters grew by (netbench.env.counters, the ``c
 column). Per case (benchmark and params) and per error counter name, summed over the objects
 that have it (``rx_errors`` of every interface, ``symbol_error`` of every port, this end's and
 the far end's), the most it grew in any one invocation: where every baseline invocation read
-0 and a candidate invocation read more, that is news. The kernel's TCP counters count the whole
-network namespace (any other traffic's retransmits too): news, but not a failed gate; the
-NIC's and the driver's are a failed gate.
+0 and a candidate invocation read more, that is news. A far end's counters count only where
+both sides read them (an older server says nothing, which is not 0). News on the case's own
+device (its interface or RDMA port, the far end's where the row names it) fails the gate;
+another interface's (a management NIC's, docker0's) and the kernel's TCP counters, which count
+the whole network namespace, are shown, not gated.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from netbench.env.counters import is_error, netns_wide
+from netbench.env import counters
+from netbench.store import counters_of
 
 
 @dataclass
@@ -29,38 +30,45 @@ class CounterNews:
     baseline: int               # the most it grew in one baseline invocation (0)
     candidate: int              # the most it grew in one candidate invocation
     where: list[str] = field(default_factory=list)   # the counters that grew, whole
-    gated: bool = True          # a NIC's or driver's (fails compare); False: netns-wide TCP
+    gated: bool = True          # on the case's own device (fails compare); else shown
 
 
-def _grown(rows: Any) -> dict[tuple[str, str], dict[str, tuple[int, set[str]]]]:
-    """(benchmark, params) -> error name -> (the most it grew in one invocation, where);
-    only cases whose counters were read."""
-    out: dict[tuple[str, str], dict[str, tuple[int, set[str]]]] = {}
+def _own(key: str, device: Any, peer_device: Any) -> bool:
+    """Is ``key`` a counter of the case's own device (this end's, or the far end's)?"""
+    far = key.startswith("far/")
+    dev = peer_device if far else device
+    if not isinstance(dev, str) or not dev or counters.netns_wide(key):
+        return False
+    parts = key.removeprefix("far/").split("/")
+    return len(parts) >= 3 and parts[1] == dev.split(":", 1)[0]
+
+
+def _grown(rows: Any) -> dict[tuple[str, str], dict[str, tuple[int, set[str], bool]]]:
+    """(benchmark, params) -> error name -> (the most it grew in one invocation, where, on
+    the case's own device); only cases whose counters were read. A name that grew only at a
+    far end some invocation could not read is left out (``far/unread``: not a 0)."""
+    out: dict[tuple[str, str], dict[str, tuple[int, set[str], bool]]] = {}
     if rows is None or len(rows) == 0 or "counters" not in rows:
         return out
+    devices = rows["device"] if "device" in rows else [None] * len(rows)
+    peers = rows["peer_device"] if "peer_device" in rows else [None] * len(rows)
     seen = set()
-    for bench, params, text, run, host, index in zip(
+    for bench, params, text, run, host, index, device, peer_device in zip(
             rows["benchmark"], rows["params"], rows["counters"], rows["run_id"], rows["host"],
-            rows["case_index"]):
-        if (run, host, index) in seen or not isinstance(text, str):
+            rows["case_index"], devices, peers):
+        if (run, host, index) in seen:
             continue
         seen.add((run, host, index))
-        try:
-            deltas = json.loads(text)
-        except ValueError:
-            continue
-        if not isinstance(deltas, Mapping):
+        deltas = counters_of(text)
+        if deltas is None:
             continue
         case = out.setdefault((str(bench), str(params)), {})
-        sums: dict[str, tuple[int, set[str]]] = {}
-        for key, value in deltas.items():
-            if is_error(str(key)) and isinstance(value, int) and value > 0:
-                name = str(key).rsplit("/", 1)[-1]
-                total, where = sums.get(name, (0, set()))
-                sums[name] = (total + value, where | {str(key)})
-        for name, (total, where) in sums.items():
-            most, places = case.get(name, (0, set()))
-            case[name] = (max(most, total), places | where)
+        if counters.FAR_UNREAD in deltas:
+            case.setdefault("", (0, set(), False))       # marks: a far end went unread
+        for name, (total, where) in counters.by_name(deltas, counters.is_error).items():
+            most, places, own = case.get(name, (0, set(), False))
+            case[name] = (max(most, total), places | set(where),
+                          own or any(_own(k, device, peer_device) for k in where))
     return out
 
 
@@ -70,8 +78,10 @@ def counter_news(base: Any, cand: Any) -> list[CounterNews]:
     before, after = _grown(base), _grown(cand)
     news = []
     for case in sorted(set(before) & set(after)):
-        for name, (most, where) in sorted(after[case].items()):
-            if before[case].get(name, (0, set()))[0] == 0:
-                news.append(CounterNews(case[0], case[1], name, 0, most, sorted(where),
-                                        not all(netns_wide(w) for w in where)))
+        blind = "" in before[case] or "" in after[case]     # a far end unread on a side
+        for name, (most, where, own) in sorted(after[case].items()):
+            places = sorted(w for w in where if not (blind and w.startswith("far/")))
+            if not name or not places or before[case].get(name, (0, set(), False))[0]:
+                continue
+            news.append(CounterNews(case[0], case[1], name, 0, most, places, own))
     return news

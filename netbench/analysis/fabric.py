@@ -19,10 +19,10 @@ from netbench.analysis.cases import flow_of, headline_of, probed_line_rate, role
 from netbench.analysis.elements import ElementStat, element_table
 from netbench.analysis.elements import worst as worst_elements
 from netbench.analysis.localize import Localization, Pair, Suspect, localize, reference
-from netbench.env.counters import netns_wide, nonzero_errors
+from netbench.env.counters import by_name, is_error, netns_wide
 from netbench.env.topology import Topology, infer
 from netbench.errors import UsageError
-from netbench.store import keyed, params_json, params_of
+from netbench.store import counters_of, keyed, params_json, params_of
 
 THRESHOLD = 0.10          # a pair this far below the healthy rate (above, for latency) is slow
 HOST_SHARE = 0.5          # a host is at fault when more than this share of its pairs is slow
@@ -310,21 +310,16 @@ def _attribute_errors(m: Matrix, group: Any) -> None:
     seen = set()
     for client, server, index, text in zip(group["host"], group["peer"], group["case_index"],
                                            group["counters"]):
-        if (client, server, index) in seen or not isinstance(text, str):
+        if (client, server, index) in seen:
             continue
         seen.add((client, server, index))
-        try:
-            grown = nonzero_errors(json.loads(text))
-        except (ValueError, TypeError, AttributeError):
-            continue
         # A device's errors; the kernel's TCP counters are the whole namespace's (a few
         # retransmits in a healthy sweep are not a fault): compare and accept judge those.
-        grown = {k: v for k, v in grown.items() if not netns_wide(k)}
+        grown = by_name(counters_of(text) or {}, lambda k: is_error(k) and not netns_wide(k))
         if grown:
             mine = m.errors.setdefault((str(client), str(server)), {})
-            for key, value in grown.items():
-                name = key.rsplit("/", 1)[-1]
-                mine[name] = mine.get(name, 0) + int(value)
+            for name, (value, _) in grown.items():
+                mine[name] = mine.get(name, 0) + value
     if not m.errors or m.topology is None:
         return
     ok = m.cells[m.cells["value"].notna()].drop_duplicates(["client", "server"])

@@ -62,6 +62,23 @@ ERRORS = frozenset({
 })
 
 
+# What /proc/net/snmp holds that is no counter: gauges and constants (a gauge that falls is
+# no wrap, and a constant never grows).
+NOT_COUNTERS = frozenset({"tcp/CurrEstab", "tcp/RtoAlgorithm", "tcp/RtoMin", "tcp/RtoMax",
+                          "tcp/MaxConn"})
+# The netdev's own statistics (/sys/class/net/<if>/statistics): a driver's `ethtool -S` may
+# repeat some (rx_errors, rx_dropped); summed by name, those count once, from the netdev.
+NETDEV_STATS = frozenset({
+    "collisions", "multicast", "rx_bytes", "rx_compressed", "rx_crc_errors", "rx_dropped",
+    "rx_errors", "rx_fifo_errors", "rx_frame_errors", "rx_length_errors", "rx_missed_errors",
+    "rx_nohandler", "rx_over_errors", "rx_packets", "tx_aborted_errors", "tx_bytes",
+    "tx_carrier_errors", "tx_compressed", "tx_dropped", "tx_errors", "tx_fifo_errors",
+    "tx_heartbeat_errors", "tx_packets", "tx_window_errors"})
+# Where a peer case's far end could not say its counters: kept in the case's deltas, so
+# "not read" is never mistaken for "read, nothing grew".
+FAR_UNREAD = "far/unread"
+
+
 @dataclass
 class Snapshot:
     values: dict[str, int] = field(default_factory=dict)
@@ -77,6 +94,22 @@ def netns_wide(key: str) -> bool:
     """Does ``key`` count the whole network namespace (the kernel's TCP: any traffic's
     retransmits), not one device?"""
     return key.removeprefix("far/").startswith(("tcp/", "tcpext/"))
+
+
+def by_name(deltas: Mapping[str, int], keys: object = None) -> dict[str, tuple[int, list[str]]]:
+    """Deltas summed by counter name over the objects that have it (every interface's
+    carrier_changes, both ends), each with the keys summed; ``keys``: only those for which
+    it returns True. An ``ethtool`` repeat of a netdev statistic counts once (the netdev's)."""
+    out: dict[str, tuple[int, list[str]]] = {}
+    for key, value in deltas.items():
+        if key == FAR_UNREAD or (callable(keys) and not keys(key)):
+            continue
+        source, name = key.removeprefix("far/").split("/", 1)[0], key.rsplit("/", 1)[-1]
+        if source == "ethtool" and name in NETDEV_STATS:
+            continue
+        total, where = out.get(name, (0, []))
+        out[name] = (total + value, where + [key])
+    return out
 
 
 def snapshot(sysfs: str | Path = "/sys", proc: str | Path = "/proc",
@@ -95,21 +128,19 @@ def snapshot(sysfs: str | Path = "/sys", proc: str | Path = "/proc",
 
 
 def delta(before: Snapshot, after: Snapshot) -> tuple[dict[str, int], list[str]]:
-    """What grew between two snapshots, and what went backwards (said, left out)."""
+    """What grew between two snapshots, and what went backwards (said, one note a counter,
+    the same words each time: a run says each once; left out)."""
     out: dict[str, int] = {}
-    backwards = []
+    notes = []
     for key, was in before.values.items():
         now = after.values.get(key)
         if now is None:
             continue
         if now < was:
-            backwards.append(key)
+            notes.append(f"{key} went backwards during a case (a driver reload or a wrap): "
+                         "that case's delta left out")
         elif now > was:
             out[key] = now - was
-    notes = []
-    if backwards:
-        notes.append(f"{len(backwards)} counter(s) went backwards during the case (a driver "
-                     f"reload or a wrap; left out): {', '.join(sorted(backwards)[:5])}")
     return out, notes
 
 
@@ -146,50 +177,69 @@ def _readable(directory: Path, prefix: str, snap: Snapshot) -> None:
 
 def _netdevs(sysfs: Path, snap: Snapshot, ethtool: bool) -> None:
     try:
-        names = sorted(os.listdir(sysfs / "class" / "net"))
+        names = os.listdir(sysfs / "class" / "net")
     except OSError as exc:
         snap.notes.append(f"{sysfs / 'class' / 'net'}: {exc.strerror or exc}; no netdev "
                           "counters")
         return
+    # Interfaces backed by a device first: a host with hundreds of virtual ones (a
+    # Kubernetes node's cali*) keeps its NICs.
+    backed = {n for n in names if (sysfs / "class" / "net" / n / "device").exists()}
+    names = sorted(names, key=lambda n: (n not in backed, n))
     if len(names) > MAX_INTERFACES:
-        snap.notes.append(f"{len(names)} interfaces; the first {MAX_INTERFACES} read")
+        snap.notes.append(f"{len(names)} interfaces; the first {MAX_INTERFACES} read (those "
+                          "backed by a device first)")
         names = names[:MAX_INTERFACES]
-    tool = shutil.which("ethtool") if ethtool else None
-    devices = []
     for name in names:
         base = sysfs / "class" / "net" / name
         _readable(base / "statistics", f"net/{name}", snap)
         flaps = _read_int(base / "carrier_changes")
         if flaps is not None:
             snap.values[f"net/{name}/carrier_changes"] = flaps
-        if (base / "device").exists():
-            devices.append(name)
+    devices = [n for n in names if n in backed]
+    tool = shutil.which("ethtool") if ethtool and devices else None
     if devices and ethtool and tool is None:
         snap.notes.append("ethtool not installed: `ethtool -S` counters (pause frames, "
                           "discards) not read")
     deadline = time.monotonic() + ETHTOOL_TIMEOUT
-    for i, name in enumerate(devices if tool else ()):
+    for name in devices if tool else ():
+        if name in _ETHTOOL_STUCK:
+            continue
         left = deadline - time.monotonic()
         if left <= 0:
-            snap.notes.append(f"ethtool -S took over {ETHTOOL_TIMEOUT:g} s: "
-                              f"{len(devices) - i} interface(s) not read")
+            snap.notes.append(f"ethtool -S took over {ETHTOOL_TIMEOUT:g} s a snapshot: the "
+                              "rest of the interfaces' not read that time")
             break
-        _ethtool(tool, name, snap, left)
+        _ethtool(str(tool), name, snap, left)
 
 
 _ETHTOOL_LINE = re.compile(r"\s*([^:]+?):\s+(-?\d+)\s*$")
+# Interfaces whose `ethtool -S` did not answer in time: not asked again by this process (a
+# driver stuck under the rtnl lock would hold every later snapshot too).
+_ETHTOOL_STUCK: set[str] = set()
 
 
 def _ethtool(tool: str, name: str, snap: Snapshot, timeout: float) -> None:
     try:
-        done = subprocess.run([tool, "-S", name], capture_output=True, text=True,
-                              timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        snap.notes.append(f"ethtool -S {name}: {exc}")
+        proc = subprocess.Popen([tool, "-S", name], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+    except OSError as exc:
+        snap.notes.append(f"ethtool -S {name}: {exc.strerror or exc}")
         return
-    if done.returncode:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _ETHTOOL_STUCK.add(name)
+        proc.kill()
+        try:
+            proc.wait(0.5)
+        except subprocess.TimeoutExpired:
+            pass                # stuck in the kernel: left behind, never waited on again
+        snap.notes.append(f"ethtool -S {name} did not answer in time: not asked again")
+        return
+    if proc.returncode:
         return                  # a driver without statistics: nothing to say each case
-    for line in done.stdout.splitlines()[1:]:     # first: "NIC statistics:"
+    for line in out.splitlines()[1:]:     # first: "NIC statistics:"
         m = _ETHTOOL_LINE.match(line)
         if m:
             snap.values[f"ethtool/{name}/{m.group(1).strip().replace(' ', '_')}"] = int(
@@ -229,6 +279,8 @@ def _kernel_tcp(proc: Path, snap: Snapshot) -> None:
             if prefix is None or not body.startswith(group + ":"):
                 continue
             for key, value in zip(names.split(), body.partition(":")[2].split()):
+                if f"{prefix}/{key}" in NOT_COUNTERS:
+                    continue
                 try:
                     snap.values[f"{prefix}/{key}"] = int(value)
                 except ValueError:

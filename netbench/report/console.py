@@ -26,7 +26,7 @@ from netbench.analysis.cases import case_names
 from netbench.analysis.verdict import VERDICTS, Verdict
 from netbench.api import Case, format_size, json_safe
 from netbench.env import counters
-from netbench.store import columns_of
+from netbench.store import columns_of, counters_of
 from netbench.textfile import printable  # stored params and hosts may hold escapes
 
 
@@ -434,14 +434,10 @@ def counter_lines(rows: Iterable[Mapping[str, Any]], limit: int = 20) -> list[st
     out, seen = [], set()
     for row in rows:
         key = (row.get("run_id"), row.get("host"), row.get("case_index"))
-        text = row.get("counters")
-        if key in seen or not isinstance(text, str):
+        if key in seen:
             continue
         seen.add(key)
-        try:
-            grown = counters.nonzero_errors(json.loads(text))
-        except (ValueError, TypeError, AttributeError):
-            continue
+        grown = counters.nonzero_errors(counters_of(row.get("counters")) or {})
         if grown:
             where = f" {row.get('host')} -> {row.get('peer')}" if row.get("peer") else ""
             out.append(f"counters: {row.get('benchmark')} (case {int(row['case_index']) + 1})"

@@ -680,14 +680,12 @@ def counters_panel(rows: Any) -> str:
     if "counters" not in rows:
         return ""
     from netbench.env.counters import nonzero_errors
+    from netbench.store import counters_of
 
     found = []
     for _, r in rows.drop_duplicates(["run_id", "host", "case_index"]).iterrows():
-        try:
-            grown = json.loads(r["counters"]) if isinstance(r["counters"], str) else None
-        except ValueError:
-            grown = None
-        if not isinstance(grown, dict) or not grown:
+        grown = counters_of(r["counters"])
+        if not grown:
             continue
         errors = nonzero_errors(grown)
         others = sorted(((k, v) for k, v in grown.items() if k not in errors),

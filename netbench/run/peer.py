@@ -26,6 +26,7 @@ from netbench import __version__
 from netbench.env import counters
 from netbench.errors import NetbenchError, PeerError, UsageError
 from netbench.run.wire import PROTOCOL, Channel, hang_up, parse_hostport
+from netbench.textfile import printable
 
 DEFAULT_PORT = 5301
 HELLO_TIMEOUT = 5.0      # a new connection must say who it is within this (the whole frame)
@@ -53,6 +54,7 @@ LISTEN_BACKLOG = 1024     # the kernel caps it at net.core.somaxconn
 # message of empty lists costs about what its bytes do, for every connection at once.
 REQUEST_ITEMS = 4096
 COUNTER_INTERVAL = 0.02  # seconds a counter read is reused for (a flood shares one read)
+COUNTER_WAIT = 5.0       # seconds an ask waits for a read in progress (ethtool stuck: gives up)
 MAX_COUNTER_NAME = 256   # characters in a counter's name, as a client accepts it
 MAX_COUNTER_NOTES = 20
 FD_BACKOFF = 0.5         # seconds to stop accepting when the process is out of descriptors
@@ -370,7 +372,9 @@ class Server:
         """This host's counters (netbench.env.counters), for the client to difference around
         its case. Read at most once every COUNTER_INTERVAL whoever asks (each read is a few
         milliseconds of work, and ethtool runs): clients flooding the op share one read."""
-        with self._counter_lock:
+        if not self._counter_lock.acquire(timeout=COUNTER_WAIT):
+            return {"error": f"counters: a read has taken over {COUNTER_WAIT:g} s"}
+        try:
             now = time.monotonic()
             if self._counted is None or now - self._counted[0] >= COUNTER_INTERVAL:
                 snap = counters.snapshot()
@@ -378,6 +382,8 @@ class Server:
                     "ok": True, "counters": snap.values,
                     "notes": snap.notes[:MAX_COUNTER_NOTES]})
             return self._counted[1]
+        finally:
+            self._counter_lock.release()
 
     def _run_far_end(self, session: _ServerSession, request: Mapping[str, Any]) -> bool:
         """Run one benchmark's far end; False when the control connection is unusable."""
@@ -493,7 +499,7 @@ class ClientSession:
                             f"{counters.MAX_COUNTERS}")
         if not isinstance(notes, list):
             notes = []
-        return counters.Snapshot(dict(values), [_clip(n, 200) for n in
+        return counters.Snapshot(dict(values), [printable(str(n))[:200] for n in
                                                 notes[:MAX_COUNTER_NOTES]])
 
     def close(self) -> None:

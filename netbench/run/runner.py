@@ -261,6 +261,7 @@ class Runner:
         # Read the NIC's and kernel's counters around each case (--no-counters: not).
         self.count = not env.get("no_counters")
         self._said: set[str] = set()
+        self._far_unread: set[str] = set()    # peers that could not say their counters
         self.reporter = reporter or SilentEvents()
         self._loopback: peer_mod.ServerProcess | None = None
         self._shared: dict[str, Any] = {}
@@ -303,10 +304,9 @@ class Runner:
                                     "the host's TCP stack, not a NIC")
         self.reporter.start_run(run_id, plan.suite, len(plan.cases), self.label)
         extra = {"netbench_plan": plan_fingerprint(plan)}
-        first = self._counters()
-        if first is not None:       # what is read around each case: a 0 later is a 0
-            extra["netbench_counters"] = json.dumps({"read": sorted(first.values),
-                                                     "notes": first.notes})
+        kept = self.counters_kept()
+        if kept is not None:        # what is read around each case: a 0 later is a 0
+            extra["netbench_counters"] = kept
         if self.env.get("resumes"):
             extra["netbench_resumes"] = json.dumps(self.env["resumes"], default=str)
         writer = self.store.open_run(path, extra)
@@ -368,6 +368,22 @@ class Runner:
         self._say_once(snap.notes)
         return snap
 
+    def counters_kept(self) -> str | None:
+        """What the run's footer keeps of the counters read around its cases
+        (``netbench_counters``: the names, compact whatever the interface count, and why some
+        cannot be read); None with --no-counters."""
+        snap = self._counters()
+        if snap is None:
+            return None
+        return json.dumps({"names": sorted({k.rsplit("/", 1)[-1] for k in snap.values}),
+                           "notes": snap.notes[:20]})
+
+    def take_notes(self) -> list[str]:
+        """What the cases measured since the last call had to say (each once a run), for a
+        caller that runs cases itself (a fabric sweep's rounds)."""
+        notes, self._case_fallbacks = self._case_fallbacks, []
+        return notes
+
     def _far_counters(self) -> counters.Snapshot | None:
         """The far end's counters, as its ``netbench serve`` (or fabric rank) reads them;
         None where it cannot say (an older netbench, gone): said once a run."""
@@ -380,16 +396,19 @@ class Runner:
             finally:
                 session.close()
         except NetbenchError as exc:
-            self._say_once([f"the far end's counters were not read: {exc}"])
+            self._far_unread.add(str(self.peer))
+            self._say_once([f"the far end's counters were not read ({exc}): not asked "
+                            f"again this run; its cases' rows say {counters.FAR_UNREAD}"])
             return None
         self._say_once([f"far end: {note}" for note in snap.notes])
         return snap
 
     def _counted(self, rows: list[dict[str, Any]],
                  before: tuple[counters.Snapshot | None, counters.Snapshot | None],
-                 after: tuple[counters.Snapshot | None, counters.Snapshot | None]) -> None:
+                 after: tuple[counters.Snapshot | None, counters.Snapshot | None],
+                 far_wanted: bool = False) -> None:
         """Each row of a case: what its counters grew by while it ran, this end's and the
-        far end's (``far/...``)."""
+        far end's (``far/...``; ``far/unread`` where it was wanted and not read)."""
         if before[0] is None or after[0] is None:
             return
         grown, notes = counters.delta(before[0], after[0])
@@ -397,6 +416,8 @@ class Runner:
             far, far_notes = counters.delta(before[1], after[1])
             grown.update({f"far/{k}": v for k, v in far.items()})
             notes += [f"far end: {n}" for n in far_notes]
+        elif far_wanted:
+            grown[counters.FAR_UNREAD] = 1      # "not read", never "read, nothing grew"
         self._say_once(notes)
         text = json.dumps(grown, sort_keys=True)
         for row in rows:
@@ -425,12 +446,17 @@ class Runner:
         """One case, run as ``run`` runs it (availability, timeout, errors as rows), its rows
         timed and returned, not stored: for a caller that stores elsewhere (a fabric sweep)."""
         case_base = {**base, "case_started_at": datetime.now(UTC)}
-        far = self.peer is not None and planned.bench.needs_peer
+        # The far end's too, where the case talks to one and will run (a skipped case asks
+        # nobody), unless it could not say before (an older server, gone: asked once a run).
+        wanted = (self.count and self.peer is not None and planned.bench.needs_peer
+                  and not planned.bench.available_for(planned.case, self.env))
+        far = wanted and self.peer not in self._far_unread
         before = self._counters(), self._far_counters() if far else None
         began, load = time.monotonic(), self._load.start()
         rows = self._run_case(index, planned, case_base)
         _timed(rows, began, load, self._load)   # when it ran, how long, how busy
-        self._counted(rows, before, (self._counters(), self._far_counters() if far else None))
+        after = self._counters(), self._far_counters() if far else None
+        self._counted(rows, before, after, wanted)
         return rows
 
     def close_shared(self) -> list[str]:

@@ -109,7 +109,7 @@ def stop_on_signals() -> Iterator[None]:
 
 def resume_command(run_id: str, target: str, param_items: Sequence[str], *, results: str,
                    repeat: int | None, timeout: float | None, peer: str | None,
-                   sysfs_root: str | None) -> str:
+                   sysfs_root: str | None, no_counters: bool = False) -> str:
     """The command that continues this run: the same target, params and options that shape
     the plan or reach the same store and peer, then --resume (``results`` left out where it
     is the CLI's default)."""
@@ -121,6 +121,8 @@ def resume_command(run_id: str, target: str, param_items: Sequence[str], *, resu
                         ("--peer", peer), ("--sysfs-root", sysfs_root)):
         if value is not None:
             words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if no_counters:         # the rest of the run reads what its start read
+        words.append("--no-counters")
     return shlex.join([*words, "--resume", run_id])
 
 

@@ -13,6 +13,7 @@ from netbench.store.schema import (
     check_run_id,
     clean_value,
     columns_of,
+    counters_of,
     env_of,
     keyed,
     measured_params,
@@ -25,6 +26,6 @@ from netbench.store.schema import (
 __all__ = [
     "CATALOG", "COLUMNS", "RUN_ENV", "SCHEMA_VERSION", "JsonlStore", "NullStore", "ResultStore",
     "RunWriter", "StoreWarning", "arrow_schema", "case_counts", "check_run_id", "clean_value",
-    "columns_of", "env_of", "import_jsonl", "keyed", "load", "measured_params", "params_json",
-    "params_of", "split_unit", "thin",
+    "columns_of", "counters_of", "env_of", "import_jsonl", "keyed", "load", "measured_params",
+    "params_json", "params_of", "split_unit", "thin",
 ]

@@ -26,6 +26,7 @@ from netbench.store.schema import (
     _envs_of,
     _RunFacts,
     arrow_schema,
+    counters_of,
     split_unit,
 )
 from netbench.textfile import (
@@ -160,6 +161,10 @@ def _unparsable(row: Mapping[str, Any]) -> str | None:
         if not isinstance(value, dict) or nesting_depth(value) > MAX_TOML_DEPTH:
             return (f"{column} must be the text of a JSON object nested at most "
                     f"{MAX_TOML_DEPTH} deep, not {str(text)[:60]!r}")
+    text = row.get("counters")
+    if text not in (None, "") and counters_of(text) is None:
+        return ("counters must be the text of a JSON object of counter names to whole "
+                f"numbers >= 0, not {str(text)[:60]!r}")
     return None
 
 

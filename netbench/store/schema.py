@@ -154,6 +154,26 @@ def _by_status(by_case: Mapping[Any, set[str]]) -> dict[str, int]:
     return counts
 
 
+MAX_COUNTER_KEYS = 8193      # a counters column's names (both ends', and far/unread)
+MAX_COUNTER_NAME = 260       # characters in one
+
+
+def counters_of(text: Any) -> dict[str, int] | None:
+    """A row's ``counters`` (JSON text: names to whole numbers >= 0) as a dict; None where it
+    is missing or is not that (a rank's or a file's garbage is not read, never a crash)."""
+    if not isinstance(text, str) or len(text) > MAX_COUNTER_KEYS * (MAX_COUNTER_NAME + 24):
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or len(data) > MAX_COUNTER_KEYS or not all(
+            isinstance(k, str) and len(k) <= MAX_COUNTER_NAME and type(v) is int and v >= 0
+            for k, v in data.items()):
+        return None
+    return data
+
+
 def params_json(params: Mapping[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
 

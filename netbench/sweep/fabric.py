@@ -33,7 +33,7 @@ from netbench.run.peer import Server
 from netbench.run.runner import Runner, plan_fingerprint
 from netbench.run.suite import Plan, PlannedCase
 from netbench.run.wire import parse_hostport
-from netbench.store import RUN_ENV, NullStore
+from netbench.store import RUN_ENV, NullStore, counters_of
 from netbench.sweep import schedule as sched
 
 JOIN_TIMEOUT = 120.0      # seconds for every rank to join the rendezvous
@@ -288,7 +288,6 @@ _TIMES = ("started_at", "case_started_at")
 
 
 MAX_ROUTE = 64 << 10      # bytes of a row's route (a trace's addresses) kept from a rank
-MAX_COUNTERS_TEXT = 512 << 10   # bytes of a row's counter deltas kept from a rank
 
 
 def check_adaptive(pattern: str, direction: str, k: int | None, rails: bool,
@@ -322,8 +321,8 @@ def _decoded(row: dict[str, Any]) -> dict[str, Any]:
     row.pop("fair_share", None)
     if not (isinstance(row.get("route"), str) and len(row["route"]) <= MAX_ROUTE):
         row["route"] = None
-    if not (isinstance(row.get("counters"), str) and len(row["counters"]) <= MAX_COUNTERS_TEXT):
-        row["counters"] = None
+    if counters_of(row.get("counters")) is None:
+        row["counters"] = None          # a rank's garbage: not read, rather than a crash
     for key in _TIMES:
         if isinstance(row.get(key), str):
             try:
@@ -480,6 +479,9 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
         kept = {"netbench_plan": plan_fingerprint(plan), "netbench_fabric": json.dumps(facts)}
         if options.topology is not None:     # report and analysis of the run read it back
             kept["netbench_topology"] = options.topology.to_json()
+        names = runner.counters_kept()        # rank 0's: the fleet reads alike
+        if names is not None:
+            kept["netbench_counters"] = names
         writer = store.open_run(path, kept)
         if adaptive:
             say(f"netbench fabric {run_id}: {world} endpoints, adaptive rounds (at most "
@@ -505,6 +507,8 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
             else:
                 break
             rows = _round(number, pairs, offset, plan, endpoints, rank, runner, base, result)
+            for note in runner.take_notes():       # each once a run (counters unread, ...)
+                say(f"{endpoints[rank].name}: {note}")
             offset += len(pairs)
             if rows is not None:
                 meet.set(f"rows/{number}/{rank}", rows)
