@@ -78,7 +78,7 @@ def opensm_fat_tree(leaves: int, per_leaf: int, spines: int):
         out = tempfile.mkdtemp(prefix="nb-ibsim-")
         script = Path(__file__).resolve().parents[1] / "tests/fixtures/topology/capture-ibsim.sh"
         try:
-            subprocess.run(["sh", str(script), out, str(leaves), str(spines), str(per_leaf)],
+            subprocess.run([str(script), out, str(leaves), str(spines), str(per_leaf)],
                            check=True, timeout=1800, capture_output=True)
         finally:
             pid = Path(out, "ibsim.pid")

@@ -97,7 +97,7 @@ def test_live_opensm_tables_read_back_match_ibtracert(tmp_path):
     """opensm's minhop engine on a fabric ibsim simulates: the file the user writes with
     ibnetdiscover and dump_fts gives the path ibtracert walks, pair by pair."""
     script = FIXTURES / "capture-ibsim.sh"
-    run = subprocess.run(["sh", str(script), str(tmp_path), "4", "3", "4", "minhop"],
+    run = subprocess.run([str(script), str(tmp_path), "4", "3", "4", "minhop"],
                          capture_output=True, text=True, timeout=300)
     try:
         assert run.returncode == 0, run.stderr + (tmp_path / "opensm.out").read_text()
