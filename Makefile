@@ -32,7 +32,8 @@ BUILD_DEPS := gcc:gcc /usr/include/stdio.h:libc6-dev \
 TEST_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf chromium:chromium \
               modprobe:kmod mpirun:openmpi-bin unshare:util-linux ps:procps \
               lldpd:lldpd lldpcli:lldpd \
-              ibsim:ibsim-utils opensm:opensm dump_fts:infiniband-diags ibtracert:infiniband-diags
+              ibsim:ibsim-utils opensm:opensm dump_fts:infiniband-diags ibtracert:infiniband-diags \
+              ethtool:ethtool
 builddeps:
 	@tools/sysdeps.sh $(BUILD_DEPS)
 sysdeps: builddeps
