@@ -440,9 +440,7 @@ def test_a_far_end_that_cannot_say_is_marked_unread_asked_once_and_fails_accepta
     spec = tmp_path / "spec.toml"
     spec.write_text('[[check]]\nbenchmark = "tcp.rr"\nmetric = "lat_p50"\n'
                     'max_delta = { carrier_changes = 0 }\n')
-    verdict = subprocess.run([sys.executable, "-m", "netbench", "accept", str(spec),
-                              "--results", str(tmp_path / "r")], capture_output=True,
-                             text=True, timeout=120, cwd=ROOT)
+    verdict = _accept(tmp_path / "r", spec)
     assert verdict.returncode == 1 and "the far end's counters not read for 2 of 2" in (
         verdict.stdout), verdict.stdout
 
@@ -457,17 +455,13 @@ def test_no_counters_reads_none_and_acceptance_says_so(tmp_path):
     spec = tmp_path / "spec.toml"
     spec.write_text('[[check]]\nbenchmark = "tcp.rr"\nmetric = "lat_p50"\n'
                     'max_delta = { RetransSegs = 0, no_such_counter = 0 }\n')
-    verdict = subprocess.run([sys.executable, "-m", "netbench", "accept", str(spec),
-                              "--results", str(tmp_path / "r")], capture_output=True,
-                             text=True, timeout=120, cwd=ROOT)
+    verdict = _accept(tmp_path / "r", spec)
     assert verdict.returncode == 1 and "counters not read for 1 of 1" in verdict.stdout
     assert "no counter named" not in verdict.stdout      # unknown, not a typo, when unread
     # Read, the typo is named (the footer says which names this host reads).
     run = subprocess.run([sys.executable, "-m", "netbench", "run", "tcp.rr", "-p",
                           "duration=0.3", "--results", str(tmp_path / "r2")],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
-    verdict = subprocess.run([sys.executable, "-m", "netbench", "accept", str(spec),
-                              "--results", str(tmp_path / "r2")], capture_output=True,
-                             text=True, timeout=120, cwd=ROOT)
+    verdict = _accept(tmp_path / "r2", spec)
     assert "no counter named no_such_counter was read" in verdict.stdout, verdict.stdout
     assert "RetransSegs" not in verdict.stdout.split("no counter named")[1]

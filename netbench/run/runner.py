@@ -384,15 +384,16 @@ class Runner:
         notes, self._case_fallbacks = self._case_fallbacks, []
         return notes
 
-    def _far_counters(self) -> counters.Snapshot | None:
-        """The far end's counters, as its ``netbench serve`` (or fabric rank) reads them;
-        None where it cannot say (an older netbench, gone): said once a run."""
+    def _far_counters(self, wait: float = FAR_COUNTERS_TIMEOUT) -> counters.Snapshot | None:
+        """The far end's counters, as its ``netbench serve`` (or fabric rank) reads them,
+        within ``wait`` seconds for each of connecting and reading; None where it cannot say
+        (an older netbench, gone, silent): said once a run."""
         if not self.count:
             return None
         try:
-            session = self._connect(FAR_COUNTERS_TIMEOUT)
+            session = self._connect(wait)
             try:
-                snap = session.counters(FAR_COUNTERS_TIMEOUT)
+                snap = session.counters(wait)
             finally:
                 session.close()
         except NetbenchError as exc:
@@ -450,12 +451,16 @@ class Runner:
         # nobody), unless it could not say before (an older server, gone: asked once a run).
         wanted = (self.count and self.peer is not None and planned.bench.needs_peer
                   and not planned.bench.available_for(planned.case, self.env))
+        # Its wait is a share of the case's timeout: --timeout bounds a run against a silent
+        # peer, whose counters cannot come either.
+        wait = min(FAR_COUNTERS_TIMEOUT, planned.timeout / 4)
         far = wanted and self.peer not in self._far_unread
-        before = self._counters(), self._far_counters() if far else None
+        before = self._counters(), self._far_counters(wait) if far else None
         began, load = time.monotonic(), self._load.start()
         rows = self._run_case(index, planned, case_base)
         _timed(rows, began, load, self._load)   # when it ran, how long, how busy
-        after = self._counters(), self._far_counters() if far else None
+        far = far and self.peer not in self._far_unread     # not asked again once silent
+        after = self._counters(), self._far_counters(wait) if far else None
         self._counted(rows, before, after, wanted)
         return rows
 
