@@ -38,9 +38,6 @@ for rail in $NETBENCH_RAILS; do         # rxe<r>=ADDR
       || { echo "FAIL fabric sweep: cannot shape $nic"; exit 1; }
     echo "[guest] $(hostname): egress of $nic ($dev) shaped to $SLOW_MBIT Mbit/s"
   fi
-  # --no-counters: the single-guest stage reads rxe's counters; here, with them read around
-  # each pair (2026-12-02, accel tcg), unshaped pairs read 18 Mbit/s, too near the shaped 15
-  # to flag: until that is explained, the rates alone are this known answer.
   # --threshold 0.4: a pair under 0.6 of the fabric's median is slow. Unshaped pairs under
   # emulation spread down to 0.70 of it; the shaped ones sat at 0.32 here, and a CI machine
   # 0.7 times as fast would put them at 0.46: both sides keep a margin. --k 1: one pair at
@@ -52,7 +49,7 @@ for rail in $NETBENCH_RAILS; do         # rxe<r>=ADDR
     -p iterations=200 -p tx_depth=16 -p cq_mod=4 -p validate=true --timeout 120 \
     --rendezvous 10.99.0.1:29533 --rendezvous-store builtin --rails --k 1 --device "$dev" \
     --bind "$addr" --threshold 0.4 --join-timeout 300 --jsonl "$OUT/fabric.jsonl" \
-    --label softroce-fabric --no-counters --json > "$OUT/fabric-verdicts$((node * nics + r)).json" \
+    --label softroce-fabric --json > "$OUT/fabric-verdicts$((node * nics + r)).json" \
     2> "$OUT/fabric-rank$((node * nics + r)).log" &
   pids="$pids $!:$r"
   r=$((r + 1))
