@@ -465,3 +465,38 @@ def test_no_counters_reads_none_and_acceptance_says_so(tmp_path):
     verdict = _accept(tmp_path / "r2", spec)
     assert "no counter named no_such_counter was read" in verdict.stdout, verdict.stdout
     assert "RetransSegs" not in verdict.stdout.split("no counter named")[1]
+
+
+def test_a_case_that_can_use_its_far_end_reads_the_far_ends_counters(tmp_path):
+    """RDMA's cases run on loopback without a peer (needs_peer is False), and through the
+    far end with one: given --peer, their rows carry the far end's counters too (the VM
+    stage's lossy-link answer is read there)."""
+    import pandas as pd
+
+    from netbench.api import Benchmark, Case, Measurement, Metric
+    from netbench.env.probe import probe
+    from netbench.run.runner import Runner
+    from netbench.run.suite import Plan, PlannedCase
+    from netbench.store import ResultStore
+
+    class FarCapable(Benchmark):
+        name, transport = "test.far_capable", "tcp"
+        metrics = (Metric("x", "1", "higher"),)
+
+        def run(self, case, ctx):
+            return Measurement({"x": 1.0})
+
+        def serve(self, params, session):
+            return None
+
+    bench = FarCapable()
+    assert not bench.needs_peer and bench.has_far_end
+    server = ServerProcess()
+    try:
+        plan = Plan("adhoc", [PlannedCase(Case(bench.name, {}), bench, 30.0)])
+        Runner(ResultStore(tmp_path / "res"), probe(), peer=server.address).run(plan)
+    finally:
+        server.stop()
+    (row,) = pd.read_parquet(tmp_path / "res").to_dict("records")
+    grown = json.loads(row["counters"])
+    assert "far/unread" not in grown and any(k.startswith("far/") for k in grown), grown
