@@ -105,6 +105,9 @@ EOF
 chmod +x "$IRD/init"
 (cd "$IRD" && find . | cpio -o -H newc --quiet | gzip -1) > "$WORK/initramfs-$KVER.cpio.gz"
 rm -f "$OUT"/guest_rc*
+# $OUT/shared: a scratch folder the guests of this boot share (rendezvous files), kept out
+# of the results (`make bench-softroce` imports $OUT/*.jsonl only).
+rm -rf "$OUT/shared" && mkdir -p "$OUT/shared"
 echo "[host] kernel $KVER, accel $ACCEL, $NODES x ($VCPUS vCPU, $MEM$([ "$NODES" = 1 ] || echo ", $NICS NIC(s)")), prepared in $(( $(date +%s) - T0 )) s"
 # Random per run, so two CI jobs on one machine never share a segment.
 MCAST_PORT=$(( 20000 + RANDOM % 20000 ))
