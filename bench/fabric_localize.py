@@ -2,7 +2,7 @@
 """Adaptive fabric sweeps against the flow-level simulator: how many rounds it takes to name a
 broken element, and how often the name is right, over random single and double faults.
 
-    python bench/fabric_localize.py [--hosts 1024] [--trials 200] [--noise 0.05]
+    python bench/fabric_localize.py [--hosts 1024] [--trials 200] [--noise 0.05] [--jobs 2]
 
 One line per topology:
 ``<topology> hosts N rounds <median> max <max> precision <P> recall <R> pinned <r> plan_s <s>
@@ -22,7 +22,9 @@ an ECMP path set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import multiprocessing
 import random
 import statistics
 import sys
@@ -159,6 +161,26 @@ def trial(make, rng: random.Random, faults: int, severity: float, noise: float,
             plan_s, planner.log, broken, [s.elements for s in verdict.suspects])
 
 
+def trial_states(make, rng: random.Random, trials: int, severity: float) -> list:
+    """The random state each trial starts from in a sequential run: a trial draws its faults
+    and two seeds, nothing else (the topology is the same every trial)."""
+    topo, states = make(), []
+    for t in range(trials):
+        states.append(rng.getstate())
+        faults_for(topo, rng, 1 + t % 2, severity)
+        rng.randrange(1 << 30)
+        rng.randrange(1 << 30)
+    return states
+
+
+def _one_trial(work: tuple):
+    hosts, index, state, faults, severity, noise, threshold, traced = work
+    make = shapes(hosts)[index][1]
+    rng = random.Random()
+    rng.setstate(state)
+    return trial(make, rng, faults, severity, noise, threshold, traced)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--hosts", type=int, default=1024)
@@ -169,10 +191,12 @@ def main() -> int:
     ap.add_argument("--only", default="", help="run only topologies whose name has this")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--verbose", action="store_true", help="print each miss's rounds")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="trials run at once (processes); the figures do not depend on it")
     args = ap.parse_args()
     from netbench.analysis.adaptive import default_budget
 
-    for name, make, traced in shapes(args.hosts):
+    for index, (name, make, traced) in enumerate(shapes(args.hosts)):
         if args.only and args.only not in name:
             continue
         rng = random.Random(args.seed)
@@ -182,9 +206,17 @@ def main() -> int:
             print(f"{name} skipped: {exc}", flush=True)
             continue
         rounds, right, named, recalled, pinned, truth, plan = [], 0, 0, 0, 0, 0, []
-        for t in range(args.trials):
-            r, ok, nm, rc, pn, tr, ps, log, broken, said = trial(
-                make, rng, 1 + t % 2, args.severity, args.noise, args.threshold, traced)
+        # Each trial from the random state the sequential run would reach, so --jobs changes
+        # the wall time only, never a figure.
+        states = trial_states(make, rng, args.trials, args.severity)
+        work = [(args.hosts, index, state, 1 + t % 2, args.severity, args.noise,
+                 args.threshold, traced) for t, state in enumerate(states)]
+        with multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 \
+                else contextlib.nullcontext() as pool:
+            results = pool.imap(_one_trial, work) if pool else map(_one_trial, work)
+            results = list(results)
+        for t, result in enumerate(results):
+            r, ok, nm, rc, pn, tr, ps, log, broken, said = result
             rounds.append(r)
             right, named, recalled, pinned, truth = (right + ok, named + nm, recalled + rc,
                                                      pinned + pn, truth + tr)
