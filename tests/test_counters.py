@@ -500,3 +500,43 @@ def test_a_case_that_can_use_its_far_end_reads_the_far_ends_counters(tmp_path):
     (row,) = pd.read_parquet(tmp_path / "res").to_dict("records")
     grown = json.loads(row["counters"])
     assert "far/unread" not in grown and any(k.startswith("far/") for k in grown), grown
+
+
+def test_a_case_shorter_than_the_far_ends_shared_read_still_gets_a_read_after_it(
+        tmp_path, monkeypatch):
+    """The far end shares one read for COUNTER_INTERVAL (a flood of asks shares it); a case
+    that ends sooner must not be given the read from before it, which would say nothing grew.
+    Here the interval is 1.5 s and the case instant: the runner waits it out."""
+    import pandas as pd
+
+    from netbench import registry
+    from netbench.api import Benchmark, Case, Measurement, Metric
+    from netbench.env.probe import probe
+    from netbench.run import peer
+    from netbench.run.runner import Runner
+    from netbench.run.suite import Plan, PlannedCase
+    from netbench.store import ResultStore
+
+    class Instant(Benchmark):
+        name, transport = "test.instant", "tcp"
+        metrics = (Metric("x", "1", "higher"),)
+
+        def run(self, case, ctx):
+            return Measurement({"x": 1.0})
+
+        def serve(self, params, session):
+            return None
+
+    monkeypatch.setattr(peer, "COUNTER_INTERVAL", 1.5)
+    server = peer.Server(registry.get, bind="127.0.0.1", port=0)
+    addr, port = server.listen()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    bench = Instant()
+    plan = Plan("adhoc", [PlannedCase(Case(bench.name, {}), bench, 30.0)])
+    began = time.monotonic()
+    Runner(ResultStore(tmp_path / "res"), probe(), peer=f"{addr}:{port}").run(plan)
+    assert time.monotonic() - began >= 1.5
+    (row,) = pd.read_parquet(tmp_path / "res").to_dict("records")
+    grown = json.loads(row["counters"])
+    # The before-read's own reply crossed lo after it was read: a read after the case sees it.
+    assert any(k.startswith("far/net/lo/") for k in grown), grown

@@ -378,7 +378,9 @@ class Server:
             now = time.monotonic()
             if self._counted is None or now - self._counted[0] >= COUNTER_INTERVAL:
                 snap = counters.snapshot()
-                self._counted = (time.monotonic(), {
+                # Stamped when the read began: a client that asks COUNTER_INTERVAL after its
+                # case ended gets values read after that end, never a read begun before it.
+                self._counted = (now, {
                     "ok": True, "counters": snap.values,
                     "notes": snap.notes[:MAX_COUNTER_NOTES]})
             return self._counted[1]

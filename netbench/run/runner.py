@@ -459,9 +459,15 @@ class Runner:
         before = self._counters(), self._far_counters(wait) if far else None
         began, load = time.monotonic(), self._load.start()
         rows = self._run_case(index, planned, case_base)
+        ended = time.monotonic()
         _timed(rows, began, load, self._load)   # when it ran, how long, how busy
         far = far and self.peer not in self._far_unread     # not asked again once silent
-        after = self._counters(), self._far_counters(wait) if far else None
+        local = self._counters()
+        if far:
+            # The far end shares one read for COUNTER_INTERVAL: asked sooner after a short
+            # case, it could answer with the read made before the case (a delta of nothing).
+            time.sleep(max(0.0, ended + peer_mod.COUNTER_INTERVAL - time.monotonic()))
+        after = local, self._far_counters(wait) if far else None
         self._counted(rows, before, after, wanted)
         return rows
 
