@@ -77,7 +77,8 @@ def main() -> int:
     trials, alarms = [], 0
     for i in range(args.trials):
         proc = subprocess.run([*netbench, "compare", f"aa{i}", f"aa{i + 1}", "--results",
-                               str(results), "--no-history", "--json"],
+                               str(results), "--no-history", "--json",
+                               "--thresholds", str(args.suite)],     # as its users compare
                               capture_output=True, text=True, cwd=ROOT)
         verdicts = json.loads(proc.stdout)["verdicts"] if proc.stdout else []
         count = {k: sum(v["verdict"] == k for v in verdicts)
