@@ -173,9 +173,22 @@ def trial_states(make, rng: random.Random, trials: int, severity: float) -> list
     return states
 
 
+_TOPOLOGIES: dict = {}
+
+
+def built(hosts: int, index: int):
+    """One topology per shape and process, built once: the planner and the simulator only
+    read it (its path caches are pure), so every trial may share it, and ibsim and opensm
+    run once per shape, not per trial."""
+    if (hosts, index) not in _TOPOLOGIES:
+        _TOPOLOGIES[(hosts, index)] = shapes(hosts)[index][1]()
+    topo = _TOPOLOGIES[(hosts, index)]
+    return lambda: topo
+
+
 def _one_trial(work: tuple):
     hosts, index, state, faults, severity, noise, threshold, traced = work
-    make = shapes(hosts)[index][1]
+    make = built(hosts, index)
     rng = random.Random()
     rng.setstate(state)
     return trial(make, rng, faults, severity, noise, threshold, traced)
@@ -201,6 +214,7 @@ def main() -> int:
             continue
         rng = random.Random(args.seed)
         try:
+            make = built(args.hosts, index)
             n = len(make().hosts)
         except OSError as exc:
             print(f"{name} skipped: {exc}", flush=True)
