@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from netbench.api import Benchmark, Measurement, Metric
 from netbench.env import counters
 from netbench.run.peer import ServerProcess
 
@@ -467,29 +468,33 @@ def test_no_counters_reads_none_and_acceptance_says_so(tmp_path):
     assert "RetransSegs" not in verdict.stdout.split("no counter named")[1]
 
 
+
+
+class _FarCapable(Benchmark):
+    """An instant case with a far end, as RDMA's: needs_peer False, ``serve`` its own."""
+
+    name, transport = "test.far_capable", "tcp"
+    metrics = (Metric("x", "1", "higher"),)
+
+    def run(self, case, ctx):
+        return Measurement({"x": 1.0})
+
+    def serve(self, params, session):
+        return None
+
 def test_a_case_that_can_use_its_far_end_reads_the_far_ends_counters(tmp_path):
     """RDMA's cases run on loopback without a peer (needs_peer is False), and through the
     far end with one: given --peer, their rows carry the far end's counters too (the VM
     stage's lossy-link answer is read there)."""
     import pandas as pd
 
-    from netbench.api import Benchmark, Case, Measurement, Metric
+    from netbench.api import Case
     from netbench.env.probe import probe
     from netbench.run.runner import Runner
     from netbench.run.suite import Plan, PlannedCase
     from netbench.store import ResultStore
 
-    class FarCapable(Benchmark):
-        name, transport = "test.far_capable", "tcp"
-        metrics = (Metric("x", "1", "higher"),)
-
-        def run(self, case, ctx):
-            return Measurement({"x": 1.0})
-
-        def serve(self, params, session):
-            return None
-
-    bench = FarCapable()
+    bench = _FarCapable()
     assert not bench.needs_peer and bench.has_far_end
     server = ServerProcess()
     try:
@@ -510,28 +515,18 @@ def test_a_case_shorter_than_the_far_ends_shared_read_still_gets_a_read_after_it
     import pandas as pd
 
     from netbench import registry
-    from netbench.api import Benchmark, Case, Measurement, Metric
+    from netbench.api import Case
     from netbench.env.probe import probe
     from netbench.run import peer
     from netbench.run.runner import Runner
     from netbench.run.suite import Plan, PlannedCase
     from netbench.store import ResultStore
 
-    class Instant(Benchmark):
-        name, transport = "test.instant", "tcp"
-        metrics = (Metric("x", "1", "higher"),)
-
-        def run(self, case, ctx):
-            return Measurement({"x": 1.0})
-
-        def serve(self, params, session):
-            return None
-
     monkeypatch.setattr(peer, "COUNTER_INTERVAL", 1.5)
     server = peer.Server(registry.get, bind="127.0.0.1", port=0)
     addr, port = server.listen()
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    bench = Instant()
+    bench = _FarCapable()
     plan = Plan("adhoc", [PlannedCase(Case(bench.name, {}), bench, 30.0)])
     began = time.monotonic()
     Runner(ResultStore(tmp_path / "res"), probe(), peer=f"{addr}:{port}").run(plan)
