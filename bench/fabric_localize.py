@@ -128,18 +128,23 @@ def faults_for(topo, rng: random.Random, count: int, severity: float) -> dict[st
     return out
 
 
-def trial(make, rng: random.Random, faults: int, severity: float, noise: float,
-          threshold: float, traced: bool = False):
+def draw(topo, rng: random.Random, faults: int, severity: float) -> tuple:
+    """What a trial takes from the run's random sequence: its faults and two seeds, drawn in
+    trial order whatever runs the trials (so --jobs never moves a figure)."""
+    return (faults_for(topo, rng, faults, severity), rng.randrange(1 << 30),
+            rng.randrange(1 << 30))
+
+
+def trial(make, drawn: tuple, noise: float, threshold: float, traced: bool = False):
     import pandas  # noqa: F401  (imported before the clock: plan_s is planning, not imports)
 
     from netbench.analysis.adaptive import AdaptivePlanner
     from netbench.sweep.simulate import FabricSim
     topo = make()
-    broken = faults_for(topo, rng, faults, severity)
-    fabric = FabricSim(topo, faults=broken, noise=noise, seed=rng.randrange(1 << 30))
+    broken, sim_seed, plan_seed = drawn
+    fabric = FabricSim(topo, faults=broken, noise=noise, seed=sim_seed)
     names = sorted(topo.hosts)
-    planner = AdaptivePlanner(names, topo, threshold=threshold, seed=rng.randrange(1 << 30),
-                              traced=traced)
+    planner = AdaptivePlanner(names, topo, threshold=threshold, seed=plan_seed, traced=traced)
     plan_s = []
     while True:
         t0 = time.perf_counter()
@@ -161,18 +166,6 @@ def trial(make, rng: random.Random, faults: int, severity: float, noise: float,
             plan_s, planner.log, broken, [s.elements for s in verdict.suspects])
 
 
-def trial_states(make, rng: random.Random, trials: int, severity: float) -> list:
-    """The random state each trial starts from in a sequential run: a trial draws its faults
-    and two seeds, nothing else (the topology is the same every trial)."""
-    topo, states = make(), []
-    for t in range(trials):
-        states.append(rng.getstate())
-        faults_for(topo, rng, 1 + t % 2, severity)
-        rng.randrange(1 << 30)
-        rng.randrange(1 << 30)
-    return states
-
-
 _TOPOLOGIES: dict = {}
 
 
@@ -187,11 +180,8 @@ def built(hosts: int, index: int):
 
 
 def _one_trial(work: tuple):
-    hosts, index, state, faults, severity, noise, threshold, traced = work
-    make = built(hosts, index)
-    rng = random.Random()
-    rng.setstate(state)
-    return trial(make, rng, faults, severity, noise, threshold, traced)
+    hosts, index, drawn, noise, threshold, traced = work
+    return trial(built(hosts, index), drawn, noise, threshold, traced)
 
 
 def main() -> int:
@@ -220,11 +210,8 @@ def main() -> int:
             print(f"{name} skipped: {exc}", flush=True)
             continue
         rounds, right, named, recalled, pinned, truth, plan = [], 0, 0, 0, 0, 0, []
-        # Each trial from the random state the sequential run would reach, so --jobs changes
-        # the wall time only, never a figure.
-        states = trial_states(make, rng, args.trials, args.severity)
-        work = [(args.hosts, index, state, 1 + t % 2, args.severity, args.noise,
-                 args.threshold, traced) for t, state in enumerate(states)]
+        work = [(args.hosts, index, draw(make(), rng, 1 + t % 2, args.severity), args.noise,
+                 args.threshold, traced) for t in range(args.trials)]
         with multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 \
                 else contextlib.nullcontext() as pool:
             results = pool.imap(_one_trial, work) if pool else map(_one_trial, work)
