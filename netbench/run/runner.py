@@ -449,8 +449,7 @@ class Runner:
         case_base = {**base, "case_started_at": datetime.now(UTC)}
         # The far end's too, where the case talks to one and will run (a skipped case asks
         # nobody), unless it could not say before (an older server, gone: asked once a run).
-        wanted = (self.count and self.peer is not None
-                  and (planned.bench.needs_peer or planned.bench.has_far_end)
+        wanted = (self.count and self.peer is not None and planned.bench.has_far_end
                   and not planned.bench.available_for(planned.case, self.env))
         # Its wait is a share of the case's timeout: --timeout bounds a run against a silent
         # peer, whose counters cannot come either.
