@@ -245,6 +245,41 @@ def test_a_queue_too_short_for_the_burst_shows_as_retransmits_and_fails_acceptan
 
 
 @pytest.mark.root
+def test_retransmits_that_grew_after_a_change_regress_in_compare_and_a_repeat_is_silent(
+        veth_pair, tmp_path):
+    """A driver update that starts dropping, as compare sees it: the same link before (a long
+    queue) and after (a queue too short for the burst), three repeats a side. The case's
+    err.RetransSegs regressed; the link unchanged (long, then long again) judges nothing."""
+    ns_a, ns_b, _, shape, _ = veth_pair
+    server = ServerProcess(bind="10.204.2.1", prefix=("ip", "netns", "exec", ns_b))
+    results = tmp_path / "r"
+    try:
+        for limit, label in ((8 << 20, "before"), (8 << 20, "again"), (LOSSY_QUEUE, "after")):
+            shape(limit)
+            _run(ns_a, server, results, "tcp.stream", "-p", "duration=1", "-p", "warmup=0.3",
+                 "--repeat", "3", "--label", label)
+    finally:
+        server.stop()
+
+    def verdicts(base: str, cand: str) -> tuple[int, dict]:
+        proc = subprocess.run([sys.executable, "-m", "netbench", "compare", base, cand,
+                               "--results", str(results), "--json", "--no-history"],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+        return proc.returncode, {v["metric"]: v for v in json.loads(proc.stdout)["verdicts"]}
+
+    rc, after = verdicts("before", "after")
+    grown = after["err.RetransSegs"]
+    print(f"err.RetransSegs {grown['baseline']:g} -> {grown['candidate']:g}: "
+          f"{grown['verdict']} (p {grown['p_adjusted']})")
+    assert grown["verdict"] == "regressed" and grown["evidence"] == "repeats", grown
+    assert rc == 1
+    rc, again = verdicts("before", "again")
+    print({m: (v["baseline"], v["candidate"], v["verdict"]) for m, v in again.items()
+           if m.startswith("err.")})
+    assert all(v["verdict"] != "regressed" for m, v in again.items() if m.startswith("err."))
+
+
+@pytest.mark.root
 def test_a_link_flapped_during_one_case_shows_on_that_case_alone(veth_pair, tmp_path):
     ns_a, ns_b, dev_a, shape, flap_port = veth_pair
     shape(64 << 20)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from netbench.analysis.error_metrics import is_error_metric, with_error_metrics
 from netbench.analysis.verdict import (
     HISTORY_RUNS,
     Judgement,
@@ -103,10 +104,13 @@ def _check_threshold_keys(thresholds: Mapping[str, float],
         bench, sep, metric = key.rpartition(":")
         if key == "default" or (not sep and key in metrics | set(known)):
             continue
+        if is_error_metric(metric) and (not sep or bench in known):
+            continue        # err.<counter>: any benchmark's (analysis.error_metrics)
         if sep and bench in known and metric in known[bench]:
             continue
         raise UsageError(f"threshold {key!r}: no such metric, benchmark or benchmark:metric; "
-                         "accepted: a metric name (bw_avg, lat_p99, ...), a benchmark name, "
+                         "accepted: a metric name (bw_avg, lat_p99, err.rx_dropped: an error "
+                         "counter's growth, ...), a benchmark name, "
                          "benchmark:metric, or default")
 
 
@@ -254,6 +258,8 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
     baseline's host (``history_rows``), whose run-to-run spread is each case's noise model
     where the sides' own repeats say less."""
     base, cand, history = keyed(base, cand, history)     # the planned params match
+    # Each error counter that grew on a case's own device, as a metric (lower is better).
+    base, cand, history = with_error_metrics(base, cand, history)
     a, b = pool(base), pool(cand)
     common = [k for k in a if k in b]
     if not common:

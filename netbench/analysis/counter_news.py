@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netbench.env import counters
-from netbench.store import counters_of
+from netbench.store import counters_of, rdma_netdevs
 
 
 @dataclass
@@ -33,14 +33,16 @@ class CounterNews:
     gated: bool = True          # on the case's own device (fails compare); else shown
 
 
-def _own(key: str, device: Any, peer_device: Any) -> bool:
-    """Is ``key`` a counter of the case's own device (this end's, or the far end's)?"""
+def _own(key: str, device: Any, peer_device: Any, netdev: str | None = None) -> bool:
+    """Is ``key`` a counter of the case's own device (this end's, or the far end's; for an
+    RDMA device this end's netdev under it too)?"""
     far = key.startswith("far/")
     dev = peer_device if far else device
     if not isinstance(dev, str) or not dev or counters.netns_wide(key):
         return False
     parts = key.removeprefix("far/").split("/")
-    return len(parts) >= 3 and parts[1] == dev.split(":", 1)[0]
+    return len(parts) >= 3 and (parts[1] == dev.split(":", 1)[0]
+                                or (not far and parts[1] == netdev))
 
 
 def _grown(rows: Any) -> dict[tuple[str, str], dict[str, tuple[int, set[str], bool]]]:
@@ -52,23 +54,28 @@ def _grown(rows: Any) -> dict[tuple[str, str], dict[str, tuple[int, set[str], bo
         return out
     devices = rows["device"] if "device" in rows else [None] * len(rows)
     peers = rows["peer_device"] if "peer_device" in rows else [None] * len(rows)
-    seen = set()
-    for bench, params, text, run, host, index, device, peer_device in zip(
+    envs = rows["env_json"] if "env_json" in rows else [None] * len(rows)
+    seen: set[tuple[Any, Any, Any]] = set()
+    netdevs: dict[tuple[Any, Any], dict[str, str]] = {}
+    for bench, params, text, run, host, index, device, peer_device, env in zip(
             rows["benchmark"], rows["params"], rows["counters"], rows["run_id"], rows["host"],
-            rows["case_index"], devices, peers):
+            rows["case_index"], devices, peers, envs):
         if (run, host, index) in seen:
             continue
         seen.add((run, host, index))
         deltas = counters_of(text)
         if deltas is None:
             continue
+        if (run, host) not in netdevs:
+            netdevs[(run, host)] = rdma_netdevs(env)
+        netdev = netdevs[(run, host)].get(str(device))
         case = out.setdefault((str(bench), str(params)), {})
         if counters.FAR_UNREAD in deltas:
             case.setdefault("", (0, set(), False))       # marks: a far end went unread
         for name, (total, where) in counters.by_name(deltas, counters.is_error).items():
             most, places, own = case.get(name, (0, set(), False))
             case[name] = (max(most, total), places | set(where),
-                          own or any(_own(k, device, peer_device) for k in where))
+                          own or any(_own(k, device, peer_device, netdev) for k in where))
     return out
 
 

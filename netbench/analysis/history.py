@@ -26,6 +26,7 @@ from netbench.analysis.compare import (
     threshold_for,
 )
 from netbench.analysis.counter_news import counter_news
+from netbench.analysis.error_metrics import is_error_metric, with_error_metrics
 from netbench.analysis.verdict import HISTORY_RUNS, Judgement, Past, invocation_test, judge
 from netbench.errors import NetbenchError, UsageError
 from netbench.store import keyed
@@ -110,8 +111,11 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
         raise NetbenchError("no stored run measured "
                             + (", ".join(sorted(wanted)) if wanted else "anything")
                             + (f" with label {', '.join(labels)}" if labels else ""))
+    # Error counters' metrics are derived from the rows' counters (analysis.error_metrics):
+    # asked for one, every metric's rows are read.
+    derived = any(is_error_metric(m) for m in metrics)
     where = {k: v for k, v in (("benchmark", benchmarks),
-                               ("metric", metrics)) if v}
+                               ("metric", () if derived else metrics)) if v}
     rows = store.read(list(usable["run_id"]), where=where)     # filters pushed into the scan
     if benchmarks:
         unknown = set(benchmarks) - set(rows["benchmark"])
@@ -119,16 +123,19 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
             raise UsageError(f"no stored run has {', '.join(sorted(unknown))}; benchmarks "
                              f"there: {', '.join(sorted(set(rows['benchmark'])))}")
         rows = rows[rows["benchmark"].isin(benchmarks)]
+    (rows,) = keyed(rows)                                  # the planned params match
+    if not headline_only:
+        (rows,) = with_error_metrics(rows)
     if metrics:
         unknown = set(metrics) - set(rows["metric"].dropna())
         if unknown:
-            there = store.read(list(usable["run_id"]), ["metric"])["metric"].dropna()
+            there = set(store.read(list(usable["run_id"]), ["metric"])["metric"].dropna())
+            there |= {m for m in rows["metric"].dropna() if is_error_metric(m)}
             raise UsageError(f"no chosen case has metric {', '.join(sorted(unknown))}; "
-                             f"metrics there: {', '.join(sorted(set(there)))}")
+                             f"metrics there: {', '.join(sorted(there))}")
         rows = rows[rows["metric"].isin(metrics)]
     if headline_only:
         rows = rows[is_headline(rows)]
-    (rows,) = keyed(rows)                                  # the planned params match
     order = list(usable["run_id"])
     per_run = {run_id: rows[rows["run_id"] == run_id] for run_id in order}
     per_run = {r: g for r, g in per_run.items() if not g.empty}

@@ -676,10 +676,11 @@ MAX_COUNTER_ROWS = 200      # cases in the counters panel (those with errors fir
 def counters_panel(rows: Any) -> str:
     """What the NIC and the kernel counted while each case ran (netbench.env.counters): a
     row per case whose counters grew, the error counters first and marked, then the largest
-    of the rest; cases with errors first."""
+    of the rest; cases with errors first: a device's (a flap, drops) before the network
+    namespace's TCP retransmits alone, then the most grown."""
     if "counters" not in rows:
         return ""
-    from netbench.env.counters import nonzero_errors
+    from netbench.env.counters import netns_wide, nonzero_errors
     from netbench.store import counters_of
 
     found = []
@@ -690,7 +691,8 @@ def counters_panel(rows: Any) -> str:
         errors = nonzero_errors(grown)
         others = sorted(((k, v) for k, v in grown.items() if k not in errors),
                         key=lambda kv: (-kv[1] if isinstance(kv[1], int) else 0, kv[0]))[:6]
-        found.append((not errors, r, errors, others))
+        rank = (not errors, all(netns_wide(k) for k in errors), -sum(errors.values()))
+        found.append((rank, r, errors, others))
     head = "<h2>Counters: what the NIC and the kernel counted while each case ran</h2>"
     if not found:
         return head + ("<p>No case's counters grew (or none were read: --no-counters, "

@@ -19,6 +19,7 @@ from netbench.store.schema import (
     measured_params,
     params_json,
     params_of,
+    rdma_netdevs,
     split_unit,
     thin,
 )
@@ -27,5 +28,5 @@ __all__ = [
     "CATALOG", "COLUMNS", "RUN_ENV", "SCHEMA_VERSION", "JsonlStore", "NullStore", "ResultStore",
     "RunWriter", "StoreWarning", "arrow_schema", "case_counts", "check_run_id", "clean_value",
     "columns_of", "counters_of", "env_of", "import_jsonl", "keyed", "load", "measured_params",
-    "params_json", "params_of", "split_unit", "thin",
+    "params_json", "params_of", "rdma_netdevs", "split_unit", "thin",
 ]

@@ -1,0 +1,161 @@
+"""Error counters judged like any metric in compare and history (netbench.analysis.error_metrics):
+growth of the case's own device's error counters, lower is better, one value an invocation."""
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from conftest import netbench
+
+from netbench.analysis.error_metrics import own_errors, with_error_metrics
+from netbench.store import COLUMNS, SCHEMA_VERSION, ResultStore, params_json
+
+START = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def _env() -> str:
+    return json.dumps({"kernel": "6.1.0", "versions": {"netbench": "0.1.0"}, "nics": [],
+                       "rdma_devices": [{"name": "mlx5_0", "fw_ver": "28.39.1002",
+                                         "ports": [{"port": 1, "netdev": "ens1f0"}]}]})
+
+
+def _run(store, run_id, label, grown, when, bw=100.0):
+    """One stored run of rdma.write_bw on mlx5_0:1 (far end mlx5_1:1), one case invocation
+    (repeat) per entry of ``grown``: its counters' deltas (None: counters not read)."""
+    rows = []
+    for i, deltas in enumerate(grown):
+        row = {name: None for name, _ in COLUMNS}
+        row.update(schema_version=SCHEMA_VERSION, run_id=run_id, label=label, host="h1",
+                   started_at=when, benchmark="rdma.write_bw", family="rdma", op="write_bw",
+                   transport="rdma", device="mlx5_0:1", peer_device="mlx5_1:1",
+                   metric="bw_avg", value=bw + 0.2 * i, better="higher", unit="Gbit/s",
+                   status="ok", case_index=i, msg_size=65536, env_json=_env(),
+                   params=params_json({"msg_size": 65536}), samples=[bw],
+                   counters=None if deltas is None else json.dumps(deltas))
+        rows.append(row)
+    store.write_run(store.path_for(run_id, when.isoformat()), rows)
+
+
+def _verdicts(tmp_path, *args):
+    proc = netbench("compare", "before", "after", "--results", str(tmp_path), "--json", *args)
+    data = json.loads(proc.stdout)
+    return proc, {v["metric"]: v for v in data["verdicts"]}, data["counter_news"]
+
+
+def test_a_nic_that_dropped_a_few_before_and_hundreds_after_regressed(tmp_path):
+    """Not news (the baseline was not clean), but a regression: judged as any metric is."""
+    store = ResultStore(tmp_path)
+    _run(store, "a", "before", [{"rdma/mlx5_0/1/port_xmit_discards": n} for n in (5, 7, 6)],
+         START)
+    _run(store, "b", "after", [{"rdma/mlx5_0/1/port_xmit_discards": n} for n in (510, 470, 530)],
+         START + timedelta(hours=1))
+    proc, verdicts, news = _verdicts(tmp_path)
+    assert proc.returncode == 1, proc.stdout
+    v = verdicts["err.port_xmit_discards"]
+    assert (v["verdict"], v["better"], v["unit"], v["evidence"]) == (
+        "regressed", "lower", "count", "repeats")
+    assert (v["baseline"], v["candidate"]) == (6.0, 510.0)
+    assert verdicts["bw_avg"]["verdict"] == "unchanged"
+    assert news == []                       # grown before: not news, a regression
+    text = netbench("compare", "before", "after", "--results", str(tmp_path)).stdout
+    assert "err.port_xmit_discards" in text and "REGRESSED" in text, text
+
+
+def test_the_same_errors_both_sides_and_a_clean_nic_stay_silent(tmp_path):
+    store = ResultStore(tmp_path)
+    _run(store, "a", "before", [{"rdma/mlx5_0/1/port_xmit_discards": n} for n in (5, 7, 6)],
+         START)
+    _run(store, "b", "after", [{"rdma/mlx5_0/1/port_xmit_discards": n} for n in (6, 5, 7)],
+         START + timedelta(hours=1))
+    proc, verdicts, _ = _verdicts(tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert verdicts["err.port_xmit_discards"]["verdict"] == "unchanged"
+    # Nothing grew anywhere (counters read, all quiet): no error metric at all.
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    store = ResultStore(clean)
+    _run(store, "a", "before", [{"rdma/mlx5_0/1/port_rcv_data": 9}] * 3, START)
+    _run(store, "b", "after", [{}] * 3, START + timedelta(hours=1))
+    proc = netbench("compare", "before", "after", "--results", str(clean), "--json")
+    assert [v["metric"] for v in json.loads(proc.stdout)["verdicts"]] == ["bw_avg"]
+
+
+def test_a_clean_baseline_then_errors_is_news_and_with_repeats_a_regression(tmp_path):
+    store = ResultStore(tmp_path)
+    _run(store, "a", "before", [{}] * 3, START)
+    _run(store, "b", "after", [{"rdma_hw/mlx5_0/1/out_of_sequence": n} for n in (40, 52, 47)],
+         START + timedelta(hours=1))
+    proc, verdicts, news = _verdicts(tmp_path)
+    assert proc.returncode == 1
+    v = verdicts["err.out_of_sequence"]
+    assert v["verdict"] == "regressed" and v["baseline"] == 0.0 and v["candidate"] == 47.0
+    assert [n["name"] for n in news] == ["out_of_sequence"]
+
+
+def test_only_the_cases_own_device_counts_and_an_unread_far_end_is_no_zero():
+    deltas = {"net/docker0/rx_dropped": 50,          # another interface: not the case's
+              "net/ens1f0/rx_dropped": 3,            # the netdev under mlx5_0
+              "ethtool/ens1f0/rx_dropped": 3,        # the same statistic, repeated
+              "ethtool/ens1f0/rx_discards_phy": 2,
+              "rdma/mlx5_0/1/symbol_error": 1, "rdma/mlx5_0/1/port_rcv_data": 999,
+              "far/rdma/mlx5_1/1/symbol_error": 4, "far/net/eth9/rx_errors": 8,
+              "tcp/RetransSegs": 12}
+    assert own_errors(deltas, "mlx5_0:1", "mlx5_1:1", "ens1f0") == {
+        "err.rx_dropped": 3, "err.rx_discards_phy": 2, "err.symbol_error": 1,
+        "far.err.symbol_error": 4}
+    # A TCP case's retransmits are the network namespace's, where its own are.
+    assert own_errors({"tcp/RetransSegs": 12, "net/lo/rx_dropped": 0}, "lo",
+                      tcp=True) == {"err.RetransSegs": 12, "err.rx_dropped": 0}
+
+    import pandas as pd
+    row = {name: None for name, _ in COLUMNS}
+    row.update(run_id="r", host="h", case_index=0, benchmark="rdma.write_bw", params="{}",
+               metric="bw_avg", value=1.0, device="mlx5_0:1", peer_device="mlx5_1:1",
+               status="ok", env_json=_env())
+    read = {**row, "counters": json.dumps({"far/rdma/mlx5_1/1/symbol_error": 2,
+                                           "net/ens1f0/rx_dropped": 1})}
+    unread = {**row, "case_index": 1, "counters": json.dumps({"far/unread": 1})}
+    never = {**row, "case_index": 2, "counters": None}     # --no-counters: no value at all
+    (out,) = with_error_metrics(pd.DataFrame([read, unread, never]))
+    got = sorted(zip(out["case_index"], out["metric"], out["value"]))
+    assert got == [(0, "bw_avg", 1.0), (0, "err.rx_dropped", 1.0),
+                   (0, "far.err.symbol_error", 2.0), (1, "bw_avg", 1.0),
+                   (1, "err.rx_dropped", 0.0), (2, "bw_avg", 1.0)], got
+
+
+def test_history_judges_error_counters_and_a_threshold_may_name_one(tmp_path):
+    store = ResultStore(tmp_path)
+    for i in range(4):
+        _run(store, f"r{i}", "nightly", [{"net/ens1f0/rx_dropped": n}
+                                         for n in (8 + i % 3, 13 - i % 2, 10)],
+             START + timedelta(hours=i))
+    _run(store, "r4", "nightly", [{"net/ens1f0/rx_dropped": 900}, {"net/ens1f0/rx_dropped": 880}],
+         START + timedelta(hours=4))
+    proc = netbench("history", "--results", str(tmp_path), "--json")
+    series = {s["metric"]: s for s in json.loads(proc.stdout)["series"]}
+    steps = series["err.rx_dropped"]["steps"]
+    assert [s["verdict"] for s in steps[1:]][-1] == "regressed", steps
+    assert all(s["verdict"] != "regressed" for s in steps[1:-1]), steps
+    proc = netbench("history", "--results", str(tmp_path), "--metric", "err.rx_dropped",
+                    "--json")
+    assert [s["metric"] for s in json.loads(proc.stdout)["series"]] == ["err.rx_dropped"]
+    # A threshold names an error metric like any other; a misspelt one is refused, listed.
+    ok = netbench("compare", "r3", "r4", "--results", str(tmp_path), "--threshold",
+                  "err.rx_dropped=100000%", "--json")
+    judged = {v["metric"]: v for v in json.loads(ok.stdout)["verdicts"]}["err.rx_dropped"]
+    assert (judged["verdict"], judged["threshold"], ok.returncode) == ("unchanged", 1000.0, 0)
+    bad = netbench("compare", "r3", "r4", "--results", str(tmp_path), "--threshold",
+                   "err_rx_dropped=5%")
+    assert bad.returncode == 2 and "err.rx_dropped" in bad.stderr, bad.stderr
+
+
+def test_the_netdev_under_an_rdma_port_is_the_cases_own_for_news_too(tmp_path):
+    """RoCE drops show on the netdev under the RDMA device (the probe names it): news on it
+    gates the comparison, where another interface's is only shown."""
+    store = ResultStore(tmp_path)
+    _run(store, "a", "before", [{}], START)
+    _run(store, "b", "after", [{"net/ens1f0/rx_dropped": 30, "net/docker0/rx_errors": 4}],
+         START + timedelta(hours=1))
+    proc, verdicts, news = _verdicts(tmp_path)
+    assert {n["name"]: n["gated"] for n in news} == {"rx_dropped": True, "rx_errors": False}
+    assert proc.returncode == 1 and verdicts["err.rx_dropped"]["verdict"] == "unverified"
+    assert "err.rx_errors" not in verdicts
