@@ -159,3 +159,21 @@ def test_the_netdev_under_an_rdma_port_is_the_cases_own_for_news_too(tmp_path):
     assert {n["name"]: n["gated"] for n in news} == {"rx_dropped": True, "rx_errors": False}
     assert proc.returncode == 1 and verdicts["err.rx_dropped"]["verdict"] == "unverified"
     assert "err.rx_errors" not in verdicts
+
+
+def test_a_few_errors_after_runs_of_none_are_not_certainty_but_thousands_are(tmp_path):
+    """One invocation a side, eight earlier runs of the case in the store that grew nothing:
+    their spread is 0, yet 3 retransmits is within what counting events moves (a count's
+    spread is at least Poisson's); 3,000 is a regression."""
+    for grown, verdict in ((3, "noisy"), (3000, "regressed")):
+        store = ResultStore(tmp_path / str(grown))
+        (tmp_path / str(grown)).mkdir()
+        for i in range(8):
+            _run(store, f"h{i}", "past", [{}], START + timedelta(hours=i))
+        _run(store, "a", "before", [{}], START + timedelta(hours=9))
+        _run(store, "b", "after", [{"rdma/mlx5_0/1/port_rcv_errors": grown}],
+             START + timedelta(hours=10))
+        proc = netbench("compare", "before", "after", "--results", str(tmp_path / str(grown)),
+                        "--json")
+        v = {v["metric"]: v for v in json.loads(proc.stdout)["verdicts"]}["err.port_rcv_errors"]
+        assert (v["verdict"], v["evidence"]) == (verdict, "history"), v

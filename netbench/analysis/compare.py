@@ -270,7 +270,8 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
     for key in common:
         check_units(key, a[key], b[key])
     past = noise_history(history)
-    tested = [invocation_test(side(a[k]), side(b[k]), past.get(k, Past())) for k in common]
+    tested = [invocation_test(side(a[k]), side(b[k]), past.get(k, Past()),
+                              counts=is_error_metric(k[2])) for k in common]
     adjusted = adjust([p for p, _, _ in tested])
     verdicts = []
     for key, (p, evidence, sd), q in zip(common, tested, adjusted):

@@ -179,7 +179,8 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
                             [pooled[r][key].get("steal") for r in earlier])
                 step.change = change_of(base, pooled[run_id][key])
                 step.p_value, step.evidence, sd = invocation_test(
-                    side(base), side(pooled[run_id][key]), past)
+                    side(base), side(pooled[run_id][key]), past,
+                    counts=is_error_metric(key[2]))
                 step.against = len(before)
                 pending.append((step, base, pooled[run_id][key], key, sd, past))
             s.steps.append(step)

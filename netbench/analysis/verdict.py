@@ -145,8 +145,8 @@ def _centre_spread(values: Sequence[float], log: bool) -> tuple[float, float, in
     return mean, ss, n
 
 
-def invocation_test(base: Side, cand: Side,
-                    history: Past | Sequence[float] = ()) -> tuple[float | None, str, float]:
+def invocation_test(base: Side, cand: Side, history: Past | Sequence[float] = (),
+                    counts: bool = False) -> tuple[float | None, str, float]:
     """The two-sided p-value that the sides' invocations differ, the evidence it rests on,
     and the spread of one invocation (sd, on the log scale where values are positive; p is
     None when the spread has fewer than MIN_DF degrees of freedom).
@@ -154,16 +154,20 @@ def invocation_test(base: Side, cand: Side,
     Two levels of noise: repeats inside a run (the sides' own spread, pooled, over n values a
     side) and whole runs (``history``: how far the case's earlier runs on the baseline's host
     moved, over the runs a side). The standard error is the larger of the two, with its own
-    degrees of freedom: a run-level drift is never divided by the number of repeats."""
+    degrees of freedom: a run-level drift is never divided by the number of repeats.
+
+    ``counts``: the values are events counted in an invocation (an error counter's growth),
+    judged on their own scale with at least Poisson's spread (a variance of the larger
+    side's mean, at least 1): 3 retransmits after eight runs of 0 is not certainty."""
     past = history if isinstance(history, Past) else Past(list(history))
     values = [*base.values, *cand.values, *past.values]
     if not all(math.isfinite(v) for v in values):
         return None, "none", 0.0
-    log = bool(values) and all(v > 0 for v in values)
+    log = bool(values) and all(v > 0 for v in values) and not counts
     mb, ssb, nb = _centre_spread(base.values, log)
     mc, ssc, nc = _centre_spread(cand.values, log)
     scale = 1.0 if log else max(abs(mb), abs(mc), 1e-300)
-    floor = (SD_FLOOR * scale) ** 2
+    floor = max(abs(mb), abs(mc), 1.0) if counts else (SD_FLOOR * scale) ** 2
     df_rep = nb + nc - 2
     var = max((ssb + ssc) / df_rep, floor) if df_rep > 0 else 0.0
     evidence, df = "repeats", df_rep
