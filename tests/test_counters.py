@@ -6,6 +6,7 @@ that case alone, at both ends (the far end's through its netbench serve)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -32,6 +33,13 @@ RXE_HW = ("sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request",
           "rdma_sends", "rdma_recvs")
 
 
+@functools.cache
+def _proc_net(name: str) -> str:
+    """This machine's /proc/net file, read once: the namespace's own traffic must not make
+    two trees of one test differ where the test names no value."""
+    return Path("/proc/net", name).read_text()
+
+
 def _tree(root: Path, values: dict[str, int]) -> tuple[Path, Path]:
     """A sysfs and a procfs holding these counters (this machine's /proc/net/snmp and
     netstat, their figures replaced where ``values`` names one)."""
@@ -52,7 +60,7 @@ def _tree(root: Path, values: dict[str, int]) -> tuple[Path, Path]:
         (where / counter).write_text(f"{value}\n")
     (proc / "net").mkdir(parents=True)
     for name, group in (("snmp", "Tcp"), ("netstat", "TcpExt")):
-        lines = Path("/proc/net", name).read_text().splitlines()
+        lines = _proc_net(name).splitlines()
         for i in range(0, len(lines) - 1, 2):
             if lines[i].startswith(group + ":"):
                 heads = lines[i].split()[1:]
