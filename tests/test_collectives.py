@@ -114,6 +114,19 @@ def test_rendezvous_port_in_use_fails_within_the_timeout(tmp_path):
     assert_clean_error(proc, "could not start 2 gloo ranks")
 
 
+def _ranks_under(pid: int) -> list[psutil.Process]:
+    """The live gloo ranks below ``pid``. Short-lived helpers (a counter read's ethtool) may be
+    zombies or gone by the time their command line is asked for: they are no ranks."""
+    ranks = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if "netbench.benchmarks._ranks" in " ".join(child.cmdline()):
+                ranks.append(child)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return ranks
+
+
 def test_a_rank_dying_mid_run_ends_the_run_with_a_clear_error(tmp_path):
     run = subprocess.Popen([sys.executable, "-m", "netbench", "run", "coll.all_reduce", "-p",
                             "msg_size=4M", "-p", "iterations=100000", "-p", "pg_timeout=15",
@@ -122,8 +135,7 @@ def test_a_rank_dying_mid_run_ends_the_run_with_a_clear_error(tmp_path):
     ranks = []
     deadline = time.monotonic() + 60
     while len(ranks) < 2 and time.monotonic() < deadline:
-        ranks = [p for p in psutil.Process(run.pid).children(recursive=True)
-                 if "netbench.benchmarks._ranks" in " ".join(p.cmdline())]
+        ranks = _ranks_under(run.pid)
         time.sleep(0.2)
     time.sleep(5)                       # ranks up and timing
     ranks[1].kill()
@@ -134,8 +146,7 @@ def test_a_rank_dying_mid_run_ends_the_run_with_a_clear_error(tmp_path):
     assert_clean_error(proc, "gloo ranks failed")
     assert "rank 1 exited" in err or "rank 0" in err
     assert pd.read_parquet(tmp_path)["status"].tolist() == ["failed"]
-    assert not [p for p in psutil.Process(os.getpid()).children(recursive=True)
-                if "netbench.benchmarks._ranks" in " ".join(p.cmdline())]
+    assert not _ranks_under(os.getpid())
 
 
 def test_under_torchrun_ranks_share_one_run_and_only_rank_0_stores(tmp_path):
