@@ -54,3 +54,21 @@ def test_student_t_tail_matches_scipy():
 
     for t, df in ((0.5, 2), (2.0, 4), (3.0, 2), (10.0, 3), (1.96, 1e5), (0.01, 30), (4.2, 1.5)):
         assert t_sf2(t, df) == pytest.approx(2 * scipy_stats.t.sf(t, df), rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("n", [1024, 1025, 20001])
+def test_a_long_latency_summary_sorted_by_numpy_gives_the_stdlibs_figures(n, monkeypatch):
+    """From VECTOR_FROM samples a host's run (numpy already loaded) sorts with numpy; the
+    emulated VM's system Python has none. Both must give the same figures."""
+    import sys
+
+    import numpy
+    rng = random.Random(n)
+    samples = [rng.lognormvariate(3, 0.6) for _ in range(n)]
+    fast = stats.latency_summary(samples)
+    monkeypatch.delitem(sys.modules, "numpy")
+    plain = stats.latency_summary(samples)
+    assert fast.keys() == plain.keys()
+    for key in fast:
+        assert fast[key] == pytest.approx(plain[key], rel=1e-12), key
+    assert fast == stats._latency_summary_np(numpy, samples)
