@@ -621,6 +621,11 @@ def _warning_line(message: Any, category: Any, filename: str, lineno: int, file:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # numpy's OpenBLAS starts a worker a core, spinning for a while after start-up: nothing
+    # here does linear algebra big enough to need them, and they would take the cores a
+    # benchmark measures (and make its counted instructions depend on time). A user's own
+    # setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     warnings.showwarning = _warning_line
     args = build_parser().parse_args(argv)
     if getattr(args, "timeout", None) is not None and not 0 < args.timeout < math.inf:

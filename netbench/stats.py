@@ -11,13 +11,26 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 PERFTEST_TAIL = 2
-# From this many samples a summary sorts with numpy where the process has already loaded it
-# (a host's run has: pandas): a Python sort of float objects costs ~3,000 instructions a
-# sample (bench/instructions_per_op.py), more than the compiled loop's round trip itself.
-# Without numpy (the emulated VM's system Python) the same figures come from the stdlib.
+# From this many samples a summary sorts (and a series scales) with numpy where it is
+# installed (a host's run loads it anyway, to store: pandas): a Python sort of float objects
+# costs ~3,000 instructions a sample (bench/instructions_per_op.py), more than the compiled
+# loop's round trip itself. Without numpy (the emulated VM's system Python) the same figures
+# come from the stdlib.
 VECTOR_FROM = 1024
+
+
+def _numpy() -> Any:
+    """numpy, imported on first need (after a timed loop, never in it); None without it."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        try:
+            import numpy as np
+        except ImportError:
+            return None
+    return np
 
 # Two-sided 95% Student t quantiles for 1..30 degrees of freedom; beyond that, the normal 1.96.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -57,10 +70,20 @@ def ci95_halfwidth(values: Sequence[float]) -> float:
     return t * stdev(values) / math.sqrt(n)
 
 
+def scaled(values: Sequence[float], divisor: float) -> Sequence[float]:
+    """Each value / divisor (raw nanoseconds to microseconds): in numpy where it is already
+    loaded and the series is long, a Python loop of about 250 instructions a sample otherwise
+    (what a 20,000-sample case spent after its timed loop); a list where numpy is absent."""
+    np = _numpy() if len(values) >= VECTOR_FROM else None
+    if np is not None:
+        return np.asarray(values, dtype=np.float64) / divisor    # type: ignore[attr-defined]
+    return [v / divisor for v in values]
+
+
 def latency_summary(samples: Sequence[float]) -> dict[str, float]:
     """min, p50 (typical), avg, stdev, p99, p99.9, max as perftest computes them."""
-    np = sys.modules.get("numpy")
-    if np is not None and len(samples) >= VECTOR_FROM:
+    np = _numpy() if len(samples) >= VECTOR_FROM else None
+    if np is not None:
         return _latency_summary_np(np, samples)
     ordered = sorted(samples)
     if not ordered:
@@ -92,12 +115,14 @@ def _latency_summary_np(np: object, samples: Sequence[float]) -> dict[str, float
     body = ordered[:kept]
     last = n - 1
     avg = float(body.sum()) / kept
+    dev = body - avg
     mid = kept // 2
     return {
         "min": float(ordered[0]),
         "p50": float(body[mid] if kept % 2 else (body[mid - 1] + body[mid]) / 2.0),
         "avg": avg,
-        "stdev": math.sqrt(float(((body - avg) ** 2).sum()) / kept) if kept > 1 else 0.0,
+        # dev @ dev, not (dev ** 2).sum(): numpy's ** calls pow() a sample.
+        "stdev": math.sqrt(float(dev @ dev) / kept) if kept > 1 else 0.0,
         "p99": float(ordered[min(math.ceil(kept * 0.99), last)]),
         "p99.9": float(ordered[min(math.ceil(kept * 0.999), last)]),
         "max": float(ordered[min(kept, last)]),

@@ -5,6 +5,7 @@ import statistics
 import pytest
 
 from netbench import stats
+from netbench.store.schema import thin
 
 
 def test_latency_summary_follows_perftest_conventions():
@@ -58,17 +59,22 @@ def test_student_t_tail_matches_scipy():
 
 @pytest.mark.parametrize("n", [1024, 1025, 20001])
 def test_a_long_latency_summary_sorted_by_numpy_gives_the_stdlibs_figures(n, monkeypatch):
-    """From VECTOR_FROM samples a host's run (numpy already loaded) sorts with numpy; the
-    emulated VM's system Python has none. Both must give the same figures."""
-    import sys
-
+    """From VECTOR_FROM samples a host's run sorts and scales with numpy; the emulated VM's
+    system Python has none. Both must give the same figures."""
     import numpy
     rng = random.Random(n)
-    samples = [rng.lognormvariate(3, 0.6) for _ in range(n)]
-    fast = stats.latency_summary(samples)
-    monkeypatch.delitem(sys.modules, "numpy")
-    plain = stats.latency_summary(samples)
+    raw = [rng.randrange(1_000, 900_000) for _ in range(n)]         # nanoseconds, as loops give
+    scaled = stats.scaled(raw, 2000.0)
+    assert isinstance(scaled, numpy.ndarray)
+    fast = stats.latency_summary(scaled)
+    monkeypatch.setattr(stats, "_numpy", lambda: None)
+    plain_scaled = stats.scaled(raw, 2000.0)
+    assert isinstance(plain_scaled, list) and plain_scaled == scaled.tolist()
+    plain = stats.latency_summary(plain_scaled)
     assert fast.keys() == plain.keys()
     for key in fast:
         assert fast[key] == pytest.approx(plain[key], rel=1e-12), key
-    assert fast == stats._latency_summary_np(numpy, samples)
+    assert fast == stats._latency_summary_np(numpy, plain_scaled)
+    # What a row stores of numpy's series is plain floats, the same as the list's.
+    assert thin(scaled) == thin(plain_scaled) == plain_scaled
+    assert all(type(v) is float for v in thin(scaled))

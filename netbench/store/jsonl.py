@@ -27,6 +27,7 @@ from netbench.store.schema import (
     _RunFacts,
     arrow_schema,
     counters_of,
+    rows_table,
     split_unit,
 )
 from netbench.textfile import (
@@ -187,14 +188,12 @@ class _ImportedRun:
         self.written = 0                      # batch files
 
     def _table(self) -> Any:
-        import pyarrow as pa
-
         for host, env in _envs_of(self.rows).items():
             self.envs.setdefault(host, env)          # the first row of a host that has one
         blank = dict.fromkeys(RUN_ENV) if self.envs else {}
         rows = [{**r, **blank, **split_unit(r.get("unit"))} for r in self.rows]
         self.rows = []
-        return pa.Table.from_pylist(rows, schema=arrow_schema())
+        return rows_table(rows, arrow_schema())
 
     def flush(self, may_open: bool) -> None:
         import pyarrow.parquet as pq

@@ -15,7 +15,7 @@ import os
 import select
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -549,9 +549,10 @@ class _RdmaLat(_Rdma):
         timed = len(measured.samples.get(self.headline or "", ())) if measured else 0
         return f"{timed:,}" if timed else super()._iterations(case, measured)
 
-    def _summary(self, rtts_ns: list[int]) -> tuple[dict[str, float], dict[str, list[float]]]:
+    def _summary(self, rtts_ns: Sequence[int]) -> tuple[dict[str, float],
+                                                      dict[str, Sequence[float]]]:
         div = 2000.0 if self.half_rtt else 1000.0
-        lat_us = [ns / div for ns in rtts_ns]
+        lat_us = stats.scaled(rtts_ns, div)
         values = {f"lat_{k}": val for k, val in stats.latency_summary(lat_us).items()}
         return values, {"lat_p50": lat_us}
 

@@ -433,7 +433,7 @@ class TcpRr(_TcpBenchmark):
                 sock.close()
         finally:
             session.close()
-        half_us = [ns / 2000.0 for ns in rtts_ns]
+        half_us = stats.scaled(rtts_ns, 2000.0)
         summary = stats.latency_summary(half_us)
         values = {f"lat_{k}": v for k, v in summary.items()}
         values["tps"] = len(rtts_ns) / elapsed
