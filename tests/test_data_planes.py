@@ -2,6 +2,7 @@
 (``resolved``), beside the params as planned."""
 
 import json
+from array import array
 
 import pytest
 from conftest import netbench
@@ -44,3 +45,45 @@ def test_the_rdma_plane_asked_for_by_name_and_not_built_is_skipped_saying_why(mo
     assert chosen.name == "pyverbs" and "C data plane was not built" in fallback
     with pytest.raises(SkipCase, match="data_plane=compiled: the C data plane is not built"):
         plane.choose({"data_plane": "compiled"})
+
+
+@pytest.mark.parametrize("plane", ["compiled", "python"])
+def test_tcp_streams_loops_move_every_byte_and_count_it_while_they_run(plane, monkeypatch):
+    """Over a real socket pair: the sender stops at its deadline, the receiver's counter
+    grows while it runs (what the sampler reads) and ends at every byte sent."""
+    import socket
+    import threading
+    import time
+
+    if plane == "python":
+        monkeypatch.setattr(loops, "_fastloop", None)
+    elif loops._fastloop is None:
+        pytest.skip("the C loop is not built here")
+    loop = loops.StreamLoop()
+    assert loop.name == plane
+    a, b = socket.socketpair()
+    counter = array("q", [0])
+    seen = []
+    receiver = threading.Thread(target=loop.receive, args=(b, bytearray(65536), counter))
+    receiver.start()
+    payload = b"x" * 100_000
+    sent = []
+
+    def send() -> None:
+        loop.send_until(a, payload, time.monotonic() + 0.5)
+        sent.append(True)
+        a.shutdown(socket.SHUT_WR)
+
+    sender = threading.Thread(target=send)
+    began = time.monotonic()
+    sender.start()
+    while sender.is_alive():
+        seen.append(counter[0])
+        time.sleep(0.05)
+    sender.join()
+    receiver.join(10)
+    assert 0.45 < time.monotonic() - began < 5 and sent and not receiver.is_alive()
+    assert counter[0] > 0 and counter[0] % len(payload) == 0        # whole payloads only
+    assert len({v for v in seen if v}) >= 3                          # counted as it ran
+    a.close()
+    b.close()

@@ -43,6 +43,11 @@ from netbench.textfile import (
 )
 
 PARTS = ".parts"           # suffix of a run's folder of part files while it is written
+# A part lives until its run is compacted (zstd and dictionaries then): encoded plainly it
+# costs next to nothing to write and read back, where zstd + dictionary cost ~570
+# instructions a stored sample each way (tcp.rr: a third of a round trip's whole count,
+# bench/instructions_per_op.py), for parts ~3x larger while the run lasts.
+PART_ENCODING = {"compression": "none", "use_dictionary": False}
 LOCK = ".lock"             # inside it: held (flock) by the process writing the run
 # Inside it too: its writer had every case in and began compacting. Left behind by a writer
 # killed mid-compaction, it tells the next reader or writer to finish the job (nothing is
@@ -87,7 +92,7 @@ class RunWriter:
         self.count += 1
         part = self.parts / f"part-{self.count:06d}.parquet"
         table = _table(rows, {**_run_metadata(rows), **self.extra})
-        write_atomic(part, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+        write_atomic(part, lambda tmp: pq.write_table(table, tmp, **PART_ENCODING))
         return part
 
     def close(self, compact: bool = True) -> None:

@@ -13,6 +13,7 @@ import socket
 import struct
 import threading
 import time
+from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -33,7 +34,7 @@ from netbench.api import (
     stats,
 )
 
-from .loops import LOOP_NOTE, choose_loop
+from .loops import LOOP_NOTE, StreamLoop, choose_loop
 
 SETUP_TIMEOUT = 15.0      # to open data connections and agree to start
 STALL_TIMEOUT = 10.0      # a data socket that moves nothing this long means the peer is gone
@@ -131,7 +132,9 @@ class _Transfer:
                  interval: float) -> None:
         self.receive_socks, self.send_socks = list(receive_socks), list(send_socks)
         self.msg_size, self.seconds, self.interval = msg_size, seconds, interval
-        self.counts = [0] * len(self.receive_socks)
+        self.loop = StreamLoop()
+        # One int64 a receiver: its running total, written by the loop, summed by _sample.
+        self.counters = [array("q", [0]) for _ in self.receive_socks]
         self.ends = [0.0] * len(self.receive_socks)
         self.errors: list[BaseException] = []
         self.series: list[tuple[float, int]] = []
@@ -169,33 +172,26 @@ class _Transfer:
         except OSError as exc:
             self.errors.append(_stall_error(exc, "moving data"))
 
-    @staticmethod
-    def _send(sock: socket.socket, payload: bytes, stop_at: float) -> None:
-        sendall, now = sock.sendall, time.monotonic
-        while now() < stop_at:
-            sendall(payload)
+    def _send(self, sock: socket.socket, payload: bytes, stop_at: float) -> None:
+        self.loop.send_until(sock, payload, stop_at)
         sock.shutdown(socket.SHUT_WR)
 
     def _receive(self, sock: socket.socket, index: int) -> None:
         buf = bytearray(RECV_BUFFER)       # a stream: the receiver's chunk need not be msg_size
-        recv_into, counts = sock.recv_into, self.counts
-        total = 0
-        while True:
-            n = recv_into(buf)
-            if n == 0:
-                break
-            total += n
-            counts[index] = total
+        self.loop.receive(sock, buf, self.counters[index])
         self.ends[index] = time.monotonic() - self.t0
+
+    def received(self) -> int:
+        return sum(counter[0] for counter in self.counters)
 
     def _sample(self) -> None:
         t0, series = self.t0, self.series
         while not self._done.wait(self.interval):
-            series.append((time.monotonic() - t0, sum(self.counts)))
-        series.append((max(self.ends, default=0.0), sum(self.counts)))
+            series.append((time.monotonic() - t0, self.received()))
+        series.append((max(self.ends, default=0.0), self.received()))
 
     def report(self) -> dict[str, Any]:
-        return {"bytes": sum(self.counts), "t_end": max(self.ends, default=0.0),
+        return {"bytes": self.received(), "t_end": max(self.ends, default=0.0),
                 "series": [[round(t, 6), c] for t, c in self.series]}
 
 
@@ -331,6 +327,12 @@ class TcpStream(_TcpBenchmark):
         finally:
             session.close()
         measured = self._measure(params, fwd, rev, transfer.report(), far, client_cpu, device)
+        # Who moved the bytes, as tcp.rr records it; the far end says its own (an older one
+        # says nothing).
+        far_plane = far.get("data_plane", transfer.loop.name)
+        measured.resolved = {"data_plane": transfer.loop.name if far_plane ==
+                             transfer.loop.name else f"{transfer.loop.name} (far end: "
+                             f"{str(far_plane)[:20]})"}
         if traced:
             measured.routes = [list(r) for r in session.routes]
         return measured
@@ -371,7 +373,7 @@ class TcpStream(_TcpBenchmark):
                                  params["warmup"] + params["duration"], params["interval"])
             transfer.run()
             session.channel.send({"ok": True, "received": transfer.report(),
-                                  "cpu": meter.stop()})
+                                  "cpu": meter.stop(), "data_plane": transfer.loop.name})
         finally:
             for sock in socks:
                 sock.close()

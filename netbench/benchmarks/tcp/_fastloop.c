@@ -10,6 +10,12 @@
  *     duration_ns when it is > 0. Raises OSError, or ConnectionError on EOF.
  * rr_echo(fd, size) -> int
  *     echo size-byte messages until the peer shuts down its side; returns the count.
+ * stream_send(fd, payload, stop_at_ns) -> int
+ *     send payload again and again until CLOCK_MONOTONIC (Python's time.monotonic) reaches
+ *     stop_at_ns; returns the bytes sent. Raises OSError.
+ * stream_recv(fd, buffer, counter) -> int
+ *     receive into buffer until EOF, storing the running total in counter[0] (an int64
+ *     buffer a sampler thread reads while this runs); returns the total. Raises OSError.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -154,9 +160,68 @@ static PyObject *rr_echo(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(count);
 }
 
+static PyObject *stream_send(PyObject *self, PyObject *args) {
+    int fd;
+    Py_buffer payload;
+    long long stop_at;
+    if (!PyArg_ParseTuple(args, "iy*L", &fd, &payload, &stop_at)) return NULL;
+    if (payload.len <= 0) {
+        PyBuffer_Release(&payload);
+        PyErr_SetString(PyExc_ValueError, "payload must not be empty");
+        return NULL;
+    }
+    long long sent = 0;
+    int status = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (now_ns() < stop_at) {
+        status = send_all(fd, payload.buf, (size_t)payload.len);
+        if (status) break;
+        sent += payload.len;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&payload);
+    if (status) return raise_status(status);
+    return PyLong_FromLongLong(sent);
+}
+
+static PyObject *stream_recv(PyObject *self, PyObject *args) {
+    int fd;
+    Py_buffer buf, counter;
+    if (!PyArg_ParseTuple(args, "iw*w*", &fd, &buf, &counter)) return NULL;
+    if (buf.len <= 0 || counter.len < (Py_ssize_t)sizeof(int64_t) ||
+            ((uintptr_t)counter.buf % sizeof(int64_t))) {
+        PyBuffer_Release(&buf);
+        PyBuffer_Release(&counter);
+        PyErr_SetString(PyExc_ValueError, "need a non-empty buffer and an aligned int64 counter");
+        return NULL;
+    }
+    int64_t *count = (int64_t *)counter.buf;
+    int64_t total = 0;
+    int status = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        ssize_t r = recv(fd, buf.buf, (size_t)buf.len, 0);
+        if (r == 0) break;
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            status = errno;
+            break;
+        }
+        total += r;
+        __atomic_store_n(count, total, __ATOMIC_RELAXED);    /* whole, for the sampler */
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&counter);
+    if (status) return raise_status(status);
+    return PyLong_FromLongLong((long long)total);
+}
+
 static PyMethodDef methods[] = {
     {"rr_client", rr_client, METH_VARARGS, "timed request/response loop (client side)"},
     {"rr_echo", rr_echo, METH_VARARGS, "echo fixed-size messages until EOF"},
+    {"stream_send", stream_send, METH_VARARGS, "send a payload until a monotonic deadline"},
+    {"stream_recv", stream_recv, METH_VARARGS, "receive until EOF, counting into counter[0]"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,4 +1,5 @@
-"""tcp.rr's data plane: the timed ping-pong loop, in C where it was built, else in Python.
+"""tcp's data planes: tcp.rr's timed ping-pong loop and tcp.stream's send and receive loops,
+in C where they were built, else in Python.
 
 Every instruction of the loop is inside the latency it reports, so who runs it is part of the
 figure (the Python loop adds about 1 us a round trip): it is a param, ``data_plane``, chosen
@@ -118,6 +119,39 @@ def choose_loop(data_plane: str) -> RrLoop:
                            "(pip install -e .)")
         return PythonLoop()
     return CompiledLoop()
+
+
+class StreamLoop:
+    """tcp.stream's two loops: send until a deadline, receive counting until EOF. In C where
+    it was built (a Python send/recv costs ~1,500 user-space instructions a call with its GIL
+    hand-off, bench/instructions_per_op.py); the receiver's running total lives in an int64
+    counter the sampler thread reads."""
+
+    def __init__(self) -> None:
+        self.name = "python" if _fastloop is None else "compiled"
+
+    def send_until(self, sock: socket.socket, payload: bytes, stop_at: float) -> None:
+        """Send ``payload`` again and again until time.monotonic() reaches ``stop_at``."""
+        if _fastloop is not None:
+            _fastloop.stream_send(sock.fileno(), payload, int(stop_at * 1e9))
+            return
+        sendall, now = sock.sendall, time.monotonic
+        while now() < stop_at:
+            sendall(payload)
+
+    def receive(self, sock: socket.socket, buf: bytearray, counter: array) -> None:
+        """Until EOF, the bytes received so far kept in ``counter[0]``."""
+        if _fastloop is not None:
+            _fastloop.stream_recv(sock.fileno(), buf, counter)
+            return
+        recv_into = sock.recv_into
+        total = 0
+        while True:
+            n = recv_into(buf)
+            if n == 0:
+                return
+            total += n
+            counter[0] = total
 
 
 def _recv_rest(recv_into: Callable[..., int], view: memoryview, got: int, n: int) -> bool:
