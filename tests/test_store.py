@@ -104,3 +104,23 @@ def test_runs_reads_files_written_before_case_counts_were_kept(h200_results):
 
     runs = _json.loads(proc.stdout)
     assert runs and all(r["ok"] + r["skipped"] + r["failed"] > 0 for r in runs)
+
+
+@pytest.mark.parametrize("values", [
+    [None, [1.0, 2.5], [], None, [3]], [None, None], [], [[float("inf"), 1e308, -0.0]],
+    [[True, 2]], [list(range(5000))]])
+def test_a_samples_column_built_through_numpy_holds_what_pyarrow_would(values):
+    import pyarrow as pa
+
+    from netbench.store.schema import _samples_column
+    kind = pa.list_(pa.float64())
+    assert _samples_column(values, kind).equals(pa.array(values, type=kind))
+
+
+@pytest.mark.parametrize("values", [[[1, "x"]], [["1.5"]], [[[1.0]]], [[2 ** 70]]])
+def test_samples_that_are_not_numbers_fail_as_pyarrow_fails(values):
+    import pyarrow as pa
+
+    from netbench.store.schema import _samples_column
+    with pytest.raises(pa.ArrowInvalid):
+        _samples_column(values, pa.list_(pa.float64()))

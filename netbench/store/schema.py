@@ -95,8 +95,35 @@ def rows_table(rows: list[dict[str, Any]], schema: Any) -> Any:
     sample a case kept."""
     import pyarrow as pa
 
-    columns = [pa.array([r.get(f.name) for r in rows], type=f.type) for f in schema]
+    columns = []
+    for f in schema:
+        values = [r.get(f.name) for r in rows]
+        columns.append(_samples_column(values, f.type) if f.type == pa.list_(pa.float64())
+                       else pa.array(values, type=f.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _samples_column(values: list[Any], kind: Any) -> Any:
+    """A list<double> column through numpy, one copy a row: pa.array converts each float
+    on its own, ~6x slower (16 ms per 100,000 samples) than the timed loop they came from
+    was per sample. Anything numpy will not take as numbers goes pyarrow's way (and its
+    error, if any)."""
+    import pyarrow as pa
+
+    try:
+        import numpy as np
+
+        arrays = [np.asarray(v) for v in values if v is not None]
+        if any(a.ndim != 1 or (a.dtype.kind not in "fiu" and len(a)) for a in arrays):
+            raise ValueError("not a flat list of numbers")
+        arrays = [a.astype(np.float64, copy=False) for a in arrays]
+    except (ImportError, ValueError, TypeError):
+        return pa.array(values, type=kind)
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum([0 if v is None else len(v) for v in values], out=offsets[1:])
+    flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.float64)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat),
+                                    mask=pa.array([v is None for v in values], pa.bool_()))
 
 
 class _RunFacts:
