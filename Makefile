@@ -16,7 +16,7 @@ ifneq ($(origin TORCH_SPEC),undefined)
 export TORCH_SPEC
 endif
 
-.PHONY: setup builddeps sysdeps bench test lint bench-compare bench-softroce gpu-check clean
+.PHONY: setup builddeps sysdeps bench test lint bench-compare bench-softroce gpu-check instructions clean
 
 # What the venv is built against: a compiler and the headers for the compiled data planes
 # (tcp's _fastloop.c, the RDMA _verbsloop.c), and Debian's pyverbs for /usr/bin/python3 (with
@@ -33,7 +33,7 @@ TEST_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf chromium:c
               modprobe:kmod mpirun:openmpi-bin unshare:util-linux ps:procps \
               lldpd:lldpd lldpcli:lldpd \
               ibsim:ibsim-utils opensm:opensm dump_fts:infiniband-diags ibtracert:infiniband-diags \
-              ethtool:ethtool
+              ethtool:ethtool valgrind:valgrind
 builddeps:
 	@tools/sysdeps.sh $(BUILD_DEPS)
 sysdeps: builddeps
@@ -61,6 +61,13 @@ bench-compare: sysdeps setup
 	  $(BIN)/python bench/rdma_vs_perftest.py --rounds 3; \
 	else echo "bench-compare: RDMA vs perftest skipped: set NETBENCH_RDMA_DEV and" \
 	  "NETBENCH_RDMA_ADDR (this host's IP on that device's netdev) to run it"; fi
+
+# The instrument's own cost, counted not timed: user-space instructions per operation of
+# netbench and of sockperf / iperf3 under callgrind, side by side (docs/instructions.md).
+INSTR_TOOLS := valgrind:valgrind sockperf:sockperf iperf3:iperf3
+instructions: setup
+	@tools/sysdeps.sh $(INSTR_TOOLS)
+	$(BIN)/python bench/instructions_per_op.py --out $(RESULTS)/instructions
 
 # On a GPU machine: every GPU check in one go, each figure beside its reference.
 gpu-check: setup
