@@ -196,7 +196,11 @@ def nb_stream(seconds: int, work: Path) -> tuple[int, float]:
     count, _ = counted(netbench_cmd("tcp.stream", {"msg_size": "128K", "duration": seconds,
                                                    "warmup": 0}, results), work)
     rows = {r["metric"]: r for r in ok_rows(results)}
-    moved = rows["goodput"]["value"] * 1e9 / 8 * seconds      # bytes the receiver counted
+    if "goodput" not in rows:
+        raise PointFailed("tcp.stream stored no goodput")
+    # The receiver's rate over its window times the duration: within one sampling interval
+    # (0.1 s) of the bytes it counted, the same bias at both sizes.
+    moved = rows["goodput"]["value"] * 1e9 / 8 * seconds
     return count, moved / (128 << 10)
 
 
@@ -270,6 +274,13 @@ def main() -> int:
         print(f"instructions_per_op: --scale {args.scale}: must be > 0", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="nb-instr-"))
+    try:
+        return count_points(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def count_points(args: argparse.Namespace, work: Path) -> int:
     run_id = f"instr-{uuid.uuid4().hex[:8]}"
     when = datetime.now(UTC)
     rows, failed = [], []
@@ -305,7 +316,6 @@ def main() -> int:
         path = args.out / "instructions.jsonl"
         JsonlStore(path).write_run(path, rows)
         print(f"rows: {path} (netbench import {path})")
-    shutil.rmtree(work, ignore_errors=True)
     if failed:
         print(f"instructions_per_op: {', '.join(failed)} failed or over the target")
         return 1

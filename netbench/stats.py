@@ -20,16 +20,18 @@ PERFTEST_TAIL = 2
 # loop's round trip itself. Without numpy (the emulated VM's system Python) the same figures
 # come from the stdlib.
 VECTOR_FROM = 1024
+_NO_NUMPY = False
 
 
 def _numpy() -> Any:
     """numpy, imported on first need (after a timed loop, never in it); None without it."""
+    global _NO_NUMPY
     np = sys.modules.get("numpy")
-    if np is None:
+    if np is None and not _NO_NUMPY:
         try:
             import numpy as np
         except ImportError:
-            return None
+            _NO_NUMPY = True        # asked once a process, not once a case
     return np
 
 # Two-sided 95% Student t quantiles for 1..30 degrees of freedom; beyond that, the normal 1.96.
@@ -71,9 +73,9 @@ def ci95_halfwidth(values: Sequence[float]) -> float:
 
 
 def scaled(values: Sequence[float], divisor: float) -> Sequence[float]:
-    """Each value / divisor (raw nanoseconds to microseconds): in numpy where it is already
-    loaded and the series is long, a Python loop of about 250 instructions a sample otherwise
-    (what a 20,000-sample case spent after its timed loop); a list where numpy is absent."""
+    """Each value / divisor (raw nanoseconds to microseconds): in numpy where it is installed
+    and the series is long, a Python loop of about 250 instructions a sample otherwise (what
+    a 20,000-sample case spent after its timed loop); a list where numpy is absent."""
     np = _numpy() if len(values) >= VECTOR_FROM else None
     if np is not None:
         return np.asarray(values, dtype=np.float64) / divisor    # type: ignore[attr-defined]

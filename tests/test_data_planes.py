@@ -87,3 +87,23 @@ def test_tcp_streams_loops_move_every_byte_and_count_it_while_they_run(plane, mo
     assert len({v for v in seen if v}) >= 3                          # counted as it ran
     a.close()
     b.close()
+
+
+def test_a_stream_whose_peer_never_ends_stops_its_loops_before_the_sockets_close(monkeypatch):
+    """A receiver still in its (C) loop at the deadline is shut down and joined: its fd number
+    must not outlive the socket, or the loop would read whatever socket gets it next."""
+    import socket
+    import threading
+
+    from netbench.api import PeerError
+    from netbench.benchmarks import tcp
+
+    monkeypatch.setattr(tcp, "STALL_TIMEOUT", 0.3)
+    a, b = socket.socketpair()          # b never sends nor closes: a's receiver waits on
+    before = threading.active_count()
+    transfer = tcp._Transfer([a], [], 1024, 0.2, 0.05)
+    with pytest.raises(PeerError, match="did not finish"):
+        transfer.run()
+    assert threading.active_count() == before
+    a.close()
+    b.close()

@@ -119,8 +119,11 @@ def _samples_column(values: list[Any], kind: Any) -> Any:
         arrays = [a.astype(np.float64, copy=False) for a in arrays]
     except (ImportError, ValueError, TypeError):
         return pa.array(values, type=kind)
+    lengths = [0 if v is None else len(v) for v in values]
+    if sum(lengths) >= 2 ** 31:                   # beyond list<double>'s int32 offsets
+        return pa.array(values, type=kind)
     offsets = np.zeros(len(values) + 1, dtype=np.int32)
-    np.cumsum([0 if v is None else len(v) for v in values], out=offsets[1:])
+    np.cumsum(lengths, out=offsets[1:])
     flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.float64)
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat),
                                     mask=pa.array([v is None for v in values], pa.bool_()))

@@ -34,7 +34,7 @@ from netbench.api import (
     stats,
 )
 
-from .loops import LOOP_NOTE, StreamLoop, choose_loop
+from .loops import LOOP_NOTE, STREAM_LOOP_NOTE, StreamLoop, choose_loop
 
 SETUP_TIMEOUT = 15.0      # to open data connections and agree to start
 STALL_TIMEOUT = 10.0      # a data socket that moves nothing this long means the peer is gone
@@ -161,6 +161,11 @@ class _Transfer:
         sampler.join()
         if any(thread.is_alive() for thread in threads):
             self.errors.append(PeerError("data transfer did not finish; peer unresponsive"))
+            # A C loop holds the fd number, not the socket: end it before the caller closes
+            # the socket, or it would go on with whatever socket reuses that number.
+            _shutdown_all(self.receive_socks + self.send_socks)()
+            for thread in threads:
+                thread.join(STALL_TIMEOUT)
         if self.errors:
             raise self.errors[0]
 
@@ -171,6 +176,8 @@ class _Transfer:
             self.errors.append(exc)
         except OSError as exc:
             self.errors.append(_stall_error(exc, "moving data"))
+        except Exception as exc:     # noqa: BLE001 - a dead thread must not pass for a done one
+            self.errors.append(PeerError(f"data transfer failed: {type(exc).__name__}: {exc}"))
 
     def _send(self, sock: socket.socket, payload: bytes, stop_at: float) -> None:
         self.loop.send_until(sock, payload, stop_at)
@@ -327,12 +334,13 @@ class TcpStream(_TcpBenchmark):
         finally:
             session.close()
         measured = self._measure(params, fwd, rev, transfer.report(), far, client_cpu, device)
-        # Who moved the bytes, as tcp.rr records it; the far end says its own (an older one
-        # says nothing).
-        far_plane = far.get("data_plane", transfer.loop.name)
-        measured.resolved = {"data_plane": transfer.loop.name if far_plane ==
-                             transfer.loop.name else f"{transfer.loop.name} (far end: "
-                             f"{str(far_plane)[:20]})"}
+        # Bytes moved by a Python loop at either end (the C loops not built there) is said,
+        # as tcp.rr says it; the far end reports its own (an older one, nothing).
+        python_ends = [end for end, plane in (("this end", transfer.loop.name),
+                                              ("the far end", far.get("data_plane")))
+                       if plane == "python"]
+        if python_ends:
+            measured.note = f"{STREAM_LOOP_NOTE} at {' and '.join(python_ends)}"
         if traced:
             measured.routes = [list(r) for r in session.routes]
         return measured

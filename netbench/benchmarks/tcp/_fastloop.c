@@ -160,6 +160,13 @@ static PyObject *rr_echo(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(count);
 }
 
+/* A stream loop's failure is always an OSError (ENOMEM from the socket included), which the
+ * caller turns into the peer's or the link's error. */
+static PyObject *raise_os(int status) {
+    errno = status;
+    return PyErr_SetFromErrno(PyExc_OSError);
+}
+
 static PyObject *stream_send(PyObject *self, PyObject *args) {
     int fd;
     Py_buffer payload;
@@ -180,7 +187,7 @@ static PyObject *stream_send(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&payload);
-    if (status) return raise_status(status);
+    if (status) return raise_os(status);
     return PyLong_FromLongLong(sent);
 }
 
@@ -213,7 +220,7 @@ static PyObject *stream_recv(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     PyBuffer_Release(&counter);
-    if (status) return raise_status(status);
+    if (status) return raise_os(status);
     return PyLong_FromLongLong((long long)total);
 }
 

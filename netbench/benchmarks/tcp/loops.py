@@ -26,6 +26,8 @@ else:
     _WHY = ""
 
 LOOP_NOTE = "timed in a Python loop (the C loop was not built): adds ~1 us a round trip"
+STREAM_LOOP_NOTE = ("bytes moved by Python loops (the C loops were not built; ~10x the "
+                    "user-space instructions a send)")
 
 
 class RrLoop(Protocol):
@@ -128,12 +130,14 @@ class StreamLoop:
     counter the sampler thread reads."""
 
     def __init__(self) -> None:
-        self.name = "python" if _fastloop is None else "compiled"
+        # A build from before the stream loops existed has rr's only: Python then.
+        self.c = _fastloop if hasattr(_fastloop, "stream_send") else None
+        self.name = "python" if self.c is None else "compiled"
 
     def send_until(self, sock: socket.socket, payload: bytes, stop_at: float) -> None:
         """Send ``payload`` again and again until time.monotonic() reaches ``stop_at``."""
-        if _fastloop is not None:
-            _fastloop.stream_send(sock.fileno(), payload, int(stop_at * 1e9))
+        if self.c is not None:
+            self.c.stream_send(sock.fileno(), payload, int(stop_at * 1e9))
             return
         sendall, now = sock.sendall, time.monotonic
         while now() < stop_at:
@@ -141,8 +145,8 @@ class StreamLoop:
 
     def receive(self, sock: socket.socket, buf: bytearray, counter: array) -> None:
         """Until EOF, the bytes received so far kept in ``counter[0]``."""
-        if _fastloop is not None:
-            _fastloop.stream_recv(sock.fileno(), buf, counter)
+        if self.c is not None:
+            self.c.stream_recv(sock.fileno(), buf, counter)
             return
         recv_into = sock.recv_into
         total = 0
