@@ -515,7 +515,11 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
     changes = [100 * v.change if math.isfinite(v.change) else math.copysign(1e9, v.change)
                for v in verdicts]
     ordered = sorted(abs(c) for c in changes)
-    bulk = ordered[min(int(0.9 * len(ordered)), len(ordered) - 1)]
+    # The scale comes from the measured figures: a count's relative change (an error counter
+    # from 3 to 30: +900%, from 0: infinite) says nothing of how far the others moved.
+    scaled = sorted(abs(c) for c, v in zip(changes, verdicts)
+                    if math.isfinite(v.change) and v.unit != "count") or ordered
+    bulk = scaled[min(int(0.9 * len(scaled)), len(scaled) - 1)]
     limit = max(1.5 * bulk, 4 * 100 * max(v.threshold for v in verdicts), 1.0)
     limit = min(limit, max(ordered) * 1.05) if max(ordered) > 0 else 1.0
     # The axis spans the changes drawn (zero always in view), so a rise alone never opens an
