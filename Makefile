@@ -16,18 +16,21 @@ ifneq ($(origin TORCH_SPEC),undefined)
 export TORCH_SPEC
 endif
 
-.PHONY: setup builddeps sysdeps bench test lint bench-compare bench-softroce gpu-check instructions clean
+.PHONY: setup builddeps sysdeps bench test lint bench-compare bench-softroce gpu-check instructions \
+        instructions-rdma clean
 
 # What the venv is built against: a compiler and the headers for the compiled data planes
 # (tcp's _fastloop.c, the RDMA _verbsloop.c), and Debian's pyverbs for /usr/bin/python3 (with
 # venv support), so the RDMA benchmarks can run and the fabric ranks in the soft-RoCE VM, which
-# run from this venv, can import it. NEED:PACKAGE, see tools/sysdeps.sh.
+# run from this venv, can import it; valgrind's callgrind.h, so the RDMA loops can be counted
+# (docs/instructions.md). NEED:PACKAGE, see tools/sysdeps.sh.
 SYS_PY_INCLUDE := $(shell /usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null || echo /usr/include/python3)
 BUILD_DEPS := gcc:gcc /usr/include/stdio.h:libc6-dev \
               /usr/include/infiniband/verbs.h:libibverbs-dev \
               py:pyverbs:python3-pyverbs py:ensurepip:python3-venv \
               $(SYS_PY_INCLUDE)/Python.h:python3-dev \
-              /etc/libibverbs.d/rxe.driver:ibverbs-providers
+              /etc/libibverbs.d/rxe.driver:ibverbs-providers \
+              /usr/include/valgrind/callgrind.h:valgrind
 # System tools the tests and reference comparisons use (tests that need one skip without it).
 TEST_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf chromium:chromium \
               modprobe:kmod mpirun:openmpi-bin unshare:util-linux ps:procps \
@@ -68,6 +71,14 @@ INSTR_TOOLS := valgrind:valgrind sockperf:sockperf iperf3:iperf3
 instructions: setup
 	@tools/sysdeps.sh $(INSTR_TOOLS)
 	$(BIN)/python bench/instructions_per_op.py --out $(RESULTS)/instructions
+# The RDMA points beside perftest, in the soft-RoCE VM (~15 minutes under TCG); the rows are
+# imported into $(RESULTS). COUNT_POINTS=a,b and COUNT_SCALE=0.5 narrow it.
+instructions-rdma: setup
+	@tools/sysdeps.sh valgrind:valgrind
+	rm -rf $(SOFTROCE_OUT) && mkdir -p $(SOFTROCE_OUT)
+	OUT=$(SOFTROCE_OUT) tools/softroce/run-vm.sh tools/softroce/count.sh "$(COUNT_POINTS)" \
+	  "$(or $(COUNT_SCALE),1)"
+	$(BIN)/netbench import $(SOFTROCE_OUT)/instructions.jsonl --results $(RESULTS)
 
 # On a GPU machine: every GPU check in one go, each figure beside its reference.
 gpu-check: setup

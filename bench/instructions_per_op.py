@@ -2,7 +2,8 @@
 """The instrument's cost without timing noise: user-space instructions per operation of netbench
 and of the reference tool, counted by valgrind (callgrind), side by side.
 
-    python bench/instructions_per_op.py [--only tcp_rr] [--scale 1] [--out DIR]
+    python bench/instructions_per_op.py [--only tcp_rr,...] [--scale 1] [--out DIR]
+                                        [--rdma-device DEV --rdma-addr IP [--rdma-gid 1]]
 
 Each figure is the slope between two runs of the same command that differ only in how many
 operations they do: (instructions at the larger count - at the smaller) / (operations -
@@ -27,7 +28,16 @@ operations are what they report they did: sockperf's SentMessages, the bytes tcp
 receiver counted. Rows (metric ``instr_per_op``, lower is better; the tool's as ``ref.<tool>``)
 go to OUT/instructions.jsonl, for `netbench import`. Exit 1 when a point's counts did not grow
 with its operations (a loop that did not run) or netbench is over --target x the tool's.
-RDMA points (in the soft-RoCE VM) are not in this version: see docs/instructions.md.
+
+With --rdma-device DEV --rdma-addr IP (the soft-RoCE VM runs it, tools/softroce/in-vm.sh; a host
+with a NIC the same), the RDMA points instead, each beside perftest with the same message size,
+depth and signalling (both tools' defaults): rdma_write_lat_2, rdma_read_lat_2, rdma_send_lat_2
+(one operation a round trip, or one READ), rdma_write_rate_64 and rdma_write_bw_4k (one WRITE),
+the compiled plane (judged); rdma_write_lat_2_pyverbs and rdma_write_rate_64_pyverbs through the
+pyverbs plane (shown). netbench runs loopback (both ends in one process: both counted; its
+loops reap send completions lazily there, perftest's client one post at a time), and only its
+data path is counted (the RDMA section below says why); perftest's server and client whole. A point
+whose reference cannot be counted fails: nothing judged it.
 """
 
 from __future__ import annotations
@@ -114,10 +124,58 @@ def instructions(directory: Path) -> int:
     return total
 
 
+def by_object(path: Path) -> dict[str, int]:
+    """Self instructions per shared object (the program, libibverbs, the rxe provider, libc,
+    ...) in one callgrind file: every cost line under the object it belongs to, except the
+    line after ``calls=``, which is the callee's inclusive cost (counted where it is spent)."""
+    names: dict[str, str] = {}
+    out: dict[str, int] = {}
+    current, after_call = "?", False
+
+    def name(ref: str) -> str:
+        ref = ref.strip()
+        if ref.startswith("("):
+            key, _, text = ref.partition(")")
+            if text.strip():
+                names[key] = text.strip()
+            return names.get(key, ref)
+        return ref
+
+    for line in path.read_text(errors="replace").splitlines():
+        if not line:
+            continue
+        head = line[0]
+        if head.isdigit() or head in "+-*":
+            if after_call:
+                after_call = False
+                continue
+            fields = line.split()
+            if len(fields) > 1:
+                out[current] = out.get(current, 0) + int(fields[1])
+        elif line.startswith("ob="):
+            current = name(line[3:])
+        elif line.startswith("cob="):
+            name(line[4:])             # defines a name later lines may refer to
+        elif line.startswith("calls="):
+            after_call = True
+    return out
+
+
+def objects_in(files: list[Path]) -> dict[str, int]:
+    """by_object summed over files, keyed by the object's file name."""
+    total: dict[str, int] = {}
+    for path in files:
+        for obj, count in by_object(path).items():
+            key = Path(obj).name
+            total[key] = total.get(key, 0) + count
+    return total
+
+
 def counted(cmd: list[str], work: Path, server: list[str] | None = None,
-            port: int | None = None, stop_server: bool = True) -> tuple[int, str]:
+            port: int | None = None, stop_server: bool = True,
+            objects: dict[str, int] | None = None) -> tuple[int, str]:
     """``cmd`` (and ``server`` first, listening on ``port``) under callgrind: every process's
-    instructions summed, and the client's output."""
+    instructions summed, and the client's output; ``objects`` gets them per shared object."""
     out = Path(tempfile.mkdtemp(prefix="cg-", dir=work))
     grind = [*VALGRIND, f"--callgrind-out-file={out}/cg.%p"]
     srv = None
@@ -136,6 +194,8 @@ def counted(cmd: list[str], work: Path, server: list[str] | None = None,
                 srv.send_signal(signal.SIGINT)     # sockperf dumps its counts on SIGINT
             srv.wait(timeout=120)
             srv = None
+        if objects is not None:
+            objects.update(objects_in(list(out.glob("cg.*"))))
         return instructions(out), proc.stdout
     except subprocess.TimeoutExpired as exc:
         raise PointFailed(f"{Path(cmd[0]).name} took over {exc.timeout:.0f} s under "
@@ -233,6 +293,209 @@ BENCH = {"tcp_rr_64": ("tcp.rr", {"msg_size": 64, "data_plane": "compiled"}),
          "tcp_stream_128k": ("tcp.stream", {"msg_size": 131072})}
 
 
+# --- RDMA, where a device is (the soft-RoCE VM runs it: tools/softroce/in-vm.sh) ----------------
+# netbench's runs all happen in one process under valgrind (an interpreter starting under valgrind
+# in the emulated VM takes over a minute): it runs each (point, size) through netbench's own CLI
+# entry, then asks callgrind to dump what it counted since the last dump, labelled. With
+# --instr-atstart=no only the compiled plane's C loops are counted (they switch instrumentation on
+# for themselves): the data path, every operation's work; the Python around them runs once a
+# run, and the slope would cancel it anyway. A pyverbs point instruments its whole run instead
+# (its per-operation work is Python). perftest's server and client are each counted whole.
+PERFTEST_PORT = 18515
+PERFTEST_BW = {"tx_depth": 128, "cq_mod": 100}    # perftest's defaults (-t, -Q), netbench's too
+# (point, unit of one operation, netbench benchmark, params, sizes, perftest tool, its args)
+RDMA_POINTS = [
+    ("rdma_write_lat_2", "round trip of 2 B", "rdma.write_lat", {"msg_size": 2},
+     (1000, 10000), "ib_write_lat", ["-s", "2"]),
+    ("rdma_read_lat_2", "RDMA READ of 2 B", "rdma.read_lat", {"msg_size": 2},
+     (1000, 10000), "ib_read_lat", ["-s", "2"]),
+    ("rdma_send_lat_2", "round trip of 2 B", "rdma.send_lat", {"msg_size": 2},
+     (1000, 10000), "ib_send_lat", ["-s", "2"]),
+    ("rdma_write_rate_64", "64 B RDMA WRITE", "rdma.write_bw", {"msg_size": 64, **PERFTEST_BW},
+     (2000, 20000), "ib_write_bw", ["-s", "64"]),
+    ("rdma_write_bw_4k", "4 KiB RDMA WRITE", "rdma.write_bw", {"msg_size": 4096, **PERFTEST_BW},
+     (2000, 20000), "ib_write_bw", ["-s", "4096"]),
+    ("rdma_write_lat_2_pyverbs", "round trip of 2 B", "rdma.write_lat", {"msg_size": 2},
+     (200, 1000), "ib_write_lat", ["-s", "2"]),
+    ("rdma_write_rate_64_pyverbs", "64 B RDMA WRITE", "rdma.write_bw",
+     {"msg_size": 64, **PERFTEST_BW}, (400, 2000), "ib_write_bw", ["-s", "64"]),
+]
+
+
+def rdma_jobs(points: list[tuple], scale: float, device: str, gid: int,
+              work: Path) -> list[dict]:
+    """What the counted netbench process runs: each point at its two sizes, loopback (both
+    ends in this one process, so both are counted), into a JSON-lines file per run."""
+    jobs = []
+    for name, _unit, bench, params, sizes, _tool, _args in points:
+        plane = "pyverbs" if name.endswith("_pyverbs") else "compiled"
+        for n in (max(1, round(s * scale)) for s in sizes):
+            rows = work / f"nb-{name}-{n}.jsonl"
+            argv = ["run", bench, "--no-counters", "--jsonl", str(rows),
+                    "-p", f"device={device}", "-p", f"gid_index={gid}",
+                    "-p", f"iterations={n}", "-p", "warmup=0",
+                    "-p", f"data_plane={plane}"]
+            for key, value in params.items():
+                argv += ["-p", f"{key}={value}"]
+            jobs.append({"label": f"{name} {n}", "point": name, "n": n, "argv": argv,
+                         "rows": str(rows), "whole": plane == "pyverbs", "plane": plane})
+    return jobs
+
+
+def rdma_child(spec: Path) -> int:
+    """Inside valgrind: run the jobs, dumping callgrind's count after each."""
+    from netbench.benchmarks.rdma import _verbsloop as vl
+    from netbench.cli import main as netbench_main
+    if not vl.COUNTABLE:
+        print("instructions_per_op: this build of the RDMA loops has no callgrind requests "
+              "(valgrind's callgrind.h was missing when it was built: install valgrind, then "
+              "`make setup`)", file=sys.stderr)
+        return 3
+    for job in json.loads(spec.read_text()):
+        if job["whole"]:
+            vl.count_instrument(True)
+        try:
+            rc = netbench_main(job["argv"])
+        except SystemExit as exc:      # argparse's way of refusing
+            rc = exc.code if isinstance(exc.code, int) else 2
+        if job["whole"]:
+            vl.count_instrument(False)
+        vl.count_dump(job["label"] if rc == 0 else f"{job['label']} failed {rc}")
+    return 0
+
+
+TRIGGER = "desc: Trigger: Client Request: "
+
+
+def dumps(directory: Path) -> dict[str, tuple[int, Path]]:
+    """label -> (instructions, file) of each labelled dump callgrind wrote in ``directory``."""
+    out = {}
+    for path in directory.glob("cg.*"):
+        label, total = None, None
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith(TRIGGER):
+                label = line[len(TRIGGER):].strip()
+            elif line.startswith("totals:"):
+                total = int(line.split()[1])
+        if label is not None and total is not None:
+            out[label] = (total, path)
+    return out
+
+
+def job_failure(job: dict, counts: dict[str, tuple[int, Path]]) -> str | None:
+    """Why a counted netbench run cannot be used, or None."""
+    if job["label"] not in counts:
+        failed = [k for k in counts if k.startswith(job["label"] + " failed")]
+        return (f"netbench exited {failed[0].rsplit(' ', 1)[1]}" if failed else
+                "no count for it (the counted process stopped before it)")
+    try:
+        rows = [json.loads(line) for line in Path(job["rows"]).read_text().splitlines()
+                if line.strip()]
+    except OSError as exc:
+        return f"its rows are unreadable: {exc}"
+    bad = [r for r in rows if r.get("status") != "ok"]
+    if bad or not rows:
+        return f"netbench: {bad[0].get('reason') if bad else 'no rows'}"
+    resolved = json.loads(rows[0].get("resolved") or "{}")
+    if resolved.get("data_plane", job["plane"]) != job["plane"]:
+        return f"data_plane={job['plane']} ran as {resolved['data_plane']}"
+    return None
+
+
+def count_netbench_rdma(jobs: list[dict], work: Path) -> dict[str, tuple[int, Path]]:
+    out = Path(tempfile.mkdtemp(prefix="cg-rdma-", dir=work))
+    spec = work / "rdma-jobs.json"
+    spec.write_text(json.dumps(jobs))
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+           f"--callgrind-out-file={out}/cg.%p", sys.executable, str(Path(__file__).resolve()),
+           "--rdma-child", str(spec)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV,
+                              timeout=RUN_TIMEOUT * (1 + len(jobs) / 2))
+    except subprocess.TimeoutExpired as exc:
+        raise PointFailed(f"the counted netbench process took over {exc.timeout:.0f} s") \
+            from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PointFailed(f"the counted netbench process exited {proc.returncode}: {tail[:300]}")
+    return dumps(out)
+
+
+def perftest_run(tool: str, args: list[str], device: str, gid: int, addr: str,
+                 per_size: dict[int, dict[str, int]]) -> Callable[[int, Path], tuple[int, float]]:
+    """A perftest point's run; ``per_size`` gets each size's counts per shared object."""
+    def run(n: int, work: Path) -> tuple[int, float]:
+        if not shutil.which(tool):
+            raise PointFailed(f"{tool} is not installed (Debian: perftest)")
+        common = [tool, "-d", device, "-x", str(gid), *args, "-n", str(n),
+                  "-p", str(PERFTEST_PORT)]
+        per_size[n] = {}
+        count, _ = counted([*common, addr], work, server=common, port=PERFTEST_PORT,
+                           stop_server=False, objects=per_size[n])
+        return count, float(n)
+    return run
+
+
+def share(small: dict[str, int], large: dict[str, int], ops: float) -> dict[str, float]:
+    """Instructions per operation by where they run: the verbs libraries (libibverbs and the
+    provider, lib<driver>-rdmav*.so: the same for every tool on this device), libc and the
+    loader, and the tool's own code (its program, its extension, its interpreter)."""
+    out = {"verbs": 0.0, "libc": 0.0, "own": 0.0}
+    for obj in set(small) | set(large):
+        per_op = (large.get(obj, 0) - small.get(obj, 0)) / ops
+        kind = ("verbs" if obj.startswith("libibverbs") or "-rdmav" in obj else
+                "libc" if obj.startswith(("libc.", "ld-linux")) else "own")
+        out[kind] += per_op
+    return out
+
+
+def count_rdma_points(args: argparse.Namespace, work: Path, run_id: str, when: datetime,
+                      rows: list[dict], failed: list[str]) -> None:
+    points = [p for p in RDMA_POINTS if selected(p[0], args.only, [q[0] for q in RDMA_POINTS])]
+    if not points:
+        return
+    jobs = rdma_jobs(points, args.scale, args.rdma_device, args.rdma_gid, work)
+    try:
+        counts = count_netbench_rdma(jobs, work)
+    except PointFailed as exc:
+        for name, *_ in points:
+            print(f"{name} failed: netbench: {exc}", flush=True)
+            failed.append(name)
+        return
+    for name, unit, bench, params, _sizes, tool, tool_args in points:
+        small, large = [j for j in jobs if j["point"] == name]
+        why = job_failure(small, counts) or job_failure(large, counts)
+        if why is None and (counts[large["label"]][0] <= counts[small["label"]][0]):
+            why = (f"counts did not grow with the operations: {small['n']} ops "
+                   f"{counts[small['label']][0]:,} instructions, {large['n']} ops "
+                   f"{counts[large['label']][0]:,}")
+        if why is not None:
+            print(f"{name} failed: netbench: {why}", flush=True)
+            failed.append(name)
+            continue
+        mine = (counts[large["label"]][0] - counts[small["label"]][0]) / (large["n"] - small["n"])
+        mine_by = share(objects_in([counts[small["label"]][1]]),
+                        objects_in([counts[large["label"]][1]]), large["n"] - small["n"])
+        plane = small["plane"]
+        rows.append(row(run_id, when, bench, {**params, "data_plane": plane}, mine, unit,
+                        "instructions", transport="rdma", device=args.rdma_device))
+        sizes = (small["n"], large["n"])
+        per_size: dict[int, dict[str, int]] = {}
+        try:
+            theirs, _ = slope(perftest_run(tool, tool_args, args.rdma_device, args.rdma_gid,
+                                           args.rdma_addr, per_size), sizes, 1.0, work)
+        except PointFailed as exc:
+            print(f"{name} netbench {mine:,.0f} {tool} unavailable ({exc})", flush=True)
+            failed.append(name)
+            continue
+        rows.append(row(run_id, when, f"ref.{tool}", {"point": name}, theirs, unit,
+                        "instructions", transport="rdma", device=args.rdma_device))
+        judge(args, name, plane == "compiled", mine, tool, theirs, unit, sizes, failed)
+        theirs_by = share(per_size[sizes[0]], per_size[sizes[1]], sizes[1] - sizes[0])
+        print("  " + "; ".join(f"{kind} netbench {mine_by[kind]:,.0f} {tool} "
+                               f"{theirs_by[kind]:,.0f}" for kind in mine_by), flush=True)
+
+
 def slope(run: Callable[[int, Path], tuple[int, float]], sizes: tuple[int, int], scale: float,
           work: Path) -> tuple[float, tuple[tuple[int, float], tuple[int, float]]]:
     """Instructions per operation between the two sizes; PointFailed where the counts or the
@@ -246,13 +509,13 @@ def slope(run: Callable[[int, Path], tuple[int, float]], sizes: tuple[int, int],
 
 
 def row(run_id: str, when: datetime, bench: str, params: dict, value: float,
-        unit_note: str, label: str) -> dict:
+        unit_note: str, label: str, transport: str = "tcp", device: str = "lo") -> dict:
     from netbench.store import COLUMNS, SCHEMA_VERSION
     out = {name: None for name, _ in COLUMNS}
     family, _, op = bench.partition(".")
     out.update(schema_version=SCHEMA_VERSION, run_id=run_id, label=label, started_at=when,
                host=socket.gethostname(), benchmark=bench, family=family, op=op,
-               transport="tcp", device="lo", metric="instr_per_op", value=value,
+               transport=transport, device=device, metric="instr_per_op", value=value,
                unit="instructions/op", unit_note=unit_note, better="lower", status="ok",
                case_index=0, n_samples=1, samples=[value],
                params=json.dumps({**params, "counted": "callgrind slope, user space"},
@@ -260,22 +523,54 @@ def row(run_id: str, when: datetime, bench: str, params: dict, value: float,
     return out
 
 
+def selected(name: str, only: list[str], names: list[str]) -> bool:
+    """--only: a token that is a point's whole name selects that point alone; any other token
+    selects every point whose name has it."""
+    return not only or any(o == name or (o not in names and o in name) for o in only)
+
+
+def judge(args: argparse.Namespace, name: str, judged: bool, mine: float, tool: str,
+          theirs: float, unit: str, ops: tuple[float, float], failed: list[str]) -> None:
+    ratio = mine / theirs
+    missed = judged and ratio > args.target
+    failed += [name] if missed else []
+    print(f"{name} netbench {mine:,.0f} {tool} {theirs:,.0f} ratio {ratio:.2f}"
+          f"  (instructions a {unit}; netbench's runs {ops[0]:g} and {ops[1]:g} ops"
+          f"{'; over the target ' + format(args.target, '.2f') if missed else ''}"
+          f"{'' if judged else '; shown, not judged'})", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="", help="points whose name has this")
+    ap.add_argument("--only", default="",
+                    help="comma-separated: points whose name has one of these")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiply every run's size (fewer operations: faster, coarser)")
     ap.add_argument("--target", type=float, default=1.10,
                     help="most netbench may count per operation, x the tool's (compiled "
-                         "points; the python point is shown, not judged)")
+                         "points; the python and pyverbs points are shown, not judged)")
+    ap.add_argument("--rdma-device", default="",
+                    help="count the RDMA points on this device (with --rdma-addr) instead "
+                         "of the TCP ones")
+    ap.add_argument("--rdma-addr", default="", help="the device's IP address (perftest's)")
+    ap.add_argument("--rdma-gid", type=int, default=int(os.environ.get("NETBENCH_GID", "1")),
+                    help="GID index, both tools (perftest -x)")
+    ap.add_argument("--rdma-child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=REPO / "results" / "instructions")
     args = ap.parse_args()
+    if args.rdma_child:
+        return rdma_child(args.rdma_child)
+    args.only = [o for o in args.only.split(",") if o]
     if not shutil.which("valgrind"):
         print("instructions_per_op: valgrind is not installed: `apt-get install valgrind` "
               "(as root; `make instructions` installs it)", file=sys.stderr)
         return 2
     if args.scale <= 0:
         print(f"instructions_per_op: --scale {args.scale}: must be > 0", file=sys.stderr)
+        return 2
+    if bool(args.rdma_device) != bool(args.rdma_addr):
+        print("instructions_per_op: --rdma-device and --rdma-addr go together",
+              file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="nb-instr-"))
     try:
@@ -287,9 +582,13 @@ def main() -> int:
 def count_points(args: argparse.Namespace, work: Path) -> int:
     run_id = f"instr-{uuid.uuid4().hex[:8]}"
     when = datetime.now(UTC)
-    rows, failed = [], []
-    for name, unit, nb_run, nb_sizes, tool, tool_run, tool_sizes in POINTS:
-        if args.only and args.only not in name:
+    rows: list[dict] = []
+    failed: list[str] = []
+    if args.rdma_device:
+        count_rdma_points(args, work, run_id, when, rows, failed)
+    for name, unit, nb_run, nb_sizes, tool, tool_run, tool_sizes in \
+            ([] if args.rdma_device else POINTS):
+        if not selected(name, args.only, [p[0] for p in POINTS]):
             continue
         try:
             mine, seen = slope(nb_run, nb_sizes, args.scale, work)
@@ -306,14 +605,8 @@ def count_points(args: argparse.Namespace, work: Path) -> int:
             continue
         rows.append(row(run_id, when, f"ref.{tool}", {"point": name}, theirs, unit,
                         "instructions"))
-        ratio = mine / theirs
-        judged = not name.endswith("_python")
-        missed = judged and ratio > args.target
-        failed += [name] if missed else []
-        print(f"{name} netbench {mine:,.0f} {tool} {theirs:,.0f} ratio {ratio:.2f}"
-              f"  (instructions a {unit}; netbench's runs {seen[0][1]:g} and {seen[1][1]:g} "
-              f"ops{'; over the target ' + format(args.target, '.2f') if missed else ''})",
-              flush=True)
+        judge(args, name, not name.endswith("_python"), mine, tool, theirs, unit,
+              (seen[0][1], seen[1][1]), failed)
     if rows:
         from netbench.store import JsonlStore
         args.out.mkdir(parents=True, exist_ok=True)

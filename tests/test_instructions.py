@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -64,3 +65,63 @@ def test_the_counter_sums_what_callgrind_wrote_for_every_process(ipo, tmp_path):
     assert 10_000 < one < two
     files = [p for p in tmp_path.rglob("cg.*")]
     assert len(files) >= 3
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="needs valgrind (make test installs it)")
+def test_per_object_counts_add_up_to_callgrinds_total(ipo, tmp_path):
+    ipo.counted(["sh", "-c", "true"], tmp_path)
+    (path,) = tmp_path.rglob("cg.*")
+    per_object = ipo.by_object(path)
+    totals = [int(line.split()[1]) for line in path.read_text().splitlines()
+              if line.startswith("totals:")]
+    assert sum(per_object.values()) == totals[0]
+    assert any(Path(obj).name.startswith("libc.") for obj in per_object)
+    kinds = ipo.share({"libibverbs.so.1": 100, "librxe-rdmav34.so": 50, "libc.so.6": 10,
+                       "ib_write_lat": 7}, {"libibverbs.so.1": 1100, "librxe-rdmav34.so": 550,
+                                            "libc.so.6": 110, "ib_write_lat": 17}, 10)
+    assert kinds == {"verbs": 150.0, "libc": 10.0, "own": 1.0}
+
+
+def _verbsloop():
+    return pytest.importorskip("netbench.benchmarks.rdma._verbsloop",
+                               reason="the compiled RDMA plane is not built here")
+
+
+@pytest.mark.skipif(not shutil.which("valgrind"), reason="needs valgrind (make test installs it)")
+def test_each_labelled_dump_is_found_and_a_failed_run_is_named(ipo, tmp_path):
+    """The counted netbench process's dumps, as the RDMA points read them: one per run,
+    labelled; a run that failed is said, never counted."""
+    vl = _verbsloop()
+    if not vl.COUNTABLE:
+        pytest.skip("the RDMA loops were built without valgrind's callgrind.h")
+    out = tmp_path / "cg"
+    out.mkdir()
+    code = ("from netbench.benchmarks.rdma import _verbsloop as v\n"
+            "v.count_instrument(True); sum(range(20000)); v.count_instrument(False)\n"
+            "v.count_dump('rdma_write_lat_2 500')\n"
+            "v.count_dump('rdma_write_lat_2 5000 failed 1')\n")
+    subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                    f"--callgrind-out-file={out}/cg.%p", sys.executable, "-c", code],
+                   check=True, capture_output=True, timeout=120, cwd=ROOT)
+    counts = ipo.dumps(out)
+    assert set(counts) == {"rdma_write_lat_2 500", "rdma_write_lat_2 5000 failed 1"}
+    assert counts["rdma_write_lat_2 500"][0] > 20000       # the instrumented sum, no more
+    assert counts["rdma_write_lat_2 5000 failed 1"][0] == 0
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"status": "ok", "resolved": "{\\"data_plane\\": \\"compiled\\"}"}\n')
+    job = {"label": "rdma_write_lat_2 500", "rows": str(rows), "plane": "compiled"}
+    assert ipo.job_failure(job, counts) is None
+    assert ipo.job_failure({**job, "plane": "pyverbs"}, counts) == \
+        "data_plane=pyverbs ran as compiled"
+    assert ipo.job_failure({**job, "label": "rdma_write_lat_2 5000"}, counts) == \
+        "netbench exited 1"
+    assert "stopped before it" in ipo.job_failure({**job, "label": "rdma_read_lat_2 1"},
+                                                   counts)
+
+
+def test_only_selects_a_whole_name_alone_and_a_part_by_substring(ipo):
+    names = ["rdma_write_lat_2", "rdma_write_lat_2_pyverbs", "rdma_read_lat_2"]
+    assert [n for n in names if ipo.selected(n, ["rdma_write_lat_2"], names)] == \
+        ["rdma_write_lat_2"]
+    assert [n for n in names if ipo.selected(n, ["lat_2"], names)] == names
+    assert all(ipo.selected(n, [], names) for n in names)

@@ -5,9 +5,10 @@
 # The venv is built from /usr/bin/python3 with its site-packages where that Python imports
 # Debian's pyverbs (the RDMA benchmarks need it, and it exists for no other Python), else from
 # `python3`; PYTHON=... overrides. It is (re)built whenever what it was built against changes:
-# the Python, whether pyverbs, the libibverbs headers, Python.h and a compiler were there (the
-# compiled data planes are optional extensions: a venv built without the headers has none, and
-# must be rebuilt once they appear), pyproject.toml, the C sources and the torch spec.
+# the Python, whether pyverbs, the libibverbs and callgrind headers, Python.h and a compiler were
+# there (the compiled data planes are optional extensions: a venv built without the headers has
+# none, and must be rebuilt once they appear; without callgrind.h the RDMA loops cannot be
+# counted), pyproject.toml, the C sources and the torch spec.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -31,6 +32,7 @@ key=$(cat <<EOF
 python $pyexe $("$PYTHON" -c 'import sys; print(sys.version.split()[0])')
 pyverbs $(have "$PYTHON" -c 'import pyverbs')
 verbs.h $(have test -e /usr/include/infiniband/verbs.h)
+callgrind.h $(have test -e /usr/include/valgrind/callgrind.h)
 Python.h $(have test -e "$include/Python.h")
 cc $(have command -v gcc)
 torch ${TORCH_SPEC:-kept}

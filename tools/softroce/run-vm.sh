@@ -12,7 +12,8 @@
 # With NODES > 1 the guests' NIC r is on rail r, an Ethernet segment of its own: a QEMU
 # multicast socket (a hub on 127.0.0.1, no root and no host bridge needed). Guest i is
 # softroce-vm<i>, at 10.99.<r>.<i+1> on rail r; its log is $OUT/vm<i>.log. Every guest runs
-# CMD; it reads its place from NETBENCH_NODE, NETBENCH_NODES and NETBENCH_NICS.
+# CMD; it reads its place from NETBENCH_NODE, NETBENCH_NODES and NETBENCH_NICS, and whether
+# its CPU is emulated from NETBENCH_VM_ACCEL (tcg or kvm).
 #
 # Env: OUT (default /tmp/netbench-softroce/out), VCPUS=2 (with 1, busy-polling peers starve),
 #      MEM=1G, VM_TIMEOUT=1500 s, SKIP_INSTALL=1 to skip apt, QEMU_EXTRA="-device ..." to add
@@ -94,7 +95,7 @@ cat > "$IRD/cmd.sh" <<EOF
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root OUT=$OUT
 node=\$(sed -n 's/.*netbench.node=\([0-9]*\).*/\1/p' /proc/cmdline)
 if [ "$NODES" -gt 1 ]; then hostname softroce-vm\$node; else hostname softroce-vm; fi
-export NETBENCH_NODE=\${node:-0} NETBENCH_NODES=$NODES NETBENCH_NICS=$NICS
+export NETBENCH_NODE=\${node:-0} NETBENCH_NODES=$NODES NETBENCH_NICS=$NICS NETBENCH_VM_ACCEL=$ACCEL
 cd $(pwd)
 $GUEST_CMD
 echo \$? > $OUT/guest_rc\${node:-0}

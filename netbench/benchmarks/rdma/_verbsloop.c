@@ -46,11 +46,15 @@
 #include <valgrind/callgrind.h>
 #define COUNT_START() CALLGRIND_START_INSTRUMENTATION
 #define COUNT_STOP() CALLGRIND_STOP_INSTRUMENTATION
+#define COUNT_DUMP(label) CALLGRIND_DUMP_STATS_AT(label)
+#define COUNTABLE 1
 #endif
 #endif
 #ifndef COUNT_START
 #define COUNT_START() ((void)0)
 #define COUNT_STOP() ((void)0)
+#define COUNT_DUMP(label) ((void)(label))
+#define COUNTABLE 0
 #endif
 
 enum { DONE = 0, WATCH = 1, FAIL = 2, CANCELLED = 3, TIMEOUT = 4 };
@@ -1166,12 +1170,35 @@ static PyObject *py_now_ns(PyObject *self, PyObject *unused) {
     return PyLong_FromLongLong(now_ns());
 }
 
+/* count_dump(label): callgrind writes what it counted since the last dump (here: the loops
+ * alone) to a file of its own, labelled, and starts again from zero; a counting script calls it
+ * between runs, so one process under valgrind counts several runs (bench/instructions_per_op.py).
+ * A no-op outside valgrind, or in a build without valgrind's header (COUNTABLE 0). */
+static PyObject *count_dump(PyObject *self, PyObject *args) {
+    const char *label;
+    if (!PyArg_ParseTuple(args, "s", &label)) return NULL;
+    COUNT_DUMP(label);
+    Py_RETURN_NONE;
+}
+
+/* count_instrument(on): callgrind instruments from here on (or stops): what a counting script
+ * uses around a whole run of the pyverbs plane, whose per-operation work is Python. */
+static PyObject *count_instrument(PyObject *self, PyObject *args) {
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    if (on) COUNT_START();
+    else COUNT_STOP();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"drive", drive, METH_VARARGS, "bandwidth loop over one or two sides"},
     {"pingpong", pingpong, METH_VARARGS, "write/send ping-pong, RTTs in ns"},
     {"pingpong_serve", pingpong_serve, METH_VARARGS, "the far end of a ping-pong"},
     {"read_latency", read_latency, METH_VARARGS, "RDMA READ latency, RTTs in ns"},
     {"now_ns", py_now_ns, METH_NOARGS, "CLOCK_MONOTONIC in ns (the loops' clock)"},
+    {"count_dump", count_dump, METH_VARARGS, "callgrind: dump the loops' count, labelled"},
+    {"count_instrument", count_instrument, METH_VARARGS, "callgrind: instrument on or off"},
     {NULL}};
 
 static struct PyModuleDef module = {
@@ -1194,6 +1221,7 @@ PyMODINIT_FUNC PyInit__verbsloop(void) {
         PyModule_AddObjectRef(m, "Side", (PyObject *)&SideType) < 0 ||
         PyModule_AddIntConstant(m, "DONE", DONE) < 0 ||
         PyModule_AddIntConstant(m, "WATCH", WATCH) < 0 ||
+        PyModule_AddIntConstant(m, "COUNTABLE", COUNTABLE) < 0 ||
         PyModule_AddIntConstant(m, "WR_RDMA_WRITE", IBV_WR_RDMA_WRITE) < 0 ||
         PyModule_AddIntConstant(m, "WR_RDMA_READ", IBV_WR_RDMA_READ) < 0 ||
         PyModule_AddIntConstant(m, "WR_SEND", IBV_WR_SEND) < 0 ||
