@@ -50,7 +50,7 @@ bench: setup
 	$(BIN)/netbench report --results $(RESULTS) -o $(RESULTS)/_dashboard.html
 
 test: sysdeps setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: setup
 	$(BIN)/ruff check netbench tests bench

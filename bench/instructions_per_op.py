@@ -187,8 +187,9 @@ def counted(cmd: list[str], work: Path, server: list[str] | None = None,
         proc = subprocess.run([*grind, *cmd], capture_output=True, text=True, env=ENV,
                               timeout=RUN_TIMEOUT)
         if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise PointFailed(f"{Path(cmd[0]).name} exited {proc.returncode}: {tail[:200]}")
+            said = [ln for ln in (proc.stdout + proc.stderr).splitlines()
+                    if ln.strip() and not ln.startswith("==")] or ["no output"]
+            raise PointFailed(f"{Path(cmd[0]).name} exited {proc.returncode}: {said[-1][:200]}")
         if srv is not None:
             if stop_server:
                 srv.send_signal(signal.SIGINT)     # sockperf dumps its counts on SIGINT
@@ -315,6 +316,15 @@ RDMA_POINTS = [
      (2000, 20000), "ib_write_bw", ["-s", "64"]),
     ("rdma_write_bw_4k", "4 KiB RDMA WRITE", "rdma.write_bw", {"msg_size": 4096, **PERFTEST_BW},
      (2000, 20000), "ib_write_bw", ["-s", "4096"]),
+    ("rdma_write_rate_64_qps4", "64 B RDMA WRITE, 4 QPs", "rdma.write_bw",
+     {"msg_size": 64, "qps": 4, **PERFTEST_BW}, (1000, 10000), "ib_write_bw",
+     ["-s", "64", "-q", "4"]),
+    ("rdma_write_rate_64_qps16", "64 B RDMA WRITE, 16 QPs", "rdma.write_bw",
+     {"msg_size": 64, "qps": 16, **PERFTEST_BW}, (250, 2500), "ib_write_bw",
+     ["-s", "64", "-q", "16"]),
+    ("rdma_write_rate_64_post16", "64 B RDMA WRITE, chains of 16", "rdma.write_bw",
+     {"msg_size": 64, "post_list": 16, **PERFTEST_BW}, (2000, 20000), "ib_write_bw",
+     ["-s", "64", "-l", "16"]),
     ("rdma_write_lat_2_pyverbs", "round trip of 2 B", "rdma.write_lat", {"msg_size": 2},
      (200, 1000), "ib_write_lat", ["-s", "2"]),
     ("rdma_write_rate_64_pyverbs", "64 B RDMA WRITE", "rdma.write_bw",
@@ -337,7 +347,8 @@ def rdma_jobs(points: list[tuple], scale: float, device: str, gid: int,
                     "-p", f"data_plane={plane}"]
             for key, value in params.items():
                 argv += ["-p", f"{key}={value}"]
-            jobs.append({"label": f"{name} {n}", "point": name, "n": n, "argv": argv,
+            jobs.append({"label": f"{name} {n}", "point": name, "n": n,
+                         "ops": n * int(params.get("qps", 1)), "argv": argv,
                          "rows": str(rows), "whole": plane == "pyverbs", "plane": plane})
     return jobs
 
@@ -423,16 +434,19 @@ def count_netbench_rdma(jobs: list[dict], work: Path) -> dict[str, tuple[int, Pa
 
 def perftest_run(tool: str, args: list[str], device: str, gid: int, addr: str,
                  per_size: dict[int, dict[str, int]]) -> Callable[[int, Path], tuple[int, float]]:
-    """A perftest point's run; ``per_size`` gets each size's counts per shared object."""
+    """A perftest point's run (-n is per QP, as netbench's iterations); ``per_size`` gets each
+    size's counts per shared object. -F: run whatever the CPU's frequency driver (an emulated
+    CPU has none that perftest trusts, and its bandwidth tools refuse)."""
+    qps = int(args[args.index("-q") + 1]) if "-q" in args else 1
     def run(n: int, work: Path) -> tuple[int, float]:
         if not shutil.which(tool):
             raise PointFailed(f"{tool} is not installed (Debian: perftest)")
-        common = [tool, "-d", device, "-x", str(gid), *args, "-n", str(n),
+        common = [tool, "-d", device, "-x", str(gid), *args, "-n", str(n), "-F",
                   "-p", str(PERFTEST_PORT)]
         per_size[n] = {}
         count, _ = counted([*common, addr], work, server=common, port=PERFTEST_PORT,
                            stop_server=False, objects=per_size[n])
-        return count, float(n)
+        return count, float(n * qps)
     return run
 
 
@@ -473,9 +487,10 @@ def count_rdma_points(args: argparse.Namespace, work: Path, run_id: str, when: d
             print(f"{name} failed: netbench: {why}", flush=True)
             failed.append(name)
             continue
-        mine = (counts[large["label"]][0] - counts[small["label"]][0]) / (large["n"] - small["n"])
+        ops = large["ops"] - small["ops"]
+        mine = (counts[large["label"]][0] - counts[small["label"]][0]) / ops
         mine_by = share(objects_in([counts[small["label"]][1]]),
-                        objects_in([counts[large["label"]][1]]), large["n"] - small["n"])
+                        objects_in([counts[large["label"]][1]]), ops)
         plane = small["plane"]
         rows.append(row(run_id, when, bench, {**params, "data_plane": plane}, mine, unit,
                         "instructions", transport="rdma", device=args.rdma_device))
@@ -490,8 +505,9 @@ def count_rdma_points(args: argparse.Namespace, work: Path, run_id: str, when: d
             continue
         rows.append(row(run_id, when, f"ref.{tool}", {"point": name}, theirs, unit,
                         "instructions", transport="rdma", device=args.rdma_device))
-        judge(args, name, plane == "compiled", mine, tool, theirs, unit, sizes, failed)
-        theirs_by = share(per_size[sizes[0]], per_size[sizes[1]], sizes[1] - sizes[0])
+        judge(args, name, plane == "compiled", mine, tool, theirs, unit,
+              (small["ops"], large["ops"]), failed)
+        theirs_by = share(per_size[sizes[0]], per_size[sizes[1]], ops)
         print("  " + "; ".join(f"{kind} netbench {mine_by[kind]:,.0f} {tool} "
                                f"{theirs_by[kind]:,.0f}" for kind in mine_by), flush=True)
 
@@ -580,7 +596,7 @@ def main() -> int:
 
 
 def count_points(args: argparse.Namespace, work: Path) -> int:
-    run_id = f"instr-{uuid.uuid4().hex[:8]}"
+    run_id = uuid.uuid4().hex[:12]      # a run id as netbench makes them (import checks it)
     when = datetime.now(UTC)
     rows: list[dict] = []
     failed: list[str] = []
