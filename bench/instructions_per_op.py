@@ -31,13 +31,14 @@ with its operations (a loop that did not run) or netbench is over --target x the
 
 With --rdma-device DEV --rdma-addr IP (the soft-RoCE VM runs it, tools/softroce/in-vm.sh; a host
 with a NIC the same), the RDMA points instead, each beside perftest with the same message size,
-depth and signalling (both tools' defaults): rdma_write_lat_2, rdma_read_lat_2, rdma_send_lat_2
-(one operation a round trip, or one READ), rdma_write_rate_64 and rdma_write_bw_4k (one WRITE),
-the compiled plane (judged); rdma_write_lat_2_pyverbs and rdma_write_rate_64_pyverbs through the
-pyverbs plane (shown). netbench runs loopback (both ends in one process: both counted; its
-loops reap send completions lazily there, perftest's client one post at a time), and only its
-data path is counted (the RDMA section below says why); perftest's server and client whole. A point
-whose reference cannot be counted fails: nothing judged it.
+depth, signalling, QPs and chains: rdma_write_lat_2, rdma_read_lat_2, rdma_send_lat_2 (one
+operation a round trip, or one READ), rdma_write_rate_64 and rdma_write_bw_4k (one WRITE), the
+64 B rate over 4 and 16 QPs and in chains of 16 (post_list): the compiled plane, judged;
+rdma_write_lat_2_pyverbs and rdma_write_rate_64_pyverbs through the pyverbs plane, shown.
+netbench runs loopback (both ends in one process: both counted; its loops reap send
+completions lazily there, perftest's client one post at a time), and only its data path is
+counted (the RDMA section below says why); perftest's server and client whole. A point whose
+reference cannot be counted fails: nothing judged it. --only that names no point exits 2.
 """
 
 from __future__ import annotations
@@ -322,9 +323,11 @@ RDMA_POINTS = [
     ("rdma_write_rate_64_qps16", "64 B RDMA WRITE, 16 QPs", "rdma.write_bw",
      {"msg_size": 64, "qps": 16, **PERFTEST_BW}, (250, 2500), "ib_write_bw",
      ["-s", "64", "-q", "16"]),
+    # perftest signals once a chain with a post list (-Q must divide -l), and wants iterations
+    # a multiple of the chain: the same here (rdma_jobs rounds the sizes).
     ("rdma_write_rate_64_post16", "64 B RDMA WRITE, chains of 16", "rdma.write_bw",
-     {"msg_size": 64, "post_list": 16, **PERFTEST_BW}, (2000, 20000), "ib_write_bw",
-     ["-s", "64", "-l", "16"]),
+     {"msg_size": 64, "post_list": 16, "tx_depth": 128, "cq_mod": 16}, (2000, 20000),
+     "ib_write_bw", ["-s", "64", "-l", "16", "-Q", "16"]),
     ("rdma_write_lat_2_pyverbs", "round trip of 2 B", "rdma.write_lat", {"msg_size": 2},
      (200, 1000), "ib_write_lat", ["-s", "2"]),
     ("rdma_write_rate_64_pyverbs", "64 B RDMA WRITE", "rdma.write_bw",
@@ -339,24 +342,35 @@ def rdma_jobs(points: list[tuple], scale: float, device: str, gid: int,
     jobs = []
     for name, _unit, bench, params, sizes, _tool, _args in points:
         plane = "pyverbs" if name.endswith("_pyverbs") else "compiled"
-        for n in (max(1, round(s * scale)) for s in sizes):
-            rows = work / f"nb-{name}-{n}.jsonl"
+        chain = int(params.get("post_list", 1))
+        counts = [max(1, round(s * scale / chain)) * chain for s in sizes]
+        # A whole-run point's first run pays first use (lazy imports, the interpreter's
+        # specialising) that its second would not: a run before them, counted and ignored.
+        for n in ([counts[0]] if plane == "pyverbs" else []) + counts:
+            warmup = plane == "pyverbs" and not any(j["point"] == name for j in jobs)
+            rows = work / f"nb-{name}-{n}{'-warm-up' if warmup else ''}.jsonl"
             argv = ["run", bench, "--no-counters", "--jsonl", str(rows),
                     "-p", f"device={device}", "-p", f"gid_index={gid}",
                     "-p", f"iterations={n}", "-p", "warmup=0",
                     "-p", f"data_plane={plane}"]
             for key, value in params.items():
                 argv += ["-p", f"{key}={value}"]
-            jobs.append({"label": f"{name} {n}", "point": name, "n": n,
-                         "ops": n * int(params.get("qps", 1)), "argv": argv,
-                         "rows": str(rows), "whole": plane == "pyverbs", "plane": plane})
+            jobs.append({"label": f"{'warm-up ' if warmup else ''}{name} {n}", "point": name,
+                         "n": n, "ops": n * int(params.get("qps", 1)), "argv": argv,
+                         "rows": str(rows), "whole": plane == "pyverbs", "plane": plane,
+                         "warmup": warmup})
     return jobs
 
 
 def rdma_child(spec: Path) -> int:
     """Inside valgrind: run the jobs, dumping callgrind's count after each."""
-    from netbench.benchmarks.rdma import _verbsloop as vl
     from netbench.cli import main as netbench_main
+    try:
+        from netbench.benchmarks.rdma import _verbsloop as vl
+    except ImportError as exc:
+        print(f"instructions_per_op: the compiled RDMA plane is not built here ({exc}): a "
+              "compiler and libibverbs-dev, then `make setup`", file=sys.stderr)
+        return 3
     if not vl.COUNTABLE:
         print("instructions_per_op: this build of the RDMA loops has no callgrind requests "
               "(valgrind's callgrind.h was missing when it was built: install valgrind, then "
@@ -369,6 +383,10 @@ def rdma_child(spec: Path) -> int:
             rc = netbench_main(job["argv"])
         except SystemExit as exc:      # argparse's way of refusing
             rc = exc.code if isinstance(exc.code, int) else 2
+        except Exception as exc:       # one run's failure must not lose the others' counts
+            print(f"instructions_per_op: {job['label']}: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            rc = "internal"
         if job["whole"]:
             vl.count_instrument(False)
         vl.count_dump(job["label"] if rc == 0 else f"{job['label']} failed {rc}")
@@ -397,7 +415,10 @@ def job_failure(job: dict, counts: dict[str, tuple[int, Path]]) -> str | None:
     """Why a counted netbench run cannot be used, or None."""
     if job["label"] not in counts:
         failed = [k for k in counts if k.startswith(job["label"] + " failed")]
-        return (f"netbench exited {failed[0].rsplit(' ', 1)[1]}" if failed else
+        code = failed[0].rsplit(" ", 1)[1] if failed else ""
+        if code == "internal":
+            return "netbench raised (said above)"
+        return (f"netbench exited {code}" if failed else
                 "no count for it (the counted process stopped before it)")
     try:
         rows = [json.loads(line) for line in Path(job["rows"]).read_text().splitlines()
@@ -413,23 +434,39 @@ def job_failure(job: dict, counts: dict[str, tuple[int, Path]]) -> str | None:
     return None
 
 
-def count_netbench_rdma(jobs: list[dict], work: Path) -> dict[str, tuple[int, Path]]:
-    out = Path(tempfile.mkdtemp(prefix="cg-rdma-", dir=work))
-    spec = work / "rdma-jobs.json"
-    spec.write_text(json.dumps(jobs))
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-           f"--callgrind-out-file={out}/cg.%p", sys.executable, str(Path(__file__).resolve()),
-           "--rdma-child", str(spec)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV,
-                              timeout=RUN_TIMEOUT * (1 + len(jobs) / 2))
-    except subprocess.TimeoutExpired as exc:
-        raise PointFailed(f"the counted netbench process took over {exc.timeout:.0f} s") \
-            from None
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PointFailed(f"the counted netbench process exited {proc.returncode}: {tail[:300]}")
-    return dumps(out)
+def count_netbench_rdma(jobs: list[dict], work: Path,
+                        timeout: float | None = None) -> dict[str, tuple[int, Path]]:
+    """Every job's count. The compiled plane's jobs run in one process where only the loops'
+    own thread collects (--collect-atstart=no: the runner's other threads wake with time);
+    the pyverbs plane's in another, instrumented whole around each run."""
+    counts: dict[str, tuple[int, Path]] = {}
+    for whole in (False, True):
+        mine = [j for j in jobs if j["whole"] == whole]
+        if not mine:
+            continue
+        out = Path(tempfile.mkdtemp(prefix="cg-rdma-", dir=work))
+        spec = work / f"rdma-jobs-{int(whole)}.json"
+        spec.write_text(json.dumps(mine))
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+               *([] if whole else ["--collect-atstart=no"]),
+               f"--callgrind-out-file={out}/cg.%p", sys.executable,
+               str(Path(__file__).resolve()), "--rdma-child", str(spec)]
+        limit = timeout or RUN_TIMEOUT * (1 + len(mine) / 2)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise PointFailed(f"the counted netbench process took over {limit:.0f} s") \
+                from None
+        if proc.returncode != 0:
+            said = [ln for ln in proc.stderr.splitlines()
+                    if ln.strip() and not ln.startswith("==")] or ["no output"]
+            raise PointFailed(f"the counted netbench process exited {proc.returncode}: "
+                              f"{said[-1][:300]}")
+        for line in proc.stderr.splitlines():      # a run that failed says why
+            if line.startswith("instructions_per_op: "):
+                print(line, flush=True)
+        counts.update(dumps(out))
+    return counts
 
 
 def perftest_run(tool: str, args: list[str], device: str, gid: int, addr: str,
@@ -466,18 +503,16 @@ def share(small: dict[str, int], large: dict[str, int], ops: float) -> dict[str,
 def count_rdma_points(args: argparse.Namespace, work: Path, run_id: str, when: datetime,
                       rows: list[dict], failed: list[str]) -> None:
     points = [p for p in RDMA_POINTS if selected(p[0], args.only, [q[0] for q in RDMA_POINTS])]
-    if not points:
-        return
     jobs = rdma_jobs(points, args.scale, args.rdma_device, args.rdma_gid, work)
     try:
-        counts = count_netbench_rdma(jobs, work)
+        counts = count_netbench_rdma(jobs, work, args.timeout)
     except PointFailed as exc:
         for name, *_ in points:
             print(f"{name} failed: netbench: {exc}", flush=True)
             failed.append(name)
         return
     for name, unit, bench, params, _sizes, tool, tool_args in points:
-        small, large = [j for j in jobs if j["point"] == name]
+        small, large = [j for j in jobs if j["point"] == name and not j["warmup"]]
         why = job_failure(small, counts) or job_failure(large, counts)
         if why is None and (counts[large["label"]][0] <= counts[small["label"]][0]):
             why = (f"counts did not grow with the operations: {small['n']} ops "
@@ -559,7 +594,8 @@ def judge(args: argparse.Namespace, name: str, judged: bool, mine: float, tool: 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="",
-                    help="comma-separated: points whose name has one of these")
+                    help="comma-separated: a point's whole name selects it alone; any other "
+                         "text, every point whose name has it")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiply every run's size (fewer operations: faster, coarser)")
     ap.add_argument("--target", type=float, default=1.10,
@@ -571,6 +607,9 @@ def main() -> int:
     ap.add_argument("--rdma-addr", default="", help="the device's IP address (perftest's)")
     ap.add_argument("--rdma-gid", type=int, default=int(os.environ.get("NETBENCH_GID", "1")),
                     help="GID index, both tools (perftest -x)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds for the counted netbench process (RDMA; default grows with "
+                         "the runs)")
     ap.add_argument("--rdma-child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=REPO / "results" / "instructions")
     args = ap.parse_args()
@@ -583,6 +622,11 @@ def main() -> int:
         return 2
     if args.scale <= 0:
         print(f"instructions_per_op: --scale {args.scale}: must be > 0", file=sys.stderr)
+        return 2
+    names = [p[0] for p in (RDMA_POINTS if args.rdma_device else POINTS)]
+    if not any(selected(n, args.only, names) for n in names):
+        print(f"instructions_per_op: --only {','.join(args.only)} names no point; the points: "
+              f"{', '.join(names)}", file=sys.stderr)
         return 2
     if bool(args.rdma_device) != bool(args.rdma_addr):
         print("instructions_per_op: --rdma-device and --rdma-addr go together",

@@ -166,3 +166,32 @@ def test_its_rows_import_into_a_store(ipo, tmp_path):
     back = ResultStore(tmp_path / "results").read()
     assert sorted(back["value"]) == [1167.0, 1853.0]
     assert set(back["metric"]) == {"instr_per_op"}
+
+
+def test_only_that_names_no_point_lists_them_and_exits_2(tmp_path):
+    if not shutil.which("valgrind"):
+        pytest.skip("needs valgrind (make test installs it)")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--only", "rdma_wrte_lat",
+                           "--rdma-device", "rxe0", "--rdma-addr", "10.0.0.1",
+                           "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert "names no point" in proc.stderr and "rdma_write_lat_2" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_chained_points_run_whole_chains_and_pyverbs_points_warm_up_first(ipo, tmp_path):
+    """perftest refuses iterations that are not a multiple of its post list; a whole-run
+    point's first run, which pays first use, is counted apart and never in the slope."""
+    points = [p for p in ipo.RDMA_POINTS
+              if p[0] in ("rdma_write_rate_64_post16", "rdma_write_lat_2_pyverbs")]
+    jobs = ipo.rdma_jobs(points, 0.3, "rxe0", 1, tmp_path)
+    chained = [j for j in jobs if j["point"] == "rdma_write_rate_64_post16"]
+    assert [j["n"] % 16 for j in chained] == [0, 0] and chained[0]["n"] < chained[1]["n"]
+    post16 = next(p for p in points if p[0] == "rdma_write_rate_64_post16")
+    assert post16[3]["cq_mod"] == 16 and "-Q" in post16[6]
+    pyverbs = [j for j in jobs if j["point"] == "rdma_write_lat_2_pyverbs"]
+    assert [j["warmup"] for j in pyverbs] == [True, False, False]
+    assert pyverbs[0]["label"].startswith("warm-up ") and pyverbs[0]["rows"] != \
+        pyverbs[1]["rows"]
+    assert all(j["whole"] for j in pyverbs) and not any(j["whole"] for j in chained)

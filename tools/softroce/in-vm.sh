@@ -27,7 +27,7 @@ echo "=== instructions per operation beside perftest: counted, not timed (gated 
 # Three headline points at 0.3 of their sizes here (~4 minutes); the full table:
 # make instructions-rdma.
 $PY bench/instructions_per_op.py --rdma-device "$NETBENCH_RDMA_DEV" --rdma-addr "$NETBENCH_RDMA_ADDR" \
-  --only rdma_write_lat_2,rdma_read_lat_2,rdma_write_rate_64 --scale 0.3 \
+  --only rdma_write_lat_2,rdma_read_lat_2,rdma_write_rate_64 --scale 0.3 --timeout 600 \
   --out "$OUT" || rc=1
 echo "=== cross-check against perftest: same device, alternating rounds, gated on the ratios"
 points=""
@@ -35,7 +35,7 @@ if [ "${NETBENCH_VM_ACCEL:-}" = tcg ]; then
   # Under emulation a latency ratio is a property of the boot, not of the code: the same code
   # read write latency 0.89x perftest on one host and 1.59x on another, both rounds of each
   # boot agreeing, so no interval over rounds can tell it from a regression. Latency is gated
-  # on the counts above; the timing gate keeps the rate and bandwidth points.
+  # on the counts above; the timing gate keeps four rate and bandwidth points.
   points="--points write_rate_64,write_bw_4k,write_bw_1m,send_bw_64k"
   echo "(emulated CPU: latency is judged by the instruction counts above, not by timing)"
 fi

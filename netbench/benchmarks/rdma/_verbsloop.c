@@ -37,15 +37,19 @@
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
 /* Callgrind's client requests, where valgrind's header is installed: each loop switches
- * instrumentation on for itself, so `valgrind --tool=callgrind --instr-atstart=no` counts
- * the loops alone (bench/instructions_per_op.py, docs/instructions.md) while the interpreter
- * around them runs uninstrumented (fast enough inside the emulated VM). Outside valgrind a
- * request is a few no-op instructions, once a loop. */
+ * instrumentation on, and collection on for its own thread, so
+ * `valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no` counts the loops alone
+ * (bench/instructions_per_op.py, docs/instructions.md): not the runner's other threads, whose
+ * wake-ups would make a count grow with time, and not the interpreter around the loops, which
+ * runs uninstrumented (fast enough inside the emulated VM). Under a plain callgrind run
+ * (collection on from the start) the toggles turn the loops' collection off instead: count
+ * them with the options above. Outside valgrind a request is a few no-op instructions, once
+ * a loop. */
 #if defined(__has_include)
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>
-#define COUNT_START() CALLGRIND_START_INSTRUMENTATION
-#define COUNT_STOP() CALLGRIND_STOP_INSTRUMENTATION
+#define COUNT_START() do { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_TOGGLE_COLLECT; } while (0)
+#define COUNT_STOP() do { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_STOP_INSTRUMENTATION; } while (0)
 #define COUNT_DUMP(label) CALLGRIND_DUMP_STATS_AT(label)
 #define COUNTABLE 1
 #endif
@@ -1181,13 +1185,16 @@ static PyObject *count_dump(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* count_instrument(on): callgrind instruments from here on (or stops): what a counting script
- * uses around a whole run of the pyverbs plane, whose per-operation work is Python. */
+/* count_instrument(on): callgrind instruments from here on (or stops), every thread: what a
+ * counting script uses around a whole run of the pyverbs plane, whose per-operation work is
+ * Python (run with collection on from the start, and no compiled loop in that process). */
 static PyObject *count_instrument(PyObject *self, PyObject *args) {
     int on;
     if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
-    if (on) COUNT_START();
-    else COUNT_STOP();
+#if COUNTABLE
+    if (on) CALLGRIND_START_INSTRUMENTATION;
+    else CALLGRIND_STOP_INSTRUMENTATION;
+#endif
     Py_RETURN_NONE;
 }
 
