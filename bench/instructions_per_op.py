@@ -107,24 +107,6 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 120.0) ->
     raise PointFailed(f"nothing listened on port {port} within {timeout:.0f} s")
 
 
-def instructions(directory: Path) -> int:
-    """The instructions callgrind counted in every process whose file is in ``directory``:
-    its ``totals:`` line (what was collected; with --instr-atstart=no and the RDMA loops
-    switching instrumentation on, ``summary:`` reads 0), else ``summary:``."""
-    total = 0
-    files = list(directory.glob("cg.*"))
-    for path in files:
-        found = {}
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith(("summary:", "totals:")):
-                key, _, value = line.partition(":")
-                found[key] = int(value.split()[0])
-        total += found.get("totals", found.get("summary", 0))
-    if not files or not total:
-        raise PointFailed(f"callgrind wrote no count in {directory}")
-    return total
-
-
 def by_object(path: Path) -> dict[str, int]:
     """Self instructions per shared object (the program, libibverbs, the rxe provider, libc,
     ...) in one callgrind file: every cost line under the object it belongs to, except the
@@ -196,9 +178,17 @@ def counted(cmd: list[str], work: Path, server: list[str] | None = None,
                 srv.send_signal(signal.SIGINT)     # sockperf dumps its counts on SIGINT
             srv.wait(timeout=120)
             srv = None
+        # Every process's file, its instructions by shared object: they add up to callgrind's
+        # totals: line (what was collected, where summary: reads 0 with instrumentation
+        # switched on late), so one reading gives both the total and the split.
+        files = list(out.glob("cg.*"))
+        per_object = objects_in(files)
+        total = sum(per_object.values())
+        if not files or not total:
+            raise PointFailed(f"callgrind wrote no count in {out}")
         if objects is not None:
-            objects.update(objects_in(list(out.glob("cg.*"))))
-        return instructions(out), proc.stdout
+            objects.update(per_object)
+        return total, proc.stdout
     except subprocess.TimeoutExpired as exc:
         raise PointFailed(f"{Path(cmd[0]).name} took over {exc.timeout:.0f} s under "
                           "valgrind") from None
