@@ -82,8 +82,10 @@ def test_a_hog_beside_one_side_and_steal_beside_the_other_are_two_states():
     j = _verdict(stolen, hogged)
     assert j.verdict == DISTURBED, j
     assert "stolen by the hypervisor: baseline 0.85, candidate 0" in j.disturbed
-    assert _verdict(Side([140.0, 141.0, 139.5], 0.9, 1, steal=0.9),
-                    Side([100.0, 100.5, 99.5], 1.0, 1, steal=0.95)).verdict == REGRESSED
+    # Both stolen alike: one state, but a stolen one (see the next test).
+    j = _verdict(Side([140.0, 141.0, 139.5], 0.9, 1, steal=0.9),
+                 Side([100.0, 100.5, 99.5], 1.0, 1, steal=0.95))
+    assert j.verdict == DISTURBED and "hypervisor stole" in j.disturbed, j
     # A history decides only where it holds runs in both states of each kind.
     sums_only = Past([140.0, 139.0, 141.0, 138.5, 140.5, 139.5], [0.9, 1.0] * 3)
     assert _verdict(stolen, hogged, past=sums_only).verdict == DISTURBED
@@ -99,3 +101,33 @@ def test_a_throttled_or_slower_clocked_side_is_disturbed():
     assert j.verdict == DISTURBED and "candidate: the CPU was thermally throttled 3" in j.disturbed
     even = Side([80.0, 80.2, 79.9], 0.0, 1, mhz=2950.0)
     assert _verdict(base, even).verdict == REGRESSED
+
+
+def test_repeats_under_a_hypervisors_heavy_steal_decide_nothing_a_history_at_it_does():
+    """Captured on this CI machine (an A/A trial, unchanged code, run against run): tcp.rr's
+    minimum round trip, 64 B, its three interleaved repeats a side, both sides' vCPUs stolen
+    0.55 and 0.73 cores. The repeats agree within 1% and the runs +10.7% apart: the repeats
+    called it regressed. Other guests' demand moves between runs, not within one."""
+    base = Side([6.8, 6.72, 6.7], 0.556, 1, steal=0.549)
+    cand = Side([7.441, 7.436, 7.551], 0.748, 1, steal=0.734)
+    j = _verdict(base, cand, better="lower")
+    assert j.verdict == DISTURBED, j
+    assert "the hypervisor stole cores from this guest (baseline 0.55, candidate 0.73)" in \
+        j.disturbed and "it would read regressed" in j.disturbed
+    assert "earlier runs of this case on this host at this steal" in j.needs
+    # The same store's runs of the case at that steal (medians of aa0, aa1, aa3, aa0's
+    # 4 KiB twin excluded): their spread allows for it, and the step is within it.
+    at_steal = Past([6.72, 7.44, 6.76, 7.0, 7.3, 6.9], [0.6, 0.7, 0.75, 0.6, 0.65, 0.7],
+                    [0.55, 0.7, 0.75, 0.6, 0.65, 0.7])
+    j = _verdict(base, cand, better="lower", past=at_steal)
+    assert j.evidence == "history" and j.verdict != REGRESSED, j
+    # A real step under the same steal is still caught by that history.
+    slow = Side([9.4, 9.5, 9.45], 0.748, 1, steal=0.734)
+    assert _verdict(base, slow, better="lower", past=at_steal).verdict == REGRESSED
+    # ...but not by a history of quiet runs only: it never saw what the steal does.
+    quiet = Past([6.7, 6.75, 6.72, 6.71, 6.74, 6.73], [0.0] * 6, [0.0] * 6)
+    assert _verdict(base, slow, better="lower", past=quiet).verdict == DISTURBED
+    # Light steal (below BUSY_CORES) on both sides is a quiet host: the repeats decide.
+    light = _verdict(Side([6.8, 6.72, 6.7], 0.05, 1, steal=0.04),
+                     Side([9.4, 9.5, 9.45], 0.06, 1, steal=0.05), better="lower")
+    assert light.verdict == REGRESSED

@@ -21,7 +21,9 @@ The verdicts:
 - ``disturbed``: it would be a regression (or an improvement) but the two sides ran with
   different amounts of other work on the host (``netbench.env.hostload``), which moves a figure
   either way: named, and not blamed on the code, unless the case's history holds runs at
-  both load levels (then its spread allows for that load, and it decides).
+  both load levels (then its spread allows for that load, and it decides); or the hypervisor
+  stole at least ``BUSY_CORES`` from either side: other guests' demand moves between runs more
+  than between the repeats of one, so only a history holding runs at that steal decides.
 Only ``regressed`` fails a gate by default.
 """
 
@@ -118,7 +120,7 @@ class Judgement:
     p_value: float | None = None       # the t test's, before adjustment; None without evidence
     p_adjusted: float | None = None    # Benjamini-Hochberg over the comparison: decides
     evidence: str = ""                 # repeats, history (the store's earlier runs), none
-    needs: str = ""                    # unverified, noisy: what would decide it
+    needs: str = ""                    # unverified, noisy, stolen: what would decide it
     disturbed: str = ""                # which side ran busy, how busy, what it would have been
 
     def __post_init__(self) -> None:
@@ -215,11 +217,34 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     if clock:
         return made(DISTURBED, disturbed=clock + (f" during {what}" if what else "")
                     + f"; on an even clock it would read {verdict}")
+    decided_by_history = evidence == "history" and covers(past, base, cand)
     apart = load_differs(base, cand)
-    if apart and not (evidence == "history" and covers(past, base, cand)):
+    if apart and not decided_by_history:
         return made(DISTURBED, disturbed=apart + (f" during {what}" if what else "")
                     + f"; quiet on both it would read {verdict}")
+    # A hypervisor stealing heavily from either side: other guests' demand, which changes
+    # between runs more than between the repeats of one (an A/A trial here: both sides stolen
+    # 0.55 and 0.73 cores, tcp.rr's minimum round trip +10.7% with its repeats within 1%), so
+    # one run's repeats cannot stand for another run; a history holding runs at that steal can.
+    stolen = heavy_steal(base, cand)
+    if stolen and not decided_by_history:
+        return made(DISTURBED, disturbed=stolen + (f" during {what}" if what else "")
+                    + f"; on a host nobody else shares it would read {verdict}",
+                    needs="2 or more earlier runs of this case on this host at this steal "
+                          "in the store (its history then decides)")
     return made(verdict)
+
+
+def heavy_steal(base: Side, cand: Side) -> str:
+    """Did the hypervisor steal at least BUSY_CORES from either side's vCPUs, as a sentence,
+    or "" (unrecorded steal is no evidence)?"""
+    steals = (base.steal, cand.steal)
+    if not any(s is not None and s >= BUSY_CORES for s in steals):
+        return ""
+    shown = ", ".join(f"{name} {'?' if s is None else f'{s:.2g}'}"
+                      for name, s in zip(("baseline", "candidate"), steals))
+    return (f"the hypervisor stole cores from this guest ({shown}): other guests' demand, "
+            "which moves between runs more than within one")
 
 
 CLOCK_GAP = 0.10     # CPU clocks this far apart (relative) are two different machines' worth
