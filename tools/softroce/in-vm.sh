@@ -9,27 +9,29 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH=$(pwd)
 PY=/usr/bin/python3
 rc=0
-echo "=== netbench RDMA suite, loopback on $NETBENCH_RDMA_DEV"
+t0=$(date +%s)
+stage() { echo "=== [$(( $(date +%s) - t0 )) s] $*"; }     # where the stage's minutes go
+stage "netbench RDMA suite, loopback on $NETBENCH_RDMA_DEV"
 $PY -m netbench run suites/rdma-ci.toml --jsonl "$OUT/rdma-loopback.jsonl" --label softroce || rc=1
-echo "=== netbench RDMA suite through netbench serve (--peer $NETBENCH_RDMA_ADDR)"
+stage "netbench RDMA suite through netbench serve (--peer $NETBENCH_RDMA_ADDR)"
 $PY -m netbench serve --bind "$NETBENCH_RDMA_ADDR" --port 5301 --quiet >/dev/null &
 spid=$!
 $PY -m netbench run suites/rdma-ci.toml --peer "$NETBENCH_RDMA_ADDR:5301" \
   --jsonl "$OUT/rdma-peer.jsonl" --label softroce-peer || rc=1
 kill $spid; wait $spid 2>/dev/null
-echo "=== bandwidth rows carry per-window samples (what compare tests)"
+stage "bandwidth rows carry per-window samples (what compare tests)"
 $PY tools/softroce/samples.py "$OUT/rdma-loopback.jsonl" "$OUT/rdma-peer.jsonl" || rc=1
-echo "=== RDMA faults: bad device, port, GID, a peer with a wrong rkey, a peer killed mid-run"
+stage "RDMA faults: bad device, port, GID, a peer with a wrong rkey, a peer killed mid-run"
 $PY tools/softroce/faults.py "$NETBENCH_RDMA_DEV" "$NETBENCH_RDMA_ADDR" "$OUT" || rc=1
 rm -f "$OUT/faults.jsonl"      # failed-on-purpose rows stay out of the store
-echo "=== instructions per operation beside perftest: counted, not timed (gated at 1.10x)"
+stage "instructions per operation beside perftest: counted, not timed (gated at 1.10x)"
 # Counts do not move with the host's load or the emulator's speed, so the gate can be tight.
 # Three headline points at half their sizes here (~5 minutes); the full table:
 # make instructions-rdma.
 $PY bench/instructions_per_op.py --rdma-device "$NETBENCH_RDMA_DEV" --rdma-addr "$NETBENCH_RDMA_ADDR" \
   --only rdma_write_lat_2,rdma_read_lat_2,rdma_write_rate_64 --scale 0.5 --timeout 600 \
   --out "$OUT" || rc=1
-echo "=== cross-check against perftest: same device, alternating rounds, gated on the ratios"
+stage "cross-check against perftest: same device, alternating rounds, gated on the ratios"
 points=""
 if [ "${NETBENCH_VM_ACCEL:-}" = tcg ]; then
   # Under emulation a latency ratio is a property of the boot, not of the code: the same code
@@ -42,4 +44,5 @@ fi
 # shellcheck disable=SC2086
 $PY bench/rdma_vs_perftest.py --device "$NETBENCH_RDMA_DEV" --addr "$NETBENCH_RDMA_ADDR" \
   --rounds 2 $points --out "$OUT" --gate || rc=1
+stage "done"
 exit $rc
