@@ -313,6 +313,10 @@ RDMA_POINTS = [
     ("rdma_write_rate_64_qps16", "64 B RDMA WRITE, 16 QPs", "rdma.write_bw",
      {"msg_size": 64, "qps": 16, **PERFTEST_BW}, (250, 2500), "ib_write_bw",
      ["-s", "64", "-q", "16"]),
+    # Four threads at each end, each its own QP and CQ: each thread's loop alone costs what
+    # one thread's does (perftest has no threads: its one process is the reference per op).
+    ("rdma_write_rate_64_threads4", "64 B RDMA WRITE, 4 threads", "rdma.write_bw",
+     {"msg_size": 64, "threads": 4, **PERFTEST_BW}, (500, 5000), "ib_write_bw", ["-s", "64"]),
     # perftest signals once a chain with a post list (-Q must divide -l), and wants iterations
     # a multiple of the chain: the same here (rdma_jobs rounds the sizes).
     ("rdma_write_rate_64_post16", "64 B RDMA WRITE, chains of 16", "rdma.write_bw",
@@ -345,8 +349,9 @@ def rdma_jobs(points: list[tuple], scale: float, device: str, gid: int,
                     "-p", f"data_plane={plane}"]
             for key, value in params.items():
                 argv += ["-p", f"{key}={value}"]
+            streams = int(params.get("qps", 1)) * int(params.get("threads", 1))
             jobs.append({"label": f"{'warm-up ' if warmup else ''}{name} {n}", "point": name,
-                         "n": n, "ops": n * int(params.get("qps", 1)), "argv": argv,
+                         "n": n, "ops": n * streams, "argv": argv,
                          "rows": str(rows), "whole": plane == "pyverbs", "plane": plane,
                          "warmup": warmup})
     return jobs

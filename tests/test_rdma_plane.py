@@ -256,6 +256,9 @@ class _Inbox:
     def poll(self):
         pass
 
+    def send(self, message):
+        self.channel.send(message)
+
     def take(self, kind, timeout):
         return {"kind": kind, "count": self.peer_sent}
 
@@ -285,11 +288,11 @@ def test_peer_path_warmup_is_its_own_untimed_sender(bench):
     params = _params(bench, iterations=300, warmup=70)
     v, channel = _Recorder(), _Channel()
     receiver = v.receiver(None, 128) if bench == "rdma.send_bw" else None
-    timed = b._exchange(v, _Side(), None, params, True, receiver,
-                        _Inbox(channel, peer_sent=0 if receiver is None else 0), _Clock())
+    (timed,) = b._exchange(v, [_Side()], [None], params, True, [receiver],
+                           _Inbox(channel, peer_sent=0 if receiver is None else 0), _Clock())
     assert v.log == [("first", 70), ("timed", 300)]
     assert timed.count == 300 and timed.stop_at == 0.0
-    assert channel.sent == [{"kind": "sent", "count": 370}]
+    assert channel.sent == [{"kind": "sent", "count": 370, "counts": [370]}]
     values, _ = b._measure(v, timed, params)
     assert values["msg_rate"] == pytest.approx(300 / (timed.t_last - timed.t_first) / 1e6)
 
@@ -298,8 +301,8 @@ def test_duration_mode_times_only_after_the_warmup():
     b = registry.get("rdma.write_bw")
     params = _params("rdma.write_bw", duration=2.0, warmup=50)
     v = _Recorder()
-    timed = b._exchange(v, _Side(), None, params, True, None, _Inbox(_Channel(), 0),
-                        _Clock())
+    (timed,) = b._exchange(v, [_Side()], [None], params, True, [None], _Inbox(_Channel(), 0),
+                           _Clock())
     assert v.log[0] == ("first", 50)
     assert timed.stop_at > 0 and timed.count == 1 << 40
 

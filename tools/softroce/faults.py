@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,9 +32,10 @@ BAD_RKEY_SERVER = (
     "from netbench.cli import main; sys.exit(main(sys.argv[1:]))\n")
 
 
-def run(args: list[str], out: Path, timeout: float = 180) -> tuple[int, str, float]:
+def run(args: list[str], out: Path, timeout: float = 180,
+        rows: str = "faults.jsonl") -> tuple[int, str, float]:
     start = time.monotonic()
-    proc = subprocess.run([*PY, "run", *args, "--jsonl", str(out / "faults.jsonl")],
+    proc = subprocess.run([*PY, "run", *args, "--jsonl", str(out / rows)],
                           capture_output=True, text=True, timeout=timeout, cwd=REPO)
     return proc.returncode, proc.stderr, time.monotonic() - start
 
@@ -113,38 +115,39 @@ def main() -> int:
               f"{line or err.strip()[-300:]}")
 
     print(f"RDMA faults on {device} (resources before: {before})")
-    # Limits the device cannot take: named, never a crash or a hang.
-    expect("inline beyond the device's limit", run(["rdma.write_bw", "-p", "msg_size=64", "-p",
-                                                    "inline_size=4096", "-p",
-                                                    "iterations=10"], out),
-           "max_inline_data")
-    expect("a message larger than the host's memory",
-           run(["rdma.write_bw", "-p", "msg_size=1G", "-p", "iterations=1"], out),
-           "available")
-    rc, err, seconds = interrupt_latency(out)
-    # 130 = interrupted, rows kept. In this emulated VM Python itself runs ~50x slower, so
-    # the whole exit (rows written, interpreter torn down) gets 5 s; the loop's own reaction
-    # is the runner's 0.2 s join slice plus the C loop's flag check.
-    ok = rc == 130 and "Traceback" not in err and seconds < 5.0
-    failures += not ok
-    print(f"  {'ok  ' if ok else 'FAIL'} Ctrl-C in a compiled loop: rc={rc}, exited "
-          f"{seconds:.2f} s after SIGINT: {err.strip().splitlines()[-1] if err.strip() else ''}")
-    expect("unknown device", run(["rdma.write_bw", "-p", "device=mlx5_9", "-p",
-                                  "iterations=10"], out), "unknown RDMA device 'mlx5_9'",
-           device)
-    expect("no such port", run(["rdma.write_lat", "-p", "port=2", "-p", "iterations=10"], out),
-           "has no port 2")
-    expect("GID index out of range", run(["rdma.read_lat", "-p", "gid_index=1000", "-p",
-                                          "iterations=10"], out), "GID index 1000")
-    expect("empty GID", run(["rdma.send_lat", "-p", "gid_index=5", "-p", "iterations=10"], out),
-           "GID index 5", "empty")
-    # GPU memory on a device without it: a skipped row saying why, never a crash.
-    for bench, extra, needle in (("rdma.write_bw", [], "mem=gpu needs"),
-                                 ("rdma.send_lat", [], "bandwidth tests only"),
-                                 ("rdma.send_bw", ["-p", "inline_size=64"], "inline")):
-        jsonl = out / "faults.jsonl"
-        jsonl.unlink(missing_ok=True)
-        rc, err, seconds = run([bench, "-p", "mem=gpu", "-p", "iterations=10", *extra], out)
+    # The one-command checks run side by side, each its own process and rows file: an
+    # interpreter starts in ~15 s here, so one after another they took four minutes of CI.
+    # Limits the device cannot take, names that do not exist: one clear line each, never a
+    # crash or a hang; GPU memory on a device without it: a skipped row saying why.
+    errors = [
+        ("inline beyond the device's limit", ["rdma.write_bw", "-p", "msg_size=64", "-p",
+                                              "inline_size=4096", "-p", "iterations=10"],
+         ("max_inline_data",)),
+        ("a message larger than the host's memory",
+         ["rdma.write_bw", "-p", "msg_size=1G", "-p", "iterations=1"], ("available",)),
+        ("unknown device", ["rdma.write_bw", "-p", "device=mlx5_9", "-p", "iterations=10"],
+         ("unknown RDMA device 'mlx5_9'", device)),
+        ("no such port", ["rdma.write_lat", "-p", "port=2", "-p", "iterations=10"],
+         ("has no port 2",)),
+        ("GID index out of range", ["rdma.read_lat", "-p", "gid_index=1000", "-p",
+                                    "iterations=10"], ("GID index 1000",)),
+        ("empty GID", ["rdma.send_lat", "-p", "gid_index=5", "-p", "iterations=10"],
+         ("GID index 5", "empty")),
+    ]
+    gpu = [("rdma.write_bw", [], "mem=gpu needs"),
+           ("rdma.send_lat", [], "bandwidth tests only"),
+           ("rdma.send_bw", ["-p", "inline_size=64"], "inline")]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        said = [pool.submit(run, argv, out, 180, f"faults-e{i}.jsonl")
+                for i, (_, argv, _) in enumerate(errors)]
+        skipped = [pool.submit(run, [bench, "-p", "mem=gpu", "-p", "iterations=10", *extra],
+                               out, 180, f"faults-g{i}.jsonl")
+                   for i, (bench, extra, _) in enumerate(gpu)]
+    for (name, _, needles), result in zip(errors, said):
+        expect(name, result.result(), *needles)
+    for i, ((bench, extra, needle), result) in enumerate(zip(gpu, skipped)):
+        rc, err, seconds = result.result()
+        jsonl = out / f"faults-g{i}.jsonl"
         rows = [json.loads(line) for line in jsonl.read_text().splitlines()] if \
             jsonl.exists() else []
         ok = (rc == 0 and len(rows) == 1 and rows[0]["status"] == "skipped"
@@ -153,6 +156,14 @@ def main() -> int:
         print(f"  {'ok  ' if ok else 'FAIL'} {bench} mem=gpu {' '.join(extra)} -> skipped in "
               f"{seconds:.1f} s: "
               f"{rows[0]['reason'] if rows else err.strip()[-300:]}")
+    rc, err, seconds = interrupt_latency(out)
+    # 130 = interrupted, rows kept. In this emulated VM Python itself runs ~50x slower, so
+    # the whole exit (rows written, interpreter torn down) gets 5 s; the loop's own reaction
+    # is the runner's 0.2 s join slice plus the C loop's flag check.
+    ok = rc == 130 and "Traceback" not in err and seconds < 5.0
+    failures += not ok
+    print(f"  {'ok  ' if ok else 'FAIL'} Ctrl-C in a compiled loop: rc={rc}, exited "
+          f"{seconds:.2f} s after SIGINT: {err.strip().splitlines()[-1] if err.strip() else ''}")
     bad = serve(addr, 5302, BAD_RKEY_SERVER)
     try:
         expect("wrong rkey from the peer -> WC error by name",

@@ -13,9 +13,11 @@ import importlib.util
 import math
 import os
 import select
+import threading
 import time
 import zlib
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -37,7 +39,19 @@ from netbench.api import (
     stats,
 )
 
-from .plane import OPCODES, Clock, DataPlane, Endpoint, Side, Stop, VerbsError, choose, pattern
+from .plane import (
+    OPCODES,
+    Clock,
+    DataPlane,
+    Endpoint,
+    MergedSender,
+    Side,
+    Stop,
+    VerbsError,
+    choose,
+    in_threads,
+    pattern,
+)
 
 SETUP_TIMEOUT = 30.0
 EMULATED_NOTE = ("emulated RDMA device ({}): functional figures, not hardware performance")
@@ -152,6 +166,7 @@ class _Rdma(Benchmark):
             v, fallback = choose(params)
         except ImportError as exc:
             raise SkipCase(f"{PYVERBS_HINT} ({exc})") from None
+        _threads_on(v, params)
         deadline = time.monotonic() + max(ctx.remaining() - 5.0, 1.0)
         clock = Clock(deadline, ctx.cancelled, self.verb.upper())
         ctx.on_cancel(clock.cancel)        # reaches a compiled loop spinning without the GIL
@@ -187,13 +202,21 @@ class Inbox:
     def __init__(self, channel: Any) -> None:
         self.channel = channel
         self.got: dict[str, dict[str, Any]] = {}
+        # A sending thread may speak while the watching one reads: one at a time (a read sets
+        # the socket's timeout, which a send in flight would inherit).
+        self._lock = threading.Lock()
 
     def poll(self) -> None:
-        while select.select([self.channel.sock], [], [], 0)[0]:
-            message = self.channel.recv(SETUP_TIMEOUT)
-            if message.get("error"):
-                raise PeerError(f"{self.channel.peer_name}: {message['error']}")
-            self.got[str(message.get("kind"))] = message
+        with self._lock:
+            while select.select([self.channel.sock], [], [], 0)[0]:
+                message = self.channel.recv(SETUP_TIMEOUT)
+                if message.get("error"):
+                    raise PeerError(f"{self.channel.peer_name}: {message['error']}")
+                self.got[str(message.get("kind"))] = message
+
+    def send(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            self.channel.send(message)
 
     def take(self, kind: str, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -207,21 +230,64 @@ class Inbox:
         return self.got.pop(kind)
 
 
+def _threads_on(v: DataPlane, params: Mapping[str, Any]) -> None:
+    if params.get("threads", 1) > 1 and v.name != "compiled":
+        raise SkipCase(f"threads={params['threads']} needs the compiled data plane: the "
+                       f"{v.name} plane's loops hold Python's lock, so its threads would take "
+                       "turns, not run side by side")
+
+
+def _endpoints_message(sides: Sequence[Side]) -> dict[str, Any]:
+    """Our QPs' parameters: ``endpoint`` (the first side's, what a one-thread peer reads)
+    and ``endpoints`` (one a thread)."""
+    eps = [side.endpoint().to_json() for side in sides]
+    return {"endpoint": eps[0], "endpoints": eps}
+
+
+def _endpoints_from(msg: Mapping[str, Any], count: int, who: str) -> list[Endpoint]:
+    """The peer's QP parameters, one a thread: exactly ``count`` of them."""
+    raw = msg.get("endpoints") if count > 1 else [msg.get("endpoint")]
+    if not isinstance(raw, list) or len(raw) != count:
+        got = len(raw) if isinstance(raw, list) else "no"
+        raise PeerError(f"{who} sent {got} QP endpoints for threads={count} (an older "
+                        "netbench serve has one thread only)")
+    return [Endpoint.from_json(one, who) for one in raw]
+
+
 def _serve_setup(v: DataPlane, params: Mapping[str, Any], session: ServerSession,
-                 depth: int) -> tuple[Any, Any]:
+                 depth: int, count: int = 1) -> tuple[list[Any], list[Endpoint]]:
+    """The far end's sides, one a thread, connected to the client's."""
     # The far end opens its own NIC, never the client's name for one: the rank's (a fabric
     # sweep with a rank per NIC), else this host's default.
-    side = v.side(params, depth, session.device
-                       or os.environ.get("NETBENCH_RDMA_DEV", ""))
+    sides: list[Any] = []
     try:
-        session.channel.send({"ok": True, "endpoint": side.endpoint().to_json()})
+        for _ in range(count):
+            sides.append(v.side(params, depth, session.device
+                                or os.environ.get("NETBENCH_RDMA_DEV", "")))
+        session.channel.send({"ok": True, **_endpoints_message(sides)})
         msg = session.channel.recv(SETUP_TIMEOUT)
-        remote = Endpoint.from_json(msg.get("endpoint"), session.client_name)
-        side.connect(remote)
+        remotes = _endpoints_from(msg, count, session.client_name)
+        for side, remote in zip(sides, remotes):
+            side.connect(remote)
     except BaseException:
-        side.close()
+        for side in sides:
+            side.close()
         raise
-    return side, remote
+    return sides, remotes
+
+
+def _merged(senders: Sequence[Any]) -> Any:
+    """One thread's sender as it is; several threads' as one (their completions added)."""
+    return senders[0] if len(senders) == 1 else MergedSender(senders)
+
+
+def _counts(msg: Mapping[str, Any], count: int, who: str) -> list[int]:
+    """The messages the peer sent on each of its threads' QPs (its "sent" message)."""
+    raw = msg.get("counts") if count > 1 else [msg.get("count")]
+    if (not isinstance(raw, list) or len(raw) != count
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in raw)):
+        raise PeerError(f"{who} sent a malformed message count for threads={count}")
+    return raw
 
 
 # --- bandwidth ---------------------------------------------------------------------------------
@@ -237,7 +303,14 @@ class _RdmaBw(_Rdma):
     params = (*_common_params(5000, 0, 65536),
               Param("post_list", "int", 1, "WRs per doorbell (ibv_post_send call) per QP "
                     "(perftest -l); the compiled data plane chains them", minimum=1,
-                    maximum=64))
+                    maximum=64),
+              Param("threads", "int", 1, "sending threads, each with its own QPs (qps a "
+                    "thread), CQ and buffer, at both ends: as many ib_write_bw processes side "
+                    "by side, added up (one core drives ~30 M messages/s: docs/instructions.md)",
+                    minimum=1, maximum=64))
+
+    def server_memory(self, params: Mapping[str, Any]) -> int:
+        return super().server_memory(params) * params.get("threads", 1)
 
     def _opcode(self) -> int:
         return OPCODES[self.verb]
@@ -275,29 +348,40 @@ class _RdmaBw(_Rdma):
         v.drive(owners, clock, self.verb.upper())
 
     def _run_loopback(self, v: DataPlane, params: Mapping[str, Any], clock: Clock) -> Any:
-        size, depth = params["msg_size"], self._depth(params)
-        with v.loopback_pair(params, depth) as (a, b):
-            a_ep, b_ep = a.endpoint(), b.endpoint()
-            self._fill(a, 1, size)
-            self._fill(b, 2, size)
-            self._warm(v, a, b_ep, b, params, clock)
+        """A pair of sides on the device a thread (``threads``), all warmed up, then all timed
+        at once, each pair driven by its own thread."""
+        size, depth, what = params["msg_size"], self._depth(params), self.verb.upper()
+        with ExitStack() as stack:
+            pairs = [stack.enter_context(v.loopback_pair(params, depth))
+                     for _ in range(params["threads"])]
+            eps = [(a.endpoint(), b.endpoint()) for a, b in pairs]
+            for a, b in pairs:
+                self._fill(a, 1, size)
+                self._fill(b, 2, size)
+            in_threads(clock, [lambda c, a=a, b=b, b_ep=b_ep: self._warm(v, a, b_ep, b, params, c)
+                               for (a, b), (_, b_ep) in zip(pairs, eps)])
             stop_at = self._stop_at(params)
             count = self._count(params)
-            send_a = self._sender(v, a, b_ep, params, count, stop_at)
-            send_b = (self._sender(v, b, a_ep, params, count, stop_at)
-                      if params["bidirectional"] else None)
-            recv_b = v.receiver(b, depth, source=send_a) if self.verb == "send" else None
-            recv_a = (v.receiver(a, depth, source=send_b)
-                      if self.verb == "send" and send_b else None)
-            v.drive([(a.cq, send_a, recv_a), (b.cq, send_b, recv_b)], clock,
-                    self.verb.upper())
-            values, rates = self._measure(v, send_a, params)
-            if send_b is not None:
-                theirs, their_rates = self._measure(v, send_b, params)
+            legs = []
+            for (a, b), (a_ep, b_ep) in zip(pairs, eps):
+                send_a = self._sender(v, a, b_ep, params, count, stop_at)
+                send_b = (self._sender(v, b, a_ep, params, count, stop_at)
+                          if params["bidirectional"] else None)
+                recv_b = v.receiver(b, depth, source=send_a) if self.verb == "send" else None
+                recv_a = (v.receiver(a, depth, source=send_b)
+                          if self.verb == "send" and send_b else None)
+                legs.append([(a.cq, send_a, recv_a), (b.cq, send_b, recv_b)])
+            in_threads(clock, [lambda c, owners=owners: v.drive(owners, c, what)
+                               for owners in legs])
+            values, rates = self._measure(v, _merged([leg[0][1] for leg in legs]), params)
+            if params["bidirectional"]:
+                theirs, their_rates = self._measure(
+                    v, _merged([leg[1][1] for leg in legs]), params)
                 values, rates = self._both(values, rates, theirs, their_rates)
             if params["validate"]:
-                self._validate_loopback(a, b, params)
-            return values, self._samples(rates, size), a
+                for a, b in pairs:
+                    self._validate_loopback(a, b, params)
+            return values, self._samples(rates, size), pairs[0][0]
 
     def _measure(self, v: DataPlane, sender: Any, params: Mapping[str, Any]
                  ) -> tuple[dict[str, float], list[float]]:
@@ -311,7 +395,7 @@ class _RdmaBw(_Rdma):
         seconds = sender.t_last - sender.t_first
         if total <= 0 or seconds <= 0:
             raise VerbsError("no completions were recorded")
-        queue = max(self._depth(params) * params["qps"], 1)
+        queue = max(self._depth(params) * params["qps"] * params.get("threads", 1), 1)
         window = max(queue, total // 50, 1)
         peak, prev_t, prev_n = 0.0, sender.t_first, 0
         for t, n in sender.stamps:
@@ -358,89 +442,121 @@ class _RdmaBw(_Rdma):
             raise VerbsError(f"data validation failed: {self.verb} delivered bytes that "
                              "differ from the source")
 
-    def _exchange(self, v: DataPlane, side: Side, remote: Endpoint | None,
-                  params: Mapping[str, Any], sending: bool, receiver: Any, inbox: Inbox,
-                  clock: Clock) -> Any:
-        """Both ends alike: warm up (untimed), send the timed messages (receiving on the way),
-        say how many in all, then receive what the peer says it sent. The peer's count
-        arrives through the inbox while we spin. Returns the timed sender (None if not
-        sending)."""
+    def _exchange(self, v: DataPlane, sides: Sequence[Side], remotes: Sequence[Endpoint],
+                  params: Mapping[str, Any], sending: bool,
+                  receivers: Sequence[Any | None], inbox: Inbox, clock: Clock) -> list[Any]:
+        """Both ends alike, a thread a side: warm up (untimed), send the timed messages
+        (receiving on the way), and once every thread's sending is done say how many each
+        sent; then each thread keeps receiving until it has what the peer says it sent on its
+        QPs. A thread that stopped receiving when its own sending ended would starve a peer's
+        thread still sending to it (no receive posted: RNR), while that peer waits for it: so
+        receiving lasts until the counts are met, on every thread at once. The peer's counts
+        arrive through the inbox while the first thread spins (the only reader of the control
+        connection). Returns the timed senders (none if not sending)."""
+        who, n = inbox.channel.peer_name, len(sides)
+
         def interrupt() -> bool:
             inbox.poll()
-            if receiver is not None and "sent" in inbox.got:
-                receiver.expected = int(inbox.got["sent"]["count"])
+            if "sent" in inbox.got:
+                counts = _counts(inbox.got["sent"], n, who)
+                for receiver, count in zip(receivers, counts):
+                    if receiver is not None:
+                        receiver.expected = count
             return False
 
         clock.interrupt, clock.watch_fd = interrupt, inbox.channel.sock.fileno()
-        what, sent, timed = self.verb.upper(), 0, None
-        if sending:
-            if params["warmup"]:
-                warm = self._sender(v, side, remote, params, params["warmup"])
-                v.drive([(side.cq, warm, receiver)], clock, what, wait_receivers=False)
-                sent += warm.total_done()
-            timed = self._sender(v, side, remote, params, self._count(params),
-                                 self._stop_at(params))
-            v.drive([(side.cq, timed, receiver)], clock, what, wait_receivers=False)
-            sent += timed.total_done()
-        inbox.channel.send({"kind": "sent", "count": sent})
-        if receiver is not None:
-            v.drive([(side.cq, None, receiver)], clock, what)
-        told = inbox.take("sent", max(clock.deadline - time.monotonic(), 1.0))
-        if receiver is not None and receiver.got != int(told["count"]):
-            raise VerbsError(f"received {receiver.got} messages, peer sent {told['count']}")
-        return timed
+        what = self.verb.upper()
+        sent = [0] * n
+        timed: list[Any] = [None] * n
+        finished = [0]
+        lock = threading.Lock()
+
+        def one_side(i: int, own: Clock) -> None:
+            side, remote, receiver = sides[i], remotes[i], receivers[i]
+            if sending:
+                if params["warmup"]:
+                    warm = self._sender(v, side, remote, params, params["warmup"])
+                    v.drive([(side.cq, warm, receiver)], own, what, wait_receivers=False)
+                    sent[i] += warm.total_done()
+                timed[i] = self._sender(v, side, remote, params, self._count(params),
+                                        self._stop_at(params))
+                v.drive([(side.cq, timed[i], receiver)], own, what, wait_receivers=False)
+                sent[i] += timed[i].total_done()
+            with lock:
+                finished[0] += 1
+                last = finished[0] == n
+            if last:
+                inbox.send({"kind": "sent", "count": sum(sent), "counts": sent})
+            if receiver is not None:
+                v.drive([(side.cq, None, receiver)], own, what)
+
+        in_threads(clock, [lambda own, i=i: one_side(i, own) for i in range(n)])
+        told = _counts(inbox.take("sent", max(clock.deadline - time.monotonic(), 1.0)), n, who)
+        for receiver, count in zip(receivers, told):
+            if receiver is not None and receiver.got != count:
+                raise VerbsError(f"received {receiver.got} messages, peer sent {count}")
+        return [t for t in timed if t is not None]
 
     def _run_remote(self, v: DataPlane, params: Mapping[str, Any], ctx: Context,
                     clock: Clock) -> Any:
-        size, depth = params["msg_size"], self._depth(params)
+        size, depth, n = params["msg_size"], self._depth(params), params["threads"]
         session = ctx.connect()
-        side = None
+        sides: list[Any] = []
         try:
             reply = session.run_remote(self.name, params, SETUP_TIMEOUT)
-            side = v.side(params, depth)
-            self._fill(side, 1, size)
-            remote = Endpoint.from_json(reply.get("endpoint"), session.peer_name)
-            side.connect(remote)
+            remotes = _endpoints_from(reply, n, session.peer_name)
+            for remote in remotes:
+                sides.append(v.side(params, depth))
+                self._fill(sides[-1], 1, size)
+                sides[-1].connect(remote)
             bidir_send = self.verb == "send" and params["bidirectional"]
-            receiver = v.receiver(side, depth) if bidir_send else None
-            session.channel.send({"endpoint": side.endpoint().to_json()})
+            receivers = [v.receiver(side, depth) if bidir_send else None for side in sides]
+            session.channel.send(_endpoints_message(sides))
             session.channel.expect(SETUP_TIMEOUT)                       # far end is ready
             inbox = Inbox(session.channel)
-            sender = self._exchange(v, side, remote, params, True, receiver, inbox, clock)
+            senders = self._exchange(v, sides, remotes, params, True, receivers, inbox, clock)
             far = inbox.take("report", SETUP_TIMEOUT)
-            values, rates = self._measure(v, sender, params)
+            values, rates = self._measure(v, _merged(senders), params)
             if params["bidirectional"]:
                 values, rates = self._both(values, rates, far, _far_rates(far))
             if params["validate"]:
                 expected = self._expected_crc(size, 2 if self.verb == "read" else 1)
-                got = side.crc() if self.verb == "read" else int(far["crc"])
-                if got != expected:
+                got = ([side.crc() for side in sides] if self.verb == "read"
+                       else far.get("crcs") if n > 1 else [far.get("crc")])
+                if not isinstance(got, list) or len(got) != n:
+                    raise PeerError(f"{session.peer_name} sent no checksum for each thread")
+                if any(crc != expected for crc in got):
                     raise VerbsError(f"data validation failed: the bytes {self.verb} "
                                      "delivered differ from the source")
-            return values, self._samples(rates, size), side
+            return values, self._samples(rates, size), sides[0]
         finally:
-            if side is not None:
+            for side in sides:
                 side.close()
             session.close()
 
     def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
         v, _ = choose(params)
+        _threads_on(v, params)
         size, depth = params["msg_size"], self._depth(params)
-        side, remote = _serve_setup(v, params, session, depth)
+        sides, remotes = _serve_setup(v, params, session, depth, params.get("threads", 1))
         try:
-            self._fill(side, 2, size)
-            receiver = v.receiver(side, depth) if self.verb == "send" else None
+            for side in sides:
+                self._fill(side, 2, size)
+            receivers = [v.receiver(side, depth) if self.verb == "send" else None
+                         for side in sides]
             session.channel.send({"ready": True})
             clock = Clock(time.monotonic() + 3600, None, self.verb.upper())
-            sender = self._exchange(v, side, remote, params, params["bidirectional"], receiver,
-                                    Inbox(session.channel), clock)
-            report: dict[str, Any] = {"kind": "report", "crc": side.crc()}
-            if sender is not None:
-                values, rates = self._measure(v, sender, params)
+            senders = self._exchange(v, sides, remotes, params, params["bidirectional"],
+                                     receivers, Inbox(session.channel), clock)
+            crcs = [side.crc() for side in sides]
+            report: dict[str, Any] = {"kind": "report", "crc": crcs[0], "crcs": crcs}
+            if senders:
+                values, rates = self._measure(v, _merged(senders), params)
                 report.update(values, windows=rates)
             session.channel.send(report)
         finally:
-            side.close()
+            for side in sides:
+                side.close()
 
 
 WINDOWS = 50           # equal-time windows a bandwidth row's samples cut the run into, at most
@@ -600,7 +716,7 @@ class _RdmaLat(_Rdma):
 
     def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
         v, _ = choose(params)
-        side, remote = _serve_setup(v, params, session, self.depth)
+        (side,), (remote,) = _serve_setup(v, params, session, self.depth)
         try:
             me = v.pingpong(side, remote, self.verb) if self.verb != "read" else None
             session.channel.send({"ready": True})

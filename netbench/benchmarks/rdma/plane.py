@@ -10,6 +10,8 @@ stays importable, and ``netbench list`` works, where pyverbs is missing.
 
 from __future__ import annotations
 
+import bisect
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -103,12 +105,31 @@ class Clock:
         self.watch_fd = watch_fd
         self.spins = 0
         self._running: list[Any] = []        # compiled sides with a loop that may be running
+        self._children: list[Clock] = []      # split(): one a thread, cancelled with this one
         self._lock = threading.Lock()
+
+    def split(self, n: int) -> list[Clock]:
+        """A clock for each of ``n`` threads: the same deadline, cancelled with this one (and
+        together, never this one: the runner's event stays the runner's); only the first
+        watches the control connection and runs ``interrupt`` (one reader of it)."""
+        family = threading.Event()
+        if self.cancelled is not None and self.cancelled.is_set():
+            family.set()
+        kids = [Clock(self.deadline, family, self.what,
+                      self.interrupt if i == 0 else None, self.watch_fd if i == 0 else -1)
+                for i in range(n)]
+        with self._lock:
+            self._children = kids
+        return kids
 
     def cancel(self) -> None:
         """From any thread (the runner's cancel callback): stop whatever spins now."""
         if self.cancelled is not None:
             self.cancelled.set()
+        with self._lock:
+            children = list(self._children)
+        for child in children:
+            child.cancel()
         with self._lock:
             for side in self._running:
                 side.cancel()
@@ -131,6 +152,71 @@ class Clock:
         if time.monotonic() > self.deadline:
             raise VerbsError(f"{self.what}: no progress before the deadline (peer gone, or "
                              "the link dropped?)")
+
+
+def in_threads(clock: Clock, jobs: Sequence[Callable[[Clock], None]]) -> None:
+    """Run each job in a thread of its own, each with its own split of ``clock``, and wait for
+    all; the first to fail cancels the rest and its error is raised (theirs are only the
+    cancellation it caused). One job runs in this thread."""
+    if len(jobs) == 1:
+        jobs[0](clock)
+        return
+    clocks, errors = clock.split(len(jobs)), []
+    lock = threading.Lock()
+
+    def run(job: Callable[[Clock], None], own: Clock) -> None:
+        try:
+            job(own)
+        except BaseException as exc:          # noqa: BLE001 - handed to the caller below
+            with lock:
+                errors.append(exc)
+            for sibling in clocks:
+                sibling.cancel()
+
+    threads = [threading.Thread(target=run, args=(job, own), daemon=True,
+                                name=f"{clock.what}-{i}")
+               for i, (job, own) in enumerate(zip(jobs, clocks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+class MergedSender:
+    """Several senders that ran at once (``threads``) as one: completions added up over one
+    clock (the threads share the process's), from the first post of any to the last
+    completion of any; each sender's count between its stamps interpolated linearly."""
+
+    def __init__(self, senders: Sequence[Any]) -> None:
+        self.t_first = min(s.t_first for s in senders)
+        self.t_last = max(s.t_last for s in senders)
+        self._total = sum(s.total_done() for s in senders)
+        curves = [_curve(s) for s in senders]
+        times = sorted({t for curve in curves for t, _ in curve})
+        self.stamps = [(t, sum(_at(curve, t) for curve in curves)) for t in times]
+
+    def total_done(self) -> int:
+        return self._total
+
+
+def _curve(sender: Any) -> list[tuple[float, float]]:
+    points = [(float(sender.t_first), 0.0), *((float(t), float(n)) for t, n in sender.stamps),
+              (float(sender.t_last), float(sender.total_done()))]
+    points.sort()
+    return points
+
+
+def _at(curve: list[tuple[float, float]], t: float) -> float:
+    """A cumulative curve's count at ``t``: 0 before it starts, its total after it ends."""
+    i = bisect.bisect_right(curve, (t, math.inf))
+    if i == 0:
+        return 0.0
+    if i == len(curve):
+        return curve[-1][1]
+    (ta, na), (tb, nb) = curve[i - 1], curve[i]
+    return na + (nb - na) * (t - ta) / (tb - ta) if tb > ta else nb
 
 
 # --- the interface ------------------------------------------------------------------------------
