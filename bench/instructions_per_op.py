@@ -316,7 +316,7 @@ RDMA_POINTS = [
     # Four threads at each end, each its own QP and CQ: each thread's loop alone costs what
     # one thread's does (perftest has no threads: its one process is the reference per op).
     ("rdma_write_rate_64_threads4", "64 B RDMA WRITE, 4 threads", "rdma.write_bw",
-     {"msg_size": 64, "threads": 4, **PERFTEST_BW}, (500, 5000), "ib_write_bw", ["-s", "64"]),
+     {"msg_size": 64, "threads": 4, **PERFTEST_BW}, (1000, 10000), "ib_write_bw", ["-s", "64"]),
     # perftest signals once a chain with a post list (-Q must divide -l), and wants iterations
     # a multiple of the chain: the same here (rdma_jobs rounds the sizes).
     ("rdma_write_rate_64_post16", "64 B RDMA WRITE, chains of 16", "rdma.write_bw",
@@ -541,8 +541,9 @@ def count_rdma_points(args: argparse.Namespace, work: Path, run_id: str, when: d
                         "instructions", transport="rdma", device=args.rdma_device))
         judge(args, name, plane == "compiled", mine, tool, theirs, unit,
               (small["ops"], large["ops"]), failed)
+        # perftest is one process, one thread: its operations a size are size x QPs.
         theirs_by = share(per_size[sizes[0]], per_size[sizes[1]],
-                          (sizes[1] - sizes[0]) * large["ops"] / large["n"])
+                          (sizes[1] - sizes[0]) * int(params.get("qps", 1)))
         print("  " + "; ".join(f"{kind} netbench {mine_by[kind]:,.0f} {tool} "
                                f"{theirs_by[kind]:,.0f}" for kind in mine_by), flush=True)
 
