@@ -326,6 +326,12 @@ RDMA_POINTS = [
      (200, 1000), "ib_write_lat", ["-s", "2"]),
     ("rdma_write_rate_64_pyverbs", "64 B RDMA WRITE", "rdma.write_bw",
      {"msg_size": 64, **PERFTEST_BW}, (400, 2000), "ib_write_bw", ["-s", "64"]),
+    ("rdma_read_lat_2_pyverbs", "RDMA READ of 2 B", "rdma.read_lat", {"msg_size": 2},
+     (200, 1000), "ib_read_lat", ["-s", "2"]),
+    ("rdma_send_lat_2_pyverbs", "round trip of 2 B", "rdma.send_lat", {"msg_size": 2},
+     (200, 1000), "ib_send_lat", ["-s", "2"]),
+    ("rdma_write_bw_4k_pyverbs", "4 KiB RDMA WRITE", "rdma.write_bw",
+     {"msg_size": 4096, **PERFTEST_BW}, (400, 2000), "ib_write_bw", ["-s", "4096"]),
 ]
 
 
