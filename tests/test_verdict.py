@@ -114,7 +114,8 @@ def test_repeats_under_a_hypervisors_heavy_steal_decide_nothing_a_history_at_it_
     assert j.verdict == DISTURBED, j
     assert "the hypervisor stole cores from this guest (baseline 0.55, candidate 0.73)" in \
         j.disturbed and "it would read regressed" in j.disturbed
-    assert "earlier runs of this case on this host at this steal" in j.needs
+    assert "3 or more earlier runs of this case on this host in the store, 2 or more of " \
+        "them at each side's steal" in j.needs
     # The same store's runs of the case at that steal (medians of aa0, aa1, aa3, aa0's
     # 4 KiB twin excluded): their spread allows for it, and the step is within it.
     at_steal = Past([6.72, 7.44, 6.76, 7.0, 7.3, 6.9], [0.6, 0.7, 0.75, 0.6, 0.65, 0.7],
@@ -131,3 +132,17 @@ def test_repeats_under_a_hypervisors_heavy_steal_decide_nothing_a_history_at_it_
     light = _verdict(Side([6.8, 6.72, 6.7], 0.05, 1, steal=0.04),
                      Side([9.4, 9.5, 9.45], 0.06, 1, steal=0.05), better="lower")
     assert light.verdict == REGRESSED
+
+
+def test_a_tight_history_at_the_steal_decides_even_where_the_repeats_are_wider():
+    """A review's probe: six earlier runs, all at steal 0.7 and within 1%, both sides at 0.7
+    with repeats that scatter more than that: the repeats are the wider spread, so the test
+    takes them, and the history still says what this steal does: +37% is the code's."""
+    past = Past([7.0, 7.05, 6.98, 7.02, 7.01, 6.99], [0.7] * 6, [0.7] * 6)
+    base = Side([7.0, 7.4, 6.7], 0.7, 1, steal=0.7)
+    cand = Side([9.6, 10.1, 9.2], 0.7, 1, steal=0.7)
+    j = _verdict(base, cand, better="lower", past=past)
+    assert j.evidence == "repeats" and j.verdict == REGRESSED, j
+    # Two earlier runs are not a history to judge by, however well they match the steal.
+    short = Past([7.0, 7.05], [0.7] * 2, [0.7] * 2)
+    assert _verdict(base, cand, better="lower", past=short).verdict == DISTURBED

@@ -217,7 +217,10 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     if clock:
         return made(DISTURBED, disturbed=clock + (f" during {what}" if what else "")
                     + f"; on an even clock it would read {verdict}")
-    decided_by_history = evidence == "history" and covers(past, base, cand)
+    # A history long enough to judge by, holding runs in both sides' load states: the test
+    # took the wider of its spread and the repeats', so a load's drift is allowed for.
+    decided_by_history = (past is not None and len(past.values) > MIN_DF
+                          and covers(past, base, cand))
     apart = load_differs(base, cand)
     if apart and not decided_by_history:
         return made(DISTURBED, disturbed=apart + (f" during {what}" if what else "")
@@ -230,8 +233,9 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     if stolen and not decided_by_history:
         return made(DISTURBED, disturbed=stolen + (f" during {what}" if what else "")
                     + f"; on a host nobody else shares it would read {verdict}",
-                    needs="2 or more earlier runs of this case on this host at this steal "
-                          "in the store (its history then decides)")
+                    needs=f"{MIN_DF + 1} or more earlier runs of this case on this host in "
+                          "the store, 2 or more of them at each side's steal (its history "
+                          "then decides)")
     return made(verdict)
 
 

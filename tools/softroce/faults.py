@@ -34,6 +34,7 @@ BAD_RKEY_SERVER = (
 
 def run(args: list[str], out: Path, timeout: float = 180,
         rows: str = "faults.jsonl") -> tuple[int, str, float]:
+    (out / rows).unlink(missing_ok=True)         # a file left by an earlier run is not ours
     start = time.monotonic()
     proc = subprocess.run([*PY, "run", *args, "--jsonl", str(out / rows)],
                           capture_output=True, text=True, timeout=timeout, cwd=REPO)

@@ -287,7 +287,12 @@ def _counts(msg: Mapping[str, Any], count: int, who: str) -> list[int]:
     if (not isinstance(raw, list) or len(raw) != count
             or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in raw)):
         raise PeerError(f"{who} sent a malformed message count for threads={count}")
+    if any(n > MAX_COUNT for n in raw):
+        raise PeerError(f"{who} said it sent more than {MAX_COUNT} messages on one thread")
     return raw
+
+
+MAX_COUNT = 1 << 62        # messages a peer may say one thread sent (the C side's int64)
 
 
 # --- bandwidth ---------------------------------------------------------------------------------
@@ -450,18 +455,41 @@ class _RdmaBw(_Rdma):
         sent; then each thread keeps receiving until it has what the peer says it sent on its
         QPs. A thread that stopped receiving when its own sending ended would starve a peer's
         thread still sending to it (no receive posted: RNR), while that peer waits for it: so
-        receiving lasts until the counts are met, on every thread at once. The peer's counts
-        arrive through the inbox while the first thread spins (the only reader of the control
-        connection). Returns the timed senders (none if not sending)."""
+        receiving lasts until the counts are met, on every thread at once. With several
+        threads, their warm-ups all end before any timed run starts, and this thread alone
+        reads the control connection while they run (a hang-up or an error seen at once,
+        whichever threads are left), telling each thread the peer's count by a bell (a pipe
+        its loop watches), so each sets its own receiver's count in its own thread. Returns
+        the timed senders (none if not sending)."""
         who, n = inbox.channel.peer_name, len(sides)
+        told: list[list[int]] = []              # the peer's counts, once they came
 
-        def interrupt() -> bool:
+        def heard() -> bool:
             inbox.poll()
-            if "sent" in inbox.got:
-                counts = _counts(inbox.got["sent"], n, who)
-                for receiver, count in zip(receivers, counts):
-                    if receiver is not None:
-                        receiver.expected = count
+            if "sent" in inbox.got and not told:
+                told.append(_counts(inbox.got["sent"], n, who))
+                return True
+            return False
+
+        def expect(i: int) -> None:
+            if told and receivers[i] is not None:
+                receivers[i].expected = told[0][i]
+
+        bells = [os.pipe() for _ in range(n)] if n > 1 else []
+
+        def ring() -> None:
+            if heard():
+                for _, bell in bells:
+                    os.write(bell, b"!")
+
+        def answer(i: int) -> bool:            # a thread's loop heard its bell
+            os.read(bells[i][0], 16)
+            expect(i)
+            return False
+
+        def interrupt() -> bool:               # one thread: it reads the connection itself
+            heard()
+            expect(0)
             return False
 
         clock.interrupt, clock.watch_fd = interrupt, inbox.channel.sock.fileno()
@@ -470,14 +498,19 @@ class _RdmaBw(_Rdma):
         timed: list[Any] = [None] * n
         finished = [0]
         lock = threading.Lock()
+        warmed = threading.Barrier(n) if n > 1 and sending and params["warmup"] else None
 
         def one_side(i: int, own: Clock) -> None:
             side, remote, receiver = sides[i], remotes[i], receivers[i]
+            if n > 1:
+                own.interrupt, own.watch_fd = (lambda: answer(i)), bells[i][0]
             if sending:
                 if params["warmup"]:
                     warm = self._sender(v, side, remote, params, params["warmup"])
                     v.drive([(side.cq, warm, receiver)], own, what, wait_receivers=False)
                     sent[i] += warm.total_done()
+                if warmed is not None:
+                    warmed.wait(max(own.deadline - time.monotonic(), 1.0))
                 timed[i] = self._sender(v, side, remote, params, self._count(params),
                                         self._stop_at(params))
                 v.drive([(side.cq, timed[i], receiver)], own, what, wait_receivers=False)
@@ -488,11 +521,27 @@ class _RdmaBw(_Rdma):
             if last:
                 inbox.send({"kind": "sent", "count": sum(sent), "counts": sent})
             if receiver is not None:
+                expect(i)
                 v.drive([(side.cq, None, receiver)], own, what)
 
-        in_threads(clock, [lambda own, i=i: one_side(i, own) for i in range(n)])
-        told = _counts(inbox.take("sent", max(clock.deadline - time.monotonic(), 1.0)), n, who)
-        for receiver, count in zip(receivers, told):
+        def job(i: int, own: Clock) -> None:
+            try:
+                one_side(i, own)
+            except BaseException:
+                if warmed is not None:
+                    warmed.abort()              # no sibling waits for this one
+                raise
+
+        try:
+            in_threads(clock, [lambda own, i=i: job(i, own) for i in range(n)],
+                       watch=ring if n > 1 else None)
+        finally:
+            for fds in bells:
+                for fd in fds:
+                    os.close(fd)
+        counts = _counts(inbox.take("sent", max(clock.deadline - time.monotonic(), 1.0)),
+                         n, who)
+        for receiver, count in zip(receivers, counts):
             if receiver is not None and receiver.got != count:
                 raise VerbsError(f"received {receiver.got} messages, peer sent {count}")
         return [t for t in timed if t is not None]
@@ -503,7 +552,9 @@ class _RdmaBw(_Rdma):
         session = ctx.connect()
         sides: list[Any] = []
         try:
-            reply = session.run_remote(self.name, params, SETUP_TIMEOUT)
+            # threads=1 is left out: a netbench serve from before threads refuses the name.
+            asked = {k: val for k, val in params.items() if k != "threads" or val != 1}
+            reply = session.run_remote(self.name, asked, SETUP_TIMEOUT)
             remotes = _endpoints_from(reply, n, session.peer_name)
             for remote in remotes:
                 sides.append(v.side(params, depth))

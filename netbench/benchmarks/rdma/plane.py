@@ -10,8 +10,7 @@ stays importable, and ``netbench list`` works, where pyverbs is missing.
 
 from __future__ import annotations
 
-import bisect
-import math
+import heapq
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -110,16 +109,16 @@ class Clock:
 
     def split(self, n: int) -> list[Clock]:
         """A clock for each of ``n`` threads: the same deadline, cancelled with this one (and
-        together, never this one: the runner's event stays the runner's); only the first
-        watches the control connection and runs ``interrupt`` (one reader of it)."""
+        together, never this one: the runner's event stays the runner's). None watches the
+        control connection: a thread's job sets its own ``interrupt`` and ``watch_fd``."""
         family = threading.Event()
-        if self.cancelled is not None and self.cancelled.is_set():
-            family.set()
-        kids = [Clock(self.deadline, family, self.what,
-                      self.interrupt if i == 0 else None, self.watch_fd if i == 0 else -1)
-                for i in range(n)]
+        kids = [Clock(self.deadline, family, self.what) for _ in range(n)]
         with self._lock:
             self._children = kids
+        # After they are registered: a cancel from now on reaches them through cancel(), one
+        # before it through the event.
+        if self.cancelled is not None and self.cancelled.is_set():
+            family.set()
         return kids
 
     def cancel(self) -> None:
@@ -154,10 +153,16 @@ class Clock:
                              "the link dropped?)")
 
 
-def in_threads(clock: Clock, jobs: Sequence[Callable[[Clock], None]]) -> None:
+WATCH_EVERY = 0.05     # seconds between a waiting thread's looks at the control connection
+
+
+def in_threads(clock: Clock, jobs: Sequence[Callable[[Clock], None]],
+               watch: Callable[[], None] | None = None) -> None:
     """Run each job in a thread of its own, each with its own split of ``clock``, and wait for
-    all; the first to fail cancels the rest and its error is raised (theirs are only the
-    cancellation it caused). One job runs in this thread."""
+    all, running ``watch`` every WATCH_EVERY seconds meanwhile (the control connection: read
+    by this thread alone, however many of the jobs are still running); the first failure,
+    a job's or the watch's, cancels the jobs and is raised (theirs are only the cancellation
+    it caused). One job runs in this thread, with ``clock`` itself."""
     if len(jobs) == 1:
         jobs[0](clock)
         return
@@ -178,24 +183,38 @@ def in_threads(clock: Clock, jobs: Sequence[Callable[[Clock], None]]) -> None:
                for i, (job, own) in enumerate(zip(jobs, clocks))]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    while any(thread.is_alive() for thread in threads):
+        for thread in threads:
+            thread.join(WATCH_EVERY / len(threads))
+        if watch is not None and not errors:
+            try:
+                watch()
+            except BaseException as exc:          # noqa: BLE001 - raised below
+                with lock:
+                    errors.append(exc)
+                for sibling in clocks:
+                    sibling.cancel()
     if errors:
-        raise errors[0]
+        # A sibling's wait that the failure broke is a consequence, not the cause.
+        causes = [e for e in errors if not isinstance(e, threading.BrokenBarrierError)]
+        raise (causes or errors)[0]
+
+
+MERGE_POINTS = 20000     # a sender's stamps a merge keeps (every k-th, its last always)
 
 
 class MergedSender:
     """Several senders that ran at once (``threads``) as one: completions added up over one
     clock (the threads share the process's), from the first post of any to the last
-    completion of any; each sender's count between its stamps interpolated linearly."""
+    completion of any; each sender's count between its stamps interpolated linearly. The
+    sum is swept once over all the senders' points in time order (O(N log k), a slope and a
+    level carried a sender), each sender's points first thinned to MERGE_POINTS."""
 
     def __init__(self, senders: Sequence[Any]) -> None:
         self.t_first = min(s.t_first for s in senders)
         self.t_last = max(s.t_last for s in senders)
         self._total = sum(s.total_done() for s in senders)
-        curves = [_curve(s) for s in senders]
-        times = sorted({t for curve in curves for t, _ in curve})
-        self.stamps = [(t, sum(_at(curve, t) for curve in curves)) for t in times]
+        self.stamps = merge_curves([_thinned(_curve(s)) for s in senders])
 
     def total_done(self) -> int:
         return self._total
@@ -208,15 +227,43 @@ def _curve(sender: Any) -> list[tuple[float, float]]:
     return points
 
 
-def _at(curve: list[tuple[float, float]], t: float) -> float:
-    """A cumulative curve's count at ``t``: 0 before it starts, its total after it ends."""
-    i = bisect.bisect_right(curve, (t, math.inf))
-    if i == 0:
-        return 0.0
-    if i == len(curve):
-        return curve[-1][1]
-    (ta, na), (tb, nb) = curve[i - 1], curve[i]
-    return na + (nb - na) * (t - ta) / (tb - ta) if tb > ta else nb
+def _thinned(curve: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    if len(curve) <= MERGE_POINTS:
+        return curve
+    step = -(-len(curve) // MERGE_POINTS)
+    return curve[::step] + ([curve[-1]] if (len(curve) - 1) % step else [])
+
+
+def merge_curves(curves: Sequence[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """The sum of cumulative curves [(t, count so far), ...], each sorted by time, 0 before
+    its first point and its last count after its last, linear between: its value at every
+    point of any of them."""
+    level = [0.0] * len(curves)        # each curve's count at its latest point passed
+    since = [0.0] * len(curves)        # that point's time
+    slope = [0.0] * len(curves)        # its rate from there to its next point
+    total = rate = 0.0
+    now: float | None = None
+    out: list[tuple[float, float]] = []
+    points = heapq.merge(*([(t, i, j) for j, (t, _) in enumerate(c)]
+                           for i, c in enumerate(curves)))
+    for t, i, j in points:
+        if now is not None:
+            total += rate * (t - now)
+        now = t
+        curve = curves[i]
+        # Exact at a curve's own point: the interpolated level is replaced by its count (a
+        # step where two points share a time, and no drift from adding slopes up).
+        total += curve[j][1] - (level[i] + slope[i] * (t - since[i]))
+        level[i], since[i] = curve[j][1], t
+        nxt = curve[j + 1] if j + 1 < len(curve) else None
+        new = (nxt[1] - curve[j][1]) / (nxt[0] - t) if nxt is not None and nxt[0] > t else 0.0
+        rate += new - slope[i]
+        slope[i] = new
+        if out and out[-1][0] == t:
+            out[-1] = (t, total)
+        else:
+            out.append((t, total))
+    return out
 
 
 # --- the interface ------------------------------------------------------------------------------
