@@ -278,6 +278,17 @@ class Runner:
             raise NetbenchError(self._loopback_error)
         return peer_mod.connect(self._loopback.address, timeout)
 
+    def _start_loopback(self) -> None:
+        """(Re)start the loopback server, from the main thread, so it never inherits a case's
+        CPU pinning; one that cannot start leaves the peer cases its error."""
+        if self._loopback is not None:
+            self._loopback.stop()
+            self._loopback = None
+        try:
+            self._loopback = peer_mod.ServerProcess()
+        except NetbenchError as exc:
+            self._loopback_error = str(exc)
+
     # --- the run ---
 
     def run(self, plan: Plan, resume: Resume | None = None) -> RunResult:
@@ -293,12 +304,9 @@ class Runner:
         result.fallbacks.extend(self.env.get("hook_errors", []))
         setups = self._prepare(plan, result)
         base = self.base(run_id, started, plan.suite)
-        if any(p.bench.needs_peer for p in plan.cases) and not self.peer:
-            # Started here, from the main thread, so it never inherits a case's CPU pinning.
-            try:
-                self._loopback = peer_mod.ServerProcess()
-            except NetbenchError as exc:
-                self._loopback_error = str(exc)
+        loopback = any(p.bench.needs_peer for p in plan.cases) and not self.peer
+        if loopback:
+            self._start_loopback()
             result.fallbacks.append("no --peer given: peer benchmarks ran against a loopback "
                                     "netbench server on this host (127.0.0.1); they measure "
                                     "the host's TCP stack, not a NIC")
@@ -311,10 +319,22 @@ class Runner:
             extra["netbench_resumes"] = json.dumps(self.env["resumes"], default=str)
         writer = self.store.open_run(path, extra)
         in_flight: tuple[int, str] | None = None
+        this_round: set[int] = set()
         try:
             for index, planned in enumerate(plan.cases):
                 if resume is not None and index in resume.done:
                     continue                # finished before the interruption: kept
+                if id(planned) in this_round:
+                    # A repeat's round begins (a suite's cases again): a fresh loopback
+                    # server, so where the scheduler put the far end (and what its process
+                    # kept) is drawn again a repeat, not held for the whole run. Held, it
+                    # moved a stream's CPU figures between runs while the repeats inside
+                    # each agreed (cpu_server 122% in one run's three, 74-83% in the next's):
+                    # a repeat must be an invocation of everything that drifts.
+                    this_round.clear()
+                    if loopback:
+                        self._start_loopback()
+                this_round.add(id(planned))
                 description = planned.bench.describe(planned.case)
                 in_flight = (index, description)
                 self.reporter.start_case(index, planned.case, description)
