@@ -166,7 +166,7 @@ class _Rdma(Benchmark):
             v, fallback = choose(params)
         except ImportError as exc:
             raise SkipCase(f"{PYVERBS_HINT} ({exc})") from None
-        _threads_on(v, params)
+        _threads_need_the_compiled_plane(v, params)
         deadline = time.monotonic() + max(ctx.remaining() - 5.0, 1.0)
         clock = Clock(deadline, ctx.cancelled, self.verb.upper())
         ctx.on_cancel(clock.cancel)        # reaches a compiled loop spinning without the GIL
@@ -230,7 +230,7 @@ class Inbox:
         return self.got.pop(kind)
 
 
-def _threads_on(v: DataPlane, params: Mapping[str, Any]) -> None:
+def _threads_need_the_compiled_plane(v: DataPlane, params: Mapping[str, Any]) -> None:
     if params.get("threads", 1) > 1 and v.name != "compiled":
         raise SkipCase(f"threads={params['threads']} needs the compiled data plane: the "
                        f"{v.name} plane's loops hold Python's lock, so its threads would take "
@@ -587,7 +587,7 @@ class _RdmaBw(_Rdma):
 
     def serve(self, params: Mapping[str, Any], session: ServerSession) -> None:
         v, _ = choose(params)
-        _threads_on(v, params)
+        _threads_need_the_compiled_plane(v, params)
         size, depth = params["msg_size"], self._depth(params)
         sides, remotes = _serve_setup(v, params, session, depth, params.get("threads", 1))
         try:
