@@ -5,6 +5,7 @@ import random
 
 from netbench.analysis.verdict import (
     DISTURBED,
+    IMPROVED,
     REGRESSED,
     UNVERIFIED,
     Past,
@@ -112,7 +113,13 @@ def test_repeats_under_a_hypervisors_heavy_steal_decide_nothing_a_history_at_it_
     cand = Side([7.441, 7.436, 7.551], 0.748, 1, steal=0.734)
     j = _verdict(base, cand, better="lower")
     assert j.verdict == DISTURBED, j
-    assert "the hypervisor stole cores from this guest (baseline 0.55, candidate 0.73)" in \
+    assert "baseline 0.55, candidate 0.73" in j.disturbed and "would read regressed" in \
+        j.disturbed
+    # Stolen alike, and heavily: still no verdict from the repeats.
+    alike = Side([7.441, 7.436, 7.551], 0.56, 1, steal=0.56)
+    j = _verdict(base, alike, better="lower")
+    assert j.verdict == DISTURBED, j
+    assert "the hypervisor stole cores from this guest (baseline 0.55, candidate 0.56)" in \
         j.disturbed and "it would read regressed" in j.disturbed
     assert "3 or more earlier runs of this case on this host in the store, 2 or more of " \
         "them at each side's steal" in j.needs
@@ -146,3 +153,18 @@ def test_a_tight_history_at_the_steal_decides_even_where_the_repeats_are_wider()
     # Two earlier runs are not a history to judge by, however well they match the steal.
     short = Past([7.0, 7.05], [0.7] * 2, [0.7] * 2)
     assert _verdict(base, cand, better="lower", past=short).verdict == DISTURBED
+
+
+def test_a_tenth_of_a_core_stolen_apart_is_two_states():
+    """Captured in a fresh CI clone (test_compare's A/A, tcp.rr pinned, 4 KiB): p99 202, 188,
+    178 us with 0.28, 0.11, 0.20 cores stolen; the next run 82, 83, 105 us with 0.0, 0.0,
+    0.07. The repeats called it improved (-56%, p 0.001): every stolen slice lands on a round
+    trip, so steal sets a tail long before it reaches BUSY_CORES."""
+    stolen = Side([202.5, 188.0, 178.1], 0.197, 1, steal=0.197)
+    quiet = Side([81.9, 82.7, 105.0], 0.03, 1, steal=0.023)
+    j = _verdict(stolen, quiet, better="lower")
+    assert j.verdict == DISTURBED and "stolen by the hypervisor: baseline 0.2" in j.disturbed
+    # Within a tenth of a core: one state, judged.
+    near = Side([81.9, 82.7, 105.0], 0.15, 1, steal=0.15)
+    assert _verdict(Side([202.5, 188.0, 178.1], 0.2, 1, steal=0.2), near,
+                    better="lower").verdict == IMPROVED
