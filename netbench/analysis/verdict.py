@@ -19,7 +19,8 @@ The verdicts:
 - ``unverified``: beyond the threshold with no invocation-level spread to judge it by (one
   invocation a side, no history): says what would decide it;
 - ``disturbed``: it would be a regression (or an improvement) but the two sides ran with
-  different amounts of other work on the host (``netbench.env.hostload``), which moves a figure
+  different amounts of other work on the host (``netbench.env.hostload``: BUSY_CORES apart, or
+  STEAL_CORES of the hypervisor's steal), which moves a figure
   either way: named, and not blamed on the code, unless the case's history holds runs at
   both load levels (then its spread allows for that load, and it decides); or the hypervisor
   stole at least ``BUSY_CORES`` from either side: other guests' demand moves between runs more
