@@ -153,9 +153,9 @@ def trial(make, drawn: tuple, noise: float, threshold: float, traced: bool = Fal
         if chosen is None:
             break
         named_pairs = [(names[c], names[s]) for c, s in chosen.pairs]
-        values = fabric.measure(named_pairs, salt=len(planner.log))
+        values = fabric.measure(named_pairs, salt=len(planner.log), via=chosen.via)
         planner.record(chosen.pairs, values,
-                       paths=fabric.paths(named_pairs) if traced else None)
+                       paths=fabric.paths(named_pairs, chosen.via) if traced else None)
     verdict = planner.verdict()
     truth = {physical(f, topo.hosts) for f in broken}
     named = [{physical(e, topo.hosts) for e in s.elements} for s in verdict.suspects]

@@ -3,7 +3,7 @@ the innocent are never named, and every round says why it was chosen."""
 
 import pytest
 
-from netbench.analysis.adaptive import AdaptivePlanner, default_budget, drive
+from netbench.analysis.adaptive import AdaptivePlanner, Round, default_budget, drive
 from netbench.sweep import simulate as sim
 
 
@@ -128,8 +128,8 @@ def _traced(topo, faults, seed=0):
     planner = AdaptivePlanner(names, topo, seed=seed, traced=True)
     while (chosen := planner.next_round()) is not None:
         named = [(names[c], names[s]) for c, s in chosen.pairs]
-        values = fabric.measure(named, salt=len(planner.log))
-        planner.record(chosen.pairs, values, paths=fabric.paths(named))
+        values = fabric.measure(named, salt=len(planner.log), via=chosen.via)
+        planner.record(chosen.pairs, values, paths=fabric.paths(named, chosen.via))
     return planner, planner.verdict()
 
 
@@ -211,3 +211,74 @@ def test_a_healthy_fabric_traced_names_nothing_though_its_flows_collide(seed):
     planner, verdict = _traced(topo, {}, seed=seed)
     assert any(m.share < 1 for m in planner.measured)          # collisions happened
     assert verdict.suspects == [] and not any(planner.slow_flags), verdict
+
+
+def test_a_slow_trunk_on_a_small_ecmp_fabric_is_named_on_every_seed():
+    """Three leaves of two hosts, two spines (test_fabric_l3's shape): re-probes steered
+    through the slow flow's spine (``Round.via``) split its trunk from the next one every
+    time. Before, a third switch's flow took the wanted spine by chance: 11 of these 100
+    seeds named a healthy trunk beside the slow one, or nothing."""
+    topo = sim.fat_tree(3, 2, 2, routing="ecmp")
+    names = sorted(topo.hosts)
+    on_link = {"link:leaf0--spine0", "link:leaf0->spine0", "link:spine0->leaf0",
+               "switch:spine0"}
+    asked = took = 0
+    for seed in range(100):
+        fabric = sim.FabricSim(topo, faults={"link:leaf0--spine0": 0.1}, noise=0.05,
+                               seed=seed)
+        planner = AdaptivePlanner(names, topo, seed=seed, traced=True)
+        while (chosen := planner.next_round()) is not None:
+            named = [(names[c], names[s]) for c, s in chosen.pairs]
+            values = fabric.measure(named, salt=seed * 100 + len(planner.log), via=chosen.via)
+            paths = fabric.paths(named, chosen.via)
+            planner.record(chosen.pairs, values, paths=paths)
+            for via, path in zip(chosen.via, paths):
+                asked += bool(via)
+                took += bool(via) and set(via) <= set(path)
+        (suspect,) = planner.verdict().suspects
+        assert set(suspect.elements) <= on_link and any("leaf0" in e for e in
+                                                        suspect.elements), (seed, suspect)
+    assert asked and took > 0.9 * asked, (asked, took)
+
+
+def test_a_rounds_steering_reaches_each_client_rank_and_a_malformed_one_is_refused():
+    """Rank 0 publishes each pair's switches as the addresses they answer traces from; the
+    other ranks check the record (bounded lists of short strings) before trusting it."""
+    import numpy as np
+
+    from netbench.errors import NetbenchError
+    from netbench.sweep.fabric import MAX_VIA, _agree_round
+
+    class Meet:
+        where = "memory"
+
+        def __init__(self):
+            self.kv = {}
+
+        def set(self, key, value):
+            self.kv[key] = value
+
+        def get(self, key):
+            return self.kv.get(key)
+
+        def wait_for(self, keys, deadline):
+            return [k for k in keys if k not in self.kv]
+
+    topo = sim.fat_tree(3, 2, 2, routing="ecmp")
+    topo.addresses = {"10.0.0.1": "spine0", "10.0.1.1": "spine0", "10.0.0.2": "spine1"}
+
+    class Planner:
+        def next_round(self):
+            return Round([(0, 2), (3, 5)], "why", [("spine0",), ()])
+
+    meet, why, steering = Meet(), [], []
+    pairs = _agree_round(meet, 0, Planner(), 6, [], 1.0, why, steering, topo)
+    assert pairs.tolist() == [[0, 2], [3, 5]] and why == ["why"]
+    assert steering == [{0: (frozenset({"10.0.0.1", "10.0.1.1"}),), 3: ()}]
+    again: list = []                  # another rank reads the same record
+    assert np.array_equal(_agree_round(meet, 0, None, 6, [], 1.0, [], again), pairs)
+    assert again == steering
+    for bad in ([["10.0.0.1"]], [[[1]], []], [[["x" * 65]], []], [[["a"]] * (MAX_VIA + 1), []]):
+        meet.set("plan/1", {"pairs": [[0, 2], [3, 5]], "via": bad})
+        with pytest.raises(NetbenchError, match="'via'"):
+            _agree_round(meet, 1, None, 6, [], 1.0, [], [])

@@ -55,6 +55,13 @@ def default_budget(n: int) -> int:
 class Round:
     pairs: list[tuple[int, int]]
     why: str
+    # Traced sweeps steer: each pair's switches its flow should cross (empty: any). A
+    # client traces source ports until one's path crosses them all (a few tries: an ECMP
+    # hash sends 1/P of the ports each way), so a re-probe loads the link it is meant to.
+    via: list[tuple[str, ...]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.via = [tuple(v) for v in self.via] or [()] * len(self.pairs)
 
 
 @dataclass
@@ -123,6 +130,7 @@ class AdaptivePlanner:
         self._star: Topology | None = None
         self._core_trunks: dict[tuple[str, str, int], frozenset[str]] = {}
         self._via: dict[tuple[int, int, tuple[str, ...]], dict[str, float]] = {}
+        self._via_now: dict[tuple[int, int], tuple[str, ...]] = {}    # this round's steering
 
     # --- what a pair crosses -----------------------------------------------------------------
 
@@ -291,6 +299,7 @@ class AdaptivePlanner:
         busy: set[int] = set(self._gone)        # a gone endpoint is in no later round
         loaded: set[str] = set()
         pairs: list[tuple[int, int]] = []
+        self._via_now: dict[tuple[int, int], tuple[str, ...]] = {}
         notes: list[str] = []
         split = []
         for c, s in targets:
@@ -321,7 +330,7 @@ class AdaptivePlanner:
                                 else " (one flow per path set: no two can share a link)"))
         if not pairs:
             return None
-        return Round(pairs, "; ".join(notes))
+        return Round(pairs, "; ".join(notes), [self._via_now.get(p, ()) for p in pairs])
 
     def verdict(self) -> Any:
         """``netbench.analysis.localize`` over every pair measured so far, judged as the
@@ -648,8 +657,11 @@ class AdaptivePlanner:
             receiver = s
         if sender is not None and receiver is not None and sender != receiver:
             out.append((sender, receiver))
+        slow_path = self._slow_path(c, s) if self.traced else None
+        if slow_path is not None:
+            return self._steered_probes(c, s, slow_path, out)
         if not self.pinned or len(core) < 2:
-            return out
+            return out       # untraced ECMP: a third switch's flows hash anywhere, unseen
         # Halves: from c's switch to a third one over the same first hop, and from a
         # third switch into s's over the same last hop.
         best: list[tuple[int, tuple[int, int]]] = []
@@ -665,6 +677,50 @@ class AdaptivePlanner:
                     best.append((abs(2 * shared - len(core)), pair))   # nearest to half
         best.sort(key=lambda t: t[0])
         return out + [p for _, p in best[:2]]
+
+    def _slow_path(self, c: int, s: int) -> tuple[str, ...] | None:
+        """The switches the pair's latest slow traced flow crossed, where it crossed a core
+        (a switch between its two ends' switches)."""
+        for m, slow in zip(reversed(self.measured), reversed(self.slow_flags)):
+            if (m.client, m.server) == (c, s) and slow and m.path is not None:
+                return m.path if len(m.path) >= 3 else None
+        return None
+
+    def _steered_probes(self, c: int, s: int, path: tuple[str, ...],
+                        again: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """A slow traced flow's core split by steering: from its sending switch to a third
+        one through its first core switch (loading its first hop), from a third switch into
+        its receiving one through its last (loading its last hop), and the same path again
+        between other endpoints (a thing convicted by several flows). Halves first, each only
+        while the hop it loads is uncleared."""
+        assert self.topology is not None
+        topo, first, last = self.topology, path[1], path[-2]
+        out: list[tuple[int, int]] = []
+        others = [o for o in self.rng.sample(self._ring, len(self._ring))
+                  if o not in (path[0], path[-1])]
+        def behind(switch: str, way: str, fallback: int) -> int | None:
+            found = self._pick(switch, way, exclude={c, s})
+            return found if found is not None and self.switch[found] == switch else fallback
+
+        if f"link:{path[0]}->{first}" not in self._cleared:
+            for other in others:
+                if any(first in p for p in topo.switch_paths(path[0], other)):
+                    pair = (behind(path[0], "send", c), behind(other, "recv", -1))
+                    if pair[1] >= 0:
+                        out.append(pair)
+                        self._via_now.setdefault(pair, (first,))
+                        break
+        if f"link:{last}->{path[-1]}" not in self._cleared:
+            for other in others:
+                if any(last in p for p in topo.switch_paths(other, path[-1])):
+                    pair = (behind(other, "send", -1), behind(path[-1], "recv", s))
+                    if pair[0] >= 0:
+                        out.append(pair)
+                        self._via_now.setdefault(pair, (last,))
+                        break
+        for pair in again:
+            self._via_now.setdefault(pair, path[1:-1])
+        return out + again
 
     def _name(self, c: int, s: int) -> str:
         return f"{self.endpoints[c]}->{self.endpoints[s]}"

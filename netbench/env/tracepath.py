@@ -29,6 +29,10 @@ SO_EE_ORIGIN_ICMP = 2
 ICMP_TIME_EXCEEDED = 11
 _EE = struct.Struct("=IBBBBII")            # struct sock_extended_err
 MAX_HOPS = 16
+# Source ports a steered flow tries (each traced) for a path through the switches it wants:
+# with P equal-cost paths one wanted, 8 tries miss with chance (1 - 1/P)^8 (4% at P = 2...
+# 34% at P = 8: then the flow runs where it hashed, and is judged on the path it took).
+STEER_TRIES = 8
 
 
 @dataclass
@@ -58,12 +62,15 @@ def probe_socket(source: str, port: int) -> socket.socket:
 def trace(destination: str, port: int, source_port: int, source: str = "",
           max_hops: int = MAX_HOPS, wait: float = 1.0,
           stop: Callable[[str], bool] | None = None,
-          deadline: float | None = None) -> Trace:
+          deadline: float | None = None, known: list[str | None] | None = None) -> Trace:
     """The routers a TCP flow ``source:source_port -> destination:port`` crosses, in order;
     ``wait``: seconds a hop may take to answer; ``deadline`` (time.monotonic()): when the
-    whole trace gives up, said in ``note``."""
-    out = Trace(source=(source, source_port))
-    for ttl in range(1, max_hops + 1):
+    whole trace gives up, said in ``note``; ``known``: the first hops, already traced from
+    another port (the host's own gateway: no hash of the host's picks it), not asked again
+    (a router answers each host about once a second after a burst of 6: Linux's
+    icmp_ratelimit; a switch's control plane polices harder)."""
+    out = Trace(hops=list(known or []), source=(source, source_port))
+    for ttl in range(len(out.hops) + 1, max_hops + 1):
         if deadline is not None and time.monotonic() + wait > deadline:
             out.note = f"out of time after {ttl - 1} hop(s)"
             return out

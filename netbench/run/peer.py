@@ -434,6 +434,10 @@ class ClientSession:
         self.host, self.port = host, port
         self.routes: list[list[str | None]] = []
         self.traced_to = host
+        # Steering (a fabric sweep's re-probe): each entry one switch, as the addresses it
+        # answers a trace from; a traced connection's source port is the first whose path
+        # crosses them all (up to STEER_TRIES), else the first port tried.
+        self.steer: tuple[frozenset[str], ...] = ()
         self.peer_name = f"netbench serve at {host}:{port}"
         sock = _connect(host, port, timeout, self.peer_name)
         self.channel = Channel(sock, self.peer_name)
@@ -482,11 +486,24 @@ class ClientSession:
             self.routes.append([])
             return 0
         self.traced_to = self.channel.sock.getpeername()[0]
-        port = tracepath.free_port()
-        found = tracepath.trace(self.traced_to, self.port, port, wait=min(1.0, timeout / 8),
-                                deadline=time.monotonic() + timeout / 2)
-        self.routes.append(found.hops)
-        return port
+        deadline = time.monotonic() + timeout / 2
+        taken: tuple[int, list[str | None]] | None = None
+        for _ in range(tracepath.STEER_TRIES if self.steer else 1):
+            port = tracepath.free_port()
+            # A retry asks from the second hop on: the first is the host's own gateway.
+            gateway = taken[1][:1] if taken and taken[1][:1] != [None] else None
+            found = tracepath.trace(self.traced_to, self.port, port,
+                                    wait=min(1.0, timeout / 8), deadline=deadline,
+                                    known=gateway)
+            # Steered: a path that crosses every wanted switch, every hop answered.
+            hit = all(want & set(found.hops) for want in self.steer) and None not in found.hops
+            if taken is None or hit:
+                taken = (port, found.hops)
+            if hit or time.monotonic() >= deadline:
+                break
+        assert taken is not None
+        self.routes.append(taken[1])
+        return taken[0]
 
     def counters(self, timeout: float) -> counters.Snapshot:
         """The server's counters now; PeerError where its reply is not counters (an older

@@ -258,6 +258,9 @@ class Runner:
                  peer: str | None = None, reporter: RunEvents | None = None) -> None:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.trace = False        # trace each data connection's routers (fabric --trace)
+        # Steer traced connections through these switches (each as its addresses): a
+        # fabric sweep's pair meant to load one link.
+        self.steer: tuple[frozenset[str], ...] = ()
         # Read the NIC's and kernel's counters around each case (--no-counters: not).
         self.count = not env.get("no_counters")
         self._said: set[str] = set()
@@ -273,7 +276,9 @@ class Runner:
 
     def _connect(self, timeout: float = CONNECT_TIMEOUT) -> ClientSession:
         if self.peer:
-            return peer_mod.connect(self.peer, timeout)
+            session = peer_mod.connect(self.peer, timeout)
+            session.steer = self.steer
+            return session
         if self._loopback is None:
             raise NetbenchError(self._loopback_error)
         return peer_mod.connect(self._loopback.address, timeout)

@@ -494,14 +494,16 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
     offset = 0
     total = "?" if adaptive else str(len(plan_schedule.rounds))
     why: list[str] = []
+    steering: list[dict[int, tuple[frozenset[str], ...]]] = []   # a round's, by client rank
     try:
         for number in itertools.count():
             if adaptive:
                 pairs = _agree_round(meet, number, planner, world, endpoints, per_round,
-                                     why)
+                                     why, steering, options.topology)
                 if pairs is None:
                     break
                 plan_schedule.rounds.append(pairs)
+                runner.steer = steering[-1].get(rank, ())
             elif number < len(plan_schedule.rounds):
                 pairs = plan_schedule.rounds[number]
             else:
@@ -524,6 +526,7 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                                    paths=paths)
                     if options.trace:
                         _keep_shares(stored, planner.measured[-len(pairs):], endpoints)
+                        _count_steered(facts, planner.log[-1], paths)
                     facts.update(rounds=number + 1, why=why)   # kept with the run
                     writer.extra["netbench_fabric"] = json.dumps(facts)
                 writer.append(stored)
@@ -559,19 +562,31 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
 
 
 MAX_WHY = 2000        # characters of a round's reason kept with the run
+MAX_VIA = 16          # switches one pair is steered through
+MAX_VIA_ADDRESSES = 64   # addresses one switch answers a trace from
 
 
 def _agree_round(meet: Rendezvous, number: int, planner: Any, world: int,
-                 endpoints: list[Endpoint], per_round: float, why: list[str]) -> Any:
+                 endpoints: list[Endpoint], per_round: float, why: list[str],
+                 steering: list[dict[int, tuple[frozenset[str], ...]]],
+                 topology: Any = None) -> Any:
     """An adaptive round's pairs, the same on every rank: rank 0 asks its planner and
     publishes them (or that the sweep is done), the others wait for them and check them
-    (pairs of ranks in the world, each rank at most once). None: the sweep is done."""
+    (pairs of ranks in the world, each rank at most once). None: the sweep is done.
+    ``steering`` gains the round's steering by client rank: the switches (each as the
+    addresses it answers a trace from) its traced flow should cross."""
     import numpy as np
 
     if planner is not None:
         chosen = planner.next_round()
         record = {"done": True} if chosen is None else {
             "pairs": [[int(c), int(s)] for c, s in chosen.pairs], "why": chosen.why}
+        if chosen is not None and topology is not None and any(getattr(chosen, "via", ())):
+            answers: dict[str, list[str]] = {}
+            for address, name in topology.addresses.items():
+                answers.setdefault(name, []).append(address)
+            record["via"] = [[sorted(answers.get(s, []))[:MAX_VIA_ADDRESSES]
+                              for s in v[:MAX_VIA]] for v in chosen.via]
         meet.set(f"plan/{number}", record)
     else:
         if meet.wait_for([f"plan/{number}"], time.monotonic() + per_round * 2):
@@ -590,6 +605,16 @@ def _agree_round(meet: Rendezvous, number: int, planner: Any, world: int,
                            for r in flat) or len(set(flat)) != len(flat):
         raise NetbenchError(f"the rendezvous' plan of round {number + 1} is malformed (want "
                             f"pairs of distinct ranks 0..{world - 1}): {_clip(record)}")
+    via = record.get("via", [])
+    if not isinstance(via, list) or (via and len(via) != len(pairs)) or not all(
+            isinstance(v, list) and len(v) <= MAX_VIA and all(
+                isinstance(a, list) and len(a) <= MAX_VIA_ADDRESSES and all(
+                    isinstance(x, str) and len(x) <= 64 for x in a) for a in v) for v in via):
+        raise NetbenchError(f"the rendezvous' plan of round {number + 1} is malformed (want "
+                            f"'via': a list a pair of at most {MAX_VIA} switches, each at "
+                            f"most {MAX_VIA_ADDRESSES} addresses): {_clip(record)}")
+    steering.append({c: tuple(frozenset(a) for a in v if a)
+                     for (c, _), v in zip(pairs, via)})
     why.append(str(record.get("why", ""))[:MAX_WHY])
     return np.array(pairs, dtype=int)
 
@@ -629,6 +654,17 @@ def _switch_paths(routes: Sequence[Any], pairs: Any, endpoints: list[Endpoint],
         return [None] * len(routes)
     return [topology.path_of_route(route, endpoints[c].name, endpoints[s].name)
             for route, (c, s) in zip(routes, pairs.tolist())]
+
+
+def _count_steered(facts: dict[str, Any], chosen: Any,
+                   paths: Sequence[tuple[str, ...] | None] | None) -> None:
+    """Kept with the run: how many pairs were steered through switches, and how many
+    flows' traced paths crossed them (a miss runs where it hashed, judged on that path)."""
+    kept = facts.setdefault("steered", {"asked": 0, "took": 0})
+    for via, path in zip(getattr(chosen, "via", ()), paths or ()):
+        if via:
+            kept["asked"] += 1
+            kept["took"] += int(path is not None and set(via) <= set(path))
 
 
 def _keep_shares(rows: list[dict[str, Any]], measured: Sequence[Any],

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from netbench.env.sharing import max_min_fair
 from netbench.env.topology import Topology, link_name
+from netbench.env.tracepath import STEER_TRIES
 
 
 class FabricSim:
@@ -32,8 +33,12 @@ class FabricSim:
         self.rng = random.Random(seed)
         self.salt = salt          # a new salt is a new set of flows (new ECMP choices)
 
-    def _path(self, client: str, server: str) -> list[tuple[str, str]]:
-        """The directed hops of the pair's flow: host -> switch ... switch -> host."""
+    def _path(self, client: str, server: str,
+              via: Sequence[str] = ()) -> list[tuple[str, str]]:
+        """The directed hops of the pair's flow: host -> switch ... switch -> host. ``via``:
+        switches a steered flow should cross; as a steering client does, up to STEER_TRIES
+        source ports (hashes) are tried, and the first that crosses them all is taken (else
+        the first port's path)."""
         topo = self.topology
         a, b = topo.hosts[client], topo.hosts[server]
         paths = topo.switch_paths(a, b)
@@ -44,7 +49,11 @@ class FabricSim:
             if pick < 0:
                 raise ValueError(f"no route from {client} to {server}")
         else:
-            pick = zlib.crc32(f"{client}>{server}#{self.salt}".encode()) % len(paths)
+            tries = STEER_TRIES if via else 1
+            picks = [zlib.crc32(f"{client}>{server}#{self.salt}"
+                                f"{f'#{k}' if k else ''}".encode()) % len(paths)
+                     for k in range(tries)]
+            pick = next((p for p in picks if set(via) <= set(paths[p])), picks[0])
         nodes = [client, *paths[pick], server]
         return list(zip(nodes, nodes[1:]))
 
@@ -59,18 +68,22 @@ class FabricSim:
         factor *= faults.get(f"host:{a}:send", 1.0) * faults.get(f"host:{b}:recv", 1.0)
         return cap * factor
 
-    def paths(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[str, ...]]:
+    def paths(self, pairs: Sequence[tuple[str, str]],
+              via: Sequence[Sequence[str]] = ()) -> list[tuple[str, ...]]:
         """The switches each pair's flow crosses under the current salt: what a tracer with
         the flow's own 5-tuple reports (Paris traceroute's rule: the probes hash as the data
         does)."""
-        return [tuple(hop[1] for hop in self._path(c, s)[:-1]) for c, s in pairs]
+        return [tuple(hop[1] for hop in self._path(c, s, w)[:-1])
+                for (c, s), w in zip(pairs, via or [()] * len(pairs))]
 
-    def measure(self, pairs: Sequence[tuple[str, str]], salt: int | None = None) -> list[float]:
+    def measure(self, pairs: Sequence[tuple[str, str]], salt: int | None = None,
+                via: Sequence[Sequence[str]] = ()) -> list[float]:
         """Each pair's goodput (Gbit/s) when the round's pairs all run at once; ``salt``: new
-        flows (a new connection hashes onto a new ECMP path, as a real re-run does)."""
+        flows (a new connection hashes onto a new ECMP path, as a real re-run does);
+        ``via``: each pair's steering (see ``_path``)."""
         if salt is not None:
             self.salt = salt
-        flows = [self._path(c, s) for c, s in pairs]
+        flows = [self._path(c, s, w) for (c, s), w in zip(pairs, via or [()] * len(pairs))]
         rates = max_min_fair(flows, self._hop_capacity)
         return [r * (1 + self.rng.uniform(-self.noise, self.noise)) for r in rates]
 
