@@ -565,14 +565,20 @@ class AdaptivePlanner:
     def _units(self, c: int, s: int) -> set[str]:
         """The things on a pair's path no fast pair has cleared: one end of the pair (NIC
         and cable, one way), an inter-switch link one way, a switch; under ECMP the core's
-        whole path set, which no pair can split."""
-        left = self._uncleared(c, s)
+        whole path set, which no pair can split; traced, the links its slow flow took
+        (every slow flow through one link then counts toward the same thing, and a steered
+        re-probe confirms it instead of opening a path set of its own to split)."""
+        shares = self.elements(c, s)
+        if self.traced and self.topology is not None:
+            path = self._slow_path(c, s)
+            if path is not None:
+                shares = self._elements_of(Measured(c, s, None, 0, path)) or shares
+        left = {e for e in shares if e not in self._cleared}
         out = set()
         if left & self._end(c, "send"):
             out.add(f"end:{self.endpoints[c]}:send")
         if left & self._end(s, "recv"):
             out.add(f"end:{self.endpoints[s]}:recv")
-        shares = self.elements(c, s)
         for e in left - self._end(c, "send") - self._end(s, "recv"):
             if shares[e] < 1.0:
                 out.add(f"core:{self.switch[c]}>{self.switch[s]}")   # a path set: one thing
