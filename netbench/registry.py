@@ -93,6 +93,7 @@ def stored_traits(rows: Any) -> Any:
     CLI hands this to ``ResultStore`` as its upgrade."""
     import pandas as pd
 
+    rows = _declared_statistics(rows)
     if not {"benchmark", "params", "metric"} <= set(rows.columns) or not any(
             t in rows for t in TRAITS):
         return rows                      # a narrow read that asked for no trait
@@ -121,6 +122,26 @@ def stored_traits(rows: Any) -> Any:
         if found[key]:
             for column, value in found[key].items():
                 rows.at[i, column] = value
+    return rows
+
+
+def _declared_statistics(rows: Any) -> Any:
+    """Rows stored before each carried its metric's ``statistic``, given what the installed
+    benchmark declares of that metric (a metric it no longer declares stays unknown)."""
+    if "statistic" not in rows or not {"benchmark", "metric"} <= set(rows.columns):
+        return rows
+    missing = rows["statistic"].isna() & rows["metric"].notna()
+    if not missing.any():
+        return rows
+    declared = {(name, m.name): m.statistic for name, b in all_benchmarks().items()
+                for m in b.metrics if m.statistic}
+    filled = [declared.get((b, m)) for b, m in zip(rows.loc[missing, "benchmark"],
+                                                   rows.loc[missing, "metric"])]
+    if not any(filled):
+        return rows
+    rows = rows.copy()
+    rows["statistic"] = rows["statistic"].astype(object)
+    rows.loc[missing, "statistic"] = filled
     return rows
 
 

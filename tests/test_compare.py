@@ -303,3 +303,25 @@ def test_a_case_is_matched_by_its_planned_params_whatever_auto_became(tmp_path):
     assert v.verdict == "regressed" and json.loads(v.params)["data_plane"] == "auto"
     (v,) = compare(rows(100.0, compiled, old=True), rows(99.9, compiled), {})
     assert v.verdict == "unchanged"
+
+
+def test_an_extremes_step_between_two_runs_of_unchanged_code_is_unverified(tmp_path):
+    """Two runs of a stored A/A (bench/aa_trials.py, unchanged code, steal 0.0 and 0.01):
+    tcp.rr 4 KiB's max read 305, 292, 276 us in one run's repeats and 110, 103, 104 in the
+    next's, and was called improved (-64%). Files written before rows carried their
+    statistic: the CLI reads it from the installed benchmark. Now nothing in the A/A is
+    regressed or improved; that max is unverified, saying it is one sample and what decides."""
+    import shutil
+
+    from conftest import FIXTURES
+
+    store = tmp_path / "aa"
+    shutil.copytree(FIXTURES / "results" / "aa-tail", store)
+    proc = netbench("compare", "aa0", "aa1", "--results", str(store), "--json")
+    assert proc.returncode == 0, proc.stderr
+    verdicts = json.loads(proc.stdout)["verdicts"]
+    assert not [v for v in verdicts if v["verdict"] in ("regressed", "improved")]
+    (top,) = [v for v in verdicts if v["benchmark"] == "tcp.rr" and v["metric"] == "lat_max"
+              and v["msg_size"] == 4096]
+    assert top["verdict"] == "unverified" and top["change"] < -0.6, top
+    assert "lat_max is one sample" in top["needs"] and "it would read improved" in top["needs"]

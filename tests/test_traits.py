@@ -84,6 +84,11 @@ def test_a_run_stores_each_cases_traits_in_its_rows(tmp_path):
     rr = rows[rows["benchmark"] == "tcp.rr"]
     assert set(rr["headline"]) == {"lat_p50"} and set(rr["flow"]) == {"both"}
     assert rows["bus_factor"].isna().all() and rows["lead"].isna().all()
+    # What each value summarises, as its Metric declares it (verdicts judge extremes by runs).
+    stat = dict(zip(rr["metric"], rr["statistic"]))
+    assert stat["lat_max"] == "max" and stat["lat_p99.9"] == "p99.9" and stat["lat_min"] == "min"
+    assert pd.isna(stat["lat_p50"]) and pd.isna(stat["tps"])
+    assert stream["statistic"].isna().all()
 
 
 class _Broken(Benchmark):
@@ -123,6 +128,10 @@ def test_files_from_before_traits_read_them_from_the_installed_benchmarks():
         assert op_bytes == p["batch_size"] * dims[0] * dims[1] * dims[2]    # uint8
     assert 256 * 3 * 224 * 224 in set(feed["op_bytes"])
     assert set(rows.loc[rows["benchmark"] == "gpu.bidir", "flow"]) == {"both"}
+    # Each metric's statistic, from what the installed benchmark declares of it.
+    stats = rows.groupby(["benchmark", "metric"])["statistic"].first()
+    assert stats[("tcp.rr", "lat_max")] == "max" and stats[("mem.copy", "bw_peak")] == "max"
+    assert stats[("tcp.rr", "lat_p99.9")] == "p99.9" and pd.isna(stats[("tcp.rr", "lat_p50")])
     coll = rows[(rows["benchmark"].str.startswith("coll.")) & (rows["status"] == "ok")]
     if len(coll):
         assert coll["bus_factor"].notna().all()

@@ -10,16 +10,18 @@ from netbench.analysis.verdict import (
     UNVERIFIED,
     Past,
     Side,
+    extreme,
     invocation_test,
     judge,
 )
 
 
-def _verdict(base, cand, better="higher", threshold=0.05, past=None):
+def _verdict(base, cand, better="higher", threshold=0.05, past=None, extreme=""):
     p, evidence, sd = invocation_test(base, cand, past or Past())
     change = (sorted(cand.values)[len(cand.values) // 2] - sorted(base.values)[len(base.values)
               // 2]) / sorted(base.values)[len(base.values) // 2]
-    return judge(base, cand, change, better, threshold, p, evidence, sd=sd, past=past)
+    return judge(base, cand, change, better, threshold, p, evidence, sd=sd, past=past,
+                 extreme=extreme)
 
 
 def test_a_run_level_drift_is_not_divided_by_the_repeats():
@@ -168,3 +170,41 @@ def test_a_tenth_of_a_core_stolen_apart_is_two_states():
     near = Side([81.9, 82.7, 105.0], 0.15, 1, steal=0.15)
     assert _verdict(Side([202.5, 188.0, 178.1], 0.2, 1, steal=0.2), near,
                     better="lower").verdict == IMPROVED
+
+
+def test_an_extreme_is_what_rests_on_fewer_than_ten_samples():
+    """A max or min is one sample; a p99.9 of 3,000 rests on 3, of 100,000 on 100; a p99 of
+    3,000 on 30; a figure of its own (no statistic) is no extreme."""
+    assert "one sample" in extreme("max", 3000, "lat_max")
+    assert "one sample" in extreme("min", None)
+    assert "3 of each invocation's 3,000 samples" in extreme("p99.9", 3000, "lat_p99.9")
+    assert extreme("p99.9", 100_000) == extreme("p99", 3000) == extreme("p50", 10) == ""
+    assert extreme(None, 5) == extreme("p99.9", None) == extreme("p99.9", math.nan) == ""
+
+
+def test_an_extreme_judged_by_one_runs_repeats_is_unverified_by_runs_it_decides():
+    """Captured in a stored A/A (tcp.rr 4 KiB, unchanged code, the same load: steal 0.0 and
+    0.01): max 305, 292, 276 us in one run's three repeats, 110, 103, 104 in the next run's.
+    The repeats alike, the test called it improved (-64%, p < 0.001): a run's rare events (a
+    preempted vCPU, a timer storm) come with the run and all its repeats share them. Judged by
+    repeats alone an extreme is unverified, saying what decides it; a history does, as do
+    sides of two runs each."""
+    why = extreme("max", 3000, "lat_max")
+    before = Side([305.03, 291.93, 275.79], 0.007, 1, steal=0.0)
+    after = Side([110.46, 102.57, 104.44], 0.003, 1, steal=0.01)
+    assert _verdict(before, after, better="lower").verdict == IMPROVED      # what it was
+    j = _verdict(before, after, better="lower", extreme=why)
+    assert j.verdict == UNVERIFIED and "lat_max is one sample" in j.needs
+    assert "history" in j.needs and "it would read improved" in j.needs
+    # Run-level evidence decides: a history of runs at these values' spread...
+    past = Past([290.0, 300.0, 285.0, 310.0], [0.0] * 4, [0.0] * 4)
+    assert _verdict(before, after, better="lower", past=past, extreme=why).verdict == IMPROVED
+    # ...or sides pooled from two runs each; and a real step in a tail is still caught.
+    two = Side([305.03, 291.93, 275.79, 298.0], 0.007, 2, steal=0.0)
+    assert _verdict(two, Side([110.46, 102.57, 104.44, 99.0], 0.003, 2, steal=0.0),
+                    better="lower", extreme=why).verdict == IMPROVED
+    slower = Side([600.0, 640.0, 610.0, 590.0], 0.003, 2, steal=0.0)
+    assert _verdict(two, slower, better="lower", extreme=why).verdict == REGRESSED
+    # Not an extreme (a p99 of 3,000 samples): the repeats decide as before.
+    assert _verdict(before, after, better="lower",
+                    extreme=extreme("p99", 3000)).verdict == IMPROVED

@@ -22,6 +22,7 @@ from netbench.analysis.verdict import (
     Judgement,
     Past,
     Side,
+    extreme,
     invocation_test,
     judge,
 )
@@ -157,16 +158,23 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
              "run_id")
     columns = [ok[c].tolist() for c in names]
     load = [ok[c].tolist() if c in ok else [None] * len(ok) for c in (*LOAD, *CLOCK)]
+    # What the value summarises and of how many samples: an extreme is judged by runs.
+    shape = [ok[c].tolist() if c in ok else [None] * len(ok) for c in ("statistic",
+                                                                        "n_samples")]
     entries: dict[tuple[str, str, str], dict[str, Any]] = {}
     for (bench, params, metric, value, unit, better, size, host, run_id), *busy, mhz, \
-            throttled in zip(zip(*columns), *load):
+            throttled, statistic, counted in zip(zip(*columns), *load, *shape):
         entry = entries.get((bench, params, metric))
         if entry is None:
             entry = entries[(bench, params, metric)] = {
                 "values": [], "units": set(), "unit": unit, "better": better, "busy": [],
                 "steal": [],
                 "hosts": set(), "runs": set(), "mhz": [], "throttled": 0,
-                "msg_size": None if _is_missing(size) else int(size)}
+                "msg_size": None if _is_missing(size) else int(size),
+                "statistic": None if _is_missing(statistic) else str(statistic),
+                "n_samples": None}
+        if not _is_missing(counted):            # the fewest an invocation of it rests on
+            entry["n_samples"] = min(int(counted), entry["n_samples"] or int(counted))
         entry["units"].add(str(unit))
         entry["hosts"].add(str(host))
         entry["runs"].add(run_id)
@@ -221,6 +229,15 @@ def noise_history(rows: Any) -> dict[tuple[str, str, str], Past]:
 def side(entry: Mapping[str, Any]) -> Side:
     return Side(entry["values"], entry.get("busy", 0.0), entry.get("n_runs", 0),
                 entry.get("mhz"), entry.get("throttled", 0), entry.get("steal", 0.0))
+
+
+def extreme_of(metric: str, *sides: Mapping[str, Any]) -> str:
+    """Why a case metric is an extreme on either side (``verdict.extreme``), or ""."""
+    for entry in sides:
+        found = extreme(entry.get("statistic"), entry.get("n_samples"), metric)
+        if found:
+            return found
+    return ""
 
 
 def change_of(x: Mapping[str, Any], y: Mapping[str, Any]) -> float:
@@ -281,7 +298,8 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
         change = change_of(x, y)
         runs = len(past.get(key, Past()).values)
         j = judge(side(x), side(y), change, x["better"], threshold, q, evidence, alpha,
-                  history_runs=runs, what=bench, sd=sd, past=past.get(key), p_value=p)
+                  history_runs=runs, what=bench, sd=sd, past=past.get(key), p_value=p,
+                  extreme=extreme_of(metric, x, y))
         verdicts.append(MetricVerdict(
             bench, params, x["msg_size"], metric, x["unit"], x["better"], x["value"],
             y["value"], change, threshold, (len(x["values"]), len(y["values"])),

@@ -21,6 +21,7 @@ from netbench.analysis.compare import (
     change_of,
     check_units,
     env_changes,
+    extreme_of,
     pool,
     side,
     threshold_for,
@@ -194,7 +195,8 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
             step.adopt(judge(side(base), side(cand), step.change or 0.0, base["better"],
                              threshold, q, step.evidence, alpha,
                              history_runs=step.against + len(past.values), what=key[0],
-                             sd=sd, past=past, p_value=step.p_value))
+                             sd=sd, past=past, p_value=step.p_value,
+                             extreme=extreme_of(key[2], base, cand)))
     if not series:
         what = "; ".join(f"{b} {m} (run {r})" for b, m, r in single[:5])
         raise NetbenchError("a trend needs a case measured in at least two runs; every chosen "

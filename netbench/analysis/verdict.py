@@ -17,7 +17,11 @@ The verdicts:
 - ``regressed`` / ``improved``: beyond the threshold, and the invocations say it is not noise;
 - ``noisy``: beyond the threshold, within what invocations of this case move;
 - ``unverified``: beyond the threshold with no invocation-level spread to judge it by (one
-  invocation a side, no history): says what would decide it;
+  invocation a side, no history), or an extreme (a max, a min, a p99.9 of fewer than 10,000
+  samples: fewer than ``EXTREME_SAMPLES`` beyond it) judged by one run's repeats alone: the
+  rare events an extreme catches come with a run, and its repeats share them (an A/A here:
+  tcp.rr's max -64% between two runs at the same load, each run's three repeats alike). Says
+  what would decide it;
 - ``disturbed``: it would be a regression (or an improvement) but the two sides ran with
   different amounts of other work on the host (``netbench.env.hostload``: BUSY_CORES apart, or
   STEAL_CORES of the hypervisor's steal), which moves a figure
@@ -190,10 +194,13 @@ def invocation_test(base: Side, cand: Side, history: Past | Sequence[float] = ()
 def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
           p_adjusted: float | None, evidence: str, alpha: float = 0.05,
           history_runs: int = 0, what: str = "", sd: float = 0.0,
-          past: Past | None = None, p_value: float | None = None) -> Judgement:
+          past: Past | None = None, p_value: float | None = None,
+          extreme: str = "") -> Judgement:
     """The verdict on a relative ``change`` (candidate against baseline, in the metric's
     own direction ``better``), from the test's (adjusted) p-value, evidence and spread.
-    ``p_value``: the test's own, before adjustment (default ``p_adjusted``: a test alone)."""
+    ``p_value``: the test's own, before adjustment (default ``p_adjusted``: a test alone).
+    ``extreme``: why the figure is an extreme (``extreme()``), judged by run-level evidence
+    only: its history, or sides of two or more runs each."""
     raw = p_adjusted if p_value is None else p_value
 
     def made(verdict: Verdict, evidence: str = evidence, needs: str = "",
@@ -237,7 +244,32 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
                     needs=f"{MIN_DF + 1} or more earlier runs of this case on this host in "
                           "the store, 2 or more of them at each side's steal (its history "
                           "then decides)")
+    if extreme and evidence != "history" and min(base.n_runs, cand.n_runs) < 2:
+        return made(UNVERIFIED, needs=f"{extreme}, and the rare events it catches come with "
+                    f"a run, which the run's repeats share: {MIN_DF + 1} or more earlier runs "
+                    "of this case on this host in the store (its history), or 2 or more runs "
+                    f"a side, decide (it would read {verdict})")
     return made(verdict)
+
+
+EXTREME_SAMPLES = 10   # a statistic resting on fewer samples than this is an extreme
+_TAIL = {"p99": 0.01, "p99.9": 0.001}
+
+
+def extreme(statistic: str | None, n_samples: float | None, metric: str = "") -> str:
+    """How few samples a statistic of an invocation rests on, as a sentence, where they are
+    fewer than EXTREME_SAMPLES (a max or min: one; a p99.9 of 3,000: 3), else ""."""
+    what = metric or statistic
+    if statistic in ("min", "max"):
+        return f"{what} is one sample of each invocation"
+    tail = _TAIL.get(statistic or "")
+    if tail is None or n_samples is None or not n_samples == n_samples:
+        return ""
+    beyond = float(n_samples) * tail
+    if beyond >= EXTREME_SAMPLES:
+        return ""
+    return (f"{what} rests on {beyond:.3g} of each invocation's {int(n_samples):,} samples "
+            f"(a tail judged by repeats needs {EXTREME_SAMPLES} or more beyond it)")
 
 
 def heavy_steal(base: Side, cand: Side) -> str:

@@ -641,6 +641,7 @@ class Runner:
             rows.append({
                 **common, "metric": metric.name, "value": clean_value(m.values[metric.name]),
                 "unit": metric.unit, "better": metric.better,
+                "statistic": metric.statistic or None,
                 "n_samples": len(samples) if samples is not None else default_n,
                 "samples": thin(samples) if samples is not None else None,
                 "status": "ok", "reason": m.note or None,

@@ -66,6 +66,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     # {"<source>/<object>/<name>": delta} of the counters that grew; "{}": read, none grew;
     # missing: not read. The names read are in the run's footer (netbench_counters).
     ("counters", "string"),
+    # What the value summarises of its samples, as its Metric declared it (api.STATISTICS:
+    # "max", "p99.9", ...; null: a figure of its own). A max rests on one sample of each
+    # invocation: verdicts judge such extremes by run-level evidence only. Files written
+    # before it read it as missing; the CLI fills it from the installed benchmarks.
+    ("statistic", "string"),
 )
 
 
