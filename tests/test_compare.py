@@ -325,3 +325,25 @@ def test_an_extremes_step_between_two_runs_of_unchanged_code_is_unverified(tmp_p
               and v["msg_size"] == 4096]
     assert top["verdict"] == "unverified" and top["change"] < -0.6, top
     assert "lat_max is one sample" in top["needs"] and "it would read improved" in top["needs"]
+
+
+def test_pool_reads_nullable_columns_and_keeps_the_fewest_samples(tmp_path):
+    """``netbench.load()`` frames hold pandas' nullable integers (a missing count is NA, not
+    NaN): pooled, a missing count is unknown, a count of 0 is kept, the fewest wins."""
+    import shutil
+
+    import pandas as pd
+    from conftest import FIXTURES
+
+    import netbench
+    from netbench.analysis.compare import pool
+
+    shutil.copytree(FIXTURES / "results" / "aa-tail", tmp_path / "aa")
+    rows = netbench.load(tmp_path / "aa")
+    assert str(rows["n_samples"].dtype) == "Int64"
+    rr = rows[(rows["benchmark"] == "tcp.rr") & (rows["metric"] == "lat_max")
+              & (rows["msg_size"] == 4096)].copy()
+    assert len(rr) == 6
+    rr["n_samples"] = pd.array([pd.NA, 0, 5000, 20000, 3000, pd.NA], dtype="Int64")
+    (entry,) = pool(rr).values()
+    assert entry["n_samples"] == 0 and entry["statistic"] == "max"

@@ -18,7 +18,7 @@ def _env(fw):
 
 
 def _store_runs(store, levels, fws=None, unit="us (half RTT)", label="nightly", seed=5,
-                prefix="run", start=0):
+                prefix="run", start=0, stats=("p50", "p99")):
     rng = random.Random(seed)
     for i, level in enumerate(levels):
         when = T0 + timedelta(days=start + i)
@@ -29,7 +29,7 @@ def _store_runs(store, levels, fws=None, unit="us (half RTT)", label="nightly", 
                      msg_size=64, unit=unit, better="lower", metric=f"lat_{q}",
                      value=summary[q], samples=lat if q == "p50" else None, env_json=env,
                      params=params_json({"msg_size": 64}))
-                for q in ("p50", "p99")]
+                for q in stats]
         store.write_run(store.path_for(f"{prefix}{i}", when.isoformat()), rows)
 
 
@@ -86,3 +86,28 @@ def test_history_bad_input_is_one_clear_error(tmp_path):
     _store_runs(ResultStore(one), [10])
     assert_clean_error(netbench("history", "--results", str(one)), "in one run only",
                        "tcp.rr lat_p50 (run run0)")
+
+
+def test_an_extremes_step_is_judged_by_the_windows_runs_one_value_each(tmp_path):
+    """A max is one sample of a run: in a trend the window's earlier runs, one value each,
+    are its run-level evidence (a step is judged from the fourth run on); between two runs
+    alone, with no history, the same step is unverified, saying what decides it."""
+    store = ResultStore(tmp_path)
+    _store_runs(store, [10, 10, 10, 10, 13], stats=("p50", "max"))
+    data = json.loads(netbench("history", "--results", str(tmp_path), "--json").stdout)
+    (series,) = [s for s in data["series"] if s["metric"] == "lat_max"]
+    steps = series["steps"]
+    assert steps[-1]["verdict"] == "regressed", steps
+    assert all(st["verdict"] != "regressed" for st in steps[:-1]), steps
+    # Two labels of three runs each, no history: the sides' values are runs, but pooled as
+    # repeats; a max's step is unverified, the typical round trip's regressed.
+    other = tmp_path / "labels"
+    other.mkdir()
+    _store_runs(ResultStore(other), [10, 10, 10], stats=("p50", "max"), label="a")
+    _store_runs(ResultStore(other), [13, 13, 13], stats=("p50", "max"), label="b",
+                prefix="new", start=3)
+    proc = netbench("compare", "a", "b", "--results", str(other), "--json", "--no-history")
+    verdicts = {v["metric"]: v for v in json.loads(proc.stdout)["verdicts"]}
+    assert verdicts["lat_p50"]["verdict"] == "regressed", verdicts["lat_p50"]
+    top = verdicts["lat_max"]
+    assert top["verdict"] == "unverified" and "one sample" in top["needs"], top

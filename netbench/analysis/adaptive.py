@@ -131,6 +131,7 @@ class AdaptivePlanner:
         self._core_trunks: dict[tuple[str, str, int], frozenset[str]] = {}
         self._via: dict[tuple[int, int, tuple[str, ...]], dict[str, float]] = {}
         self._via_now: dict[tuple[int, int], tuple[str, ...]] = {}    # this round's steering
+        self._slow_paths: dict[tuple[int, int], tuple[str, ...]] = {}  # a pair's, traced
 
     # --- what a pair crosses -----------------------------------------------------------------
 
@@ -273,10 +274,14 @@ class AdaptivePlanner:
                                          v < (1 - self.threshold) * self.healthy)
                            for v in values]
         cleared: set[str] = set()
+        slow_paths: dict[tuple[int, int], tuple[str, ...]] = {}
         for m, slow in zip(self.measured, self.slow_flags):
             if not slow and m.share >= 1.0:
                 cleared |= {e for e, share in self._elements_of(m).items() if share >= 1.0}
+            elif slow and m.path is not None:          # the latest wins
+                slow_paths[(m.client, m.server)] = m.path
         self._cleared = cleared
+        self._slow_paths = slow_paths
 
     # --- planning ----------------------------------------------------------------------------
 
@@ -401,7 +406,7 @@ class AdaptivePlanner:
                    < CONFIRM]
         out = []
         for p in dict.fromkeys(wanted):
-            if self._split.get(p, 0) < 3 and units.get(p, self._units(*p)):
+            if self._split.get(p, 0) < 3 and (units[p] if p in units else self._units(*p)):
                 out.append(p)
         return out
 
@@ -687,10 +692,8 @@ class AdaptivePlanner:
     def _slow_path(self, c: int, s: int) -> tuple[str, ...] | None:
         """The switches the pair's latest slow traced flow crossed, where it crossed a core
         (a switch between its two ends' switches)."""
-        for m, slow in zip(reversed(self.measured), reversed(self.slow_flags)):
-            if (m.client, m.server) == (c, s) and slow and m.path is not None:
-                return m.path if len(m.path) >= 3 else None
-        return None
+        path = self._slow_paths.get((c, s))
+        return path if path is not None and len(path) >= 3 else None
 
     def _steered_probes(self, c: int, s: int, path: tuple[str, ...],
                         again: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -724,8 +727,9 @@ class AdaptivePlanner:
                         out.append(pair)
                         self._via_now.setdefault(pair, (last,))
                         break
-        for pair in again:
-            self._via_now.setdefault(pair, path[1:-1])
+        for pair in again:           # steered only where its ends sit where the slow flow's did
+            if (self.switch[pair[0]], self.switch[pair[1]]) == (path[0], path[-1]):
+                self._via_now.setdefault(pair, path[1:-1])
         return out + again
 
     def _name(self, c: int, s: int) -> str:

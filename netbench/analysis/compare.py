@@ -126,7 +126,9 @@ def threshold_for(thresholds: Mapping[str, float], benchmark: str, metric: str) 
 
 def _is_missing(value: Any) -> bool:
     """None, NaN, or infinite: nothing to count on (an inf value would make any spread NaN)."""
-    return value is None or (isinstance(value, float) and not math.isfinite(value))
+    if value is None or type(value).__name__ == "NAType":   # pandas' nullable columns
+        return True
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def with_pairs(rows: Any) -> Any:
@@ -174,7 +176,8 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
                 "statistic": None if _is_missing(statistic) else str(statistic),
                 "n_samples": None}
         if not _is_missing(counted):            # the fewest an invocation of it rests on
-            entry["n_samples"] = min(int(counted), entry["n_samples"] or int(counted))
+            entry["n_samples"] = int(counted) if entry["n_samples"] is None else min(
+                int(counted), entry["n_samples"])
         entry["units"].add(str(unit))
         entry["hosts"].add(str(host))
         entry["runs"].add(run_id)

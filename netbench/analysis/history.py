@@ -175,6 +175,10 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
                 # The runs before the window are this step's history, as compare's are the
                 # runs before its sides: the same runs get the same verdict from both.
                 earlier = present[max(0, i - window - HISTORY_RUNS):max(0, i - window)]
+                if extreme_of(key[2], base, pooled[run_id][key]):
+                    # An extreme is judged by runs alone: the window's runs, one value each,
+                    # are run-level evidence too, beside the runs before it.
+                    earlier = present[max(0, i - window - HISTORY_RUNS):i]
                 past = Past([pooled[r][key]["value"] for r in earlier],
                             [pooled[r][key]["busy"] for r in earlier],
                             [pooled[r][key].get("steal") for r in earlier])
@@ -215,7 +219,11 @@ def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "n_runs": sum(e.get("n_runs", 1) for e in entries),
             "mhz": _mean_known([e.get("mhz") for e in entries]),
             "throttled": sum(e.get("throttled", 0) for e in entries),
-            "units": sorted({u for e in entries for u in e["units"]})}
+            "units": sorted({u for e in entries for u in e["units"]}),
+            # An extreme on the fewest samples any run's invocation rested on.
+            "statistic": next((e["statistic"] for e in entries if e.get("statistic")), None),
+            "n_samples": min((e["n_samples"] for e in entries
+                              if e.get("n_samples") is not None), default=None)}
 
 
 def _mean_known(values: Sequence[float | None]) -> float | None:

@@ -200,7 +200,8 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     own direction ``better``), from the test's (adjusted) p-value, evidence and spread.
     ``p_value``: the test's own, before adjustment (default ``p_adjusted``: a test alone).
     ``extreme``: why the figure is an extreme (``extreme()``), judged by run-level evidence
-    only: its history, or sides of two or more runs each."""
+    only: a history to judge by (more than MIN_DF earlier runs; the test took the wider of
+    its spread and the repeats')."""
     raw = p_adjusted if p_value is None else p_value
 
     def made(verdict: Verdict, evidence: str = evidence, needs: str = "",
@@ -244,11 +245,13 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
                     needs=f"{MIN_DF + 1} or more earlier runs of this case on this host in "
                           "the store, 2 or more of them at each side's steal (its history "
                           "then decides)")
-    if extreme and evidence != "history" and min(base.n_runs, cand.n_runs) < 2:
+    # Not sides of several runs each either: their values are still repeats, tested as if
+    # each were a run (three alike in each of two runs read p 0.003 where the runs say 0.23).
+    if extreme and not (past is not None and len(past.values) > MIN_DF):
         return made(UNVERIFIED, needs=f"{extreme}, and the rare events it catches come with "
                     f"a run, which the run's repeats share: {MIN_DF + 1} or more earlier runs "
-                    "of this case on this host in the store (its history), or 2 or more runs "
-                    f"a side, decide (it would read {verdict})")
+                    "of this case on this host in the store (its history) decide (it would "
+                    f"read {verdict})")
     return made(verdict)
 
 

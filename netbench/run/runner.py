@@ -638,11 +638,15 @@ class Runner:
             if metric.name not in m.values:
                 continue
             samples = m.samples.get(metric.name)
+            # A statistic of another metric's samples rests on that metric's count.
+            summarised = m.samples.get(metric.of_samples) if metric.of_samples else None
+            counted = (len(samples) if samples is not None else len(summarised)
+                       if summarised is not None else default_n)
             rows.append({
                 **common, "metric": metric.name, "value": clean_value(m.values[metric.name]),
                 "unit": metric.unit, "better": metric.better,
                 "statistic": metric.statistic or None,
-                "n_samples": len(samples) if samples is not None else default_n,
+                "n_samples": counted,
                 "samples": thin(samples) if samples is not None else None,
                 "status": "ok", "reason": m.note or None,
             })

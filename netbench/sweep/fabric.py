@@ -564,6 +564,7 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
 MAX_WHY = 2000        # characters of a round's reason kept with the run
 MAX_VIA = 16          # switches one pair is steered through
 MAX_VIA_ADDRESSES = 64   # addresses one switch answers a trace from
+MAX_ADDRESS = 64      # characters of one (an IPv6 address with a zone fits)
 
 
 def _agree_round(meet: Rendezvous, number: int, planner: Any, world: int,
@@ -585,8 +586,9 @@ def _agree_round(meet: Rendezvous, number: int, planner: Any, world: int,
             answers: dict[str, list[str]] = {}
             for address, name in topology.addresses.items():
                 answers.setdefault(name, []).append(address)
-            record["via"] = [[sorted(answers.get(s, []))[:MAX_VIA_ADDRESSES]
-                              for s in v[:MAX_VIA]] for v in chosen.via]
+            # Only addresses a rank would take (a longer one names no router a trace sees).
+            record["via"] = [[sorted(a for a in answers.get(s, []) if len(a) <= MAX_ADDRESS)
+                              [:MAX_VIA_ADDRESSES] for s in v[:MAX_VIA]] for v in chosen.via]
         meet.set(f"plan/{number}", record)
     else:
         if meet.wait_for([f"plan/{number}"], time.monotonic() + per_round * 2):
@@ -609,7 +611,8 @@ def _agree_round(meet: Rendezvous, number: int, planner: Any, world: int,
     if not isinstance(via, list) or (via and len(via) != len(pairs)) or not all(
             isinstance(v, list) and len(v) <= MAX_VIA and all(
                 isinstance(a, list) and len(a) <= MAX_VIA_ADDRESSES and all(
-                    isinstance(x, str) and len(x) <= 64 for x in a) for a in v) for v in via):
+                    isinstance(x, str) and len(x) <= MAX_ADDRESS for x in a) for a in v)
+            for v in via):
         raise NetbenchError(f"the rendezvous' plan of round {number + 1} is malformed (want "
                             f"'via': a list a pair of at most {MAX_VIA} switches, each at "
                             f"most {MAX_VIA_ADDRESSES} addresses): {_clip(record)}")
