@@ -249,7 +249,10 @@ def test_a_queue_too_short_for_the_burst_shows_as_retransmits_and_fails_acceptan
                 assert f"RetransSegs +{seen[name]} > 100" in verdict.stdout
     finally:
         server.stop()
-    assert seen["short"] > 0 and seen["long"] == 0, seen
+    # A long queue may still retransmit a segment or two (a tail loss probe fires when the
+    # bloated queue delays the last ACK: a fresh clone's CI read 1): the spec's 100 allows
+    # for that; the short queue drops thousands.
+    assert seen["short"] > 100 and seen["long"] <= 10, seen
 
 
 @pytest.mark.root
