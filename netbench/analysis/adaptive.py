@@ -156,15 +156,20 @@ class AdaptivePlanner:
     def _elements_of(self, m: Measured) -> dict[str, float]:
         """What one measurement crossed: its traced path where the tracer saw one that the
         topology has, else its pair's (path set, under ECMP)."""
-        if m.path is not None and self.topology is not None:
-            key = (m.client, m.server, m.path)
+        return self._along(m.client, m.server, m.path)
+
+    def _along(self, c: int, s: int, path: tuple[str, ...] | None) -> dict[str, float]:
+        """The elements of the pair along ``path`` (switches a tracer saw) where the topology
+        has that path, else its pair's."""
+        if path is not None and self.topology is not None:
+            key = (c, s, path)
             found = self._via.get(key)
             if found is None:          # worked out once: every round judges them all again
                 found = self._via[key] = self.topology.elements_via(
-                    self.endpoints[m.client], self.endpoints[m.server], m.path)
+                    self.endpoints[c], self.endpoints[s], path)
             if found:
                 return found
-        return self.elements(m.client, m.server)
+        return self.elements(c, s)
 
     def _trunks_of(self, client: int, server: int) -> frozenset[str]:
         """The directed inter-switch links the pair may load (every one of its path set),
@@ -573,11 +578,7 @@ class AdaptivePlanner:
         whole path set, which no pair can split; traced, the links its slow flow took
         (every slow flow through one link then counts toward the same thing, and a steered
         re-probe confirms it instead of opening a path set of its own to split)."""
-        shares = self.elements(c, s)
-        if self.traced and self.topology is not None:
-            path = self._slow_path(c, s)
-            if path is not None:
-                shares = self._elements_of(Measured(c, s, None, 0, path)) or shares
+        shares = self._along(c, s, self._slow_path(c, s) if self.traced else None)
         left = {e for e in shares if e not in self._cleared}
         out = set()
         if left & self._end(c, "send"):
@@ -707,25 +708,25 @@ class AdaptivePlanner:
         out: list[tuple[int, int]] = []
         others = [o for o in self.rng.sample(self._ring, len(self._ring))
                   if o not in (path[0], path[-1])]
-        def behind(switch: str, way: str, fallback: int) -> int | None:
+
+        def behind(switch: str, way: str, fallback: int) -> int:
             found = self._pick(switch, way, exclude={c, s})
             return found if found is not None and self.switch[found] == switch else fallback
 
-        if f"link:{path[0]}->{first}" not in self._cleared:
+        # (the hop the half loads, the switch it is steered through, its pair's two switches
+        # given a third one, the ends it keeps from the slow pair)
+        halves = ((f"link:{path[0]}->{first}", first, lambda o: (path[0], o), (c, -1)),
+                  (f"link:{last}->{path[-1]}", last, lambda o: (o, path[-1]), (-1, s)))
+        for hop, through, switches, kept in halves:
+            if hop in self._cleared:
+                continue
             for other in others:
-                if any(first in p for p in topo.switch_paths(path[0], other)):
-                    pair = (behind(path[0], "send", c), behind(other, "recv", -1))
-                    if pair[1] >= 0:
+                sa, sb = switches(other)
+                if any(through in p for p in topo.switch_paths(sa, sb)):
+                    pair = (behind(sa, "send", kept[0]), behind(sb, "recv", kept[1]))
+                    if min(pair) >= 0:
                         out.append(pair)
-                        self._via_now.setdefault(pair, (first,))
-                        break
-        if f"link:{last}->{path[-1]}" not in self._cleared:
-            for other in others:
-                if any(last in p for p in topo.switch_paths(other, path[-1])):
-                    pair = (behind(other, "send", -1), behind(path[-1], "recv", s))
-                    if pair[0] >= 0:
-                        out.append(pair)
-                        self._via_now.setdefault(pair, (last,))
+                        self._via_now.setdefault(pair, (through,))
                         break
         for pair in again:           # steered only where its ends sit where the slow flow's did
             if (self.switch[pair[0]], self.switch[pair[1]]) == (path[0], path[-1]):
