@@ -49,6 +49,10 @@ class Metric:
     # metric, by how far it moves between invocations.
     of_samples: str = ""
     statistic: str = ""          # one of STATISTICS, with of_samples
+    # A cost of the work another metric of the case counts (cpu_client "per" goodput): where
+    # that work changed, compare judges this figure per unit of it, never as a change of its
+    # own (a link made faster costs more CPU a second, not more a Gbit).
+    per: str = ""
 
     def __post_init__(self) -> None:
         if self.better not in ("higher", "lower"):

@@ -163,7 +163,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     store = _store(args.results)
     base_sel = resolve(store, args.baseline)
-    cand_sel = resolve(store, args.candidate)
+    cand_sel = resolve(store, args.candidate, keep_unmeasured=True)
     thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds,
                                      registry.catalog())
     if not 0 < args.alpha < 1:
@@ -177,13 +177,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     changes = cmp.env_changes(base_sel.rows, cand_sel.rows)
     failed = cmp.failed_cases(base_sel.rows, cand_sel.rows)
     news = counter_news(base_sel.rows, cand_sel.rows)      # errors quiet before, grown now
-    if args.json:
-        print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel},
-                          failed, news))
-    else:
-        print(console.compare_text(base_sel, cand_sel, verdicts, failed, changes, args.all,
-                                   news))
-    if any(v.verdict.fails_gate() for v in verdicts) or any(n.gated for n in news):
+    new = cmp.new_cases(base_sel.rows, cand_sel.rows)
+    print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel}, failed,
+                      news, new) if args.json else console.compare_text(
+        base_sel, cand_sel, verdicts, failed, changes, args.all, news, new))
+    if any(v.verdict.fails_gate(allow_lost=args.allow_lost) for v in verdicts) or any(
+            n.gated for n in news):
         return 1
     if args.fail_on_noisy and cmp.undecided(verdicts):
         return 3
@@ -193,7 +192,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_history(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis import history as hist
-    from netbench.analysis.verdict import Verdict
     from netbench.report import console
 
     if not 0 < args.alpha < 1:
@@ -203,16 +201,11 @@ def cmd_history(args: argparse.Namespace) -> int:
     h = hist.build(_store(args.results), args.label or (), args.benchmark or (),
                    args.metric or (), args.last, args.window, thresholds, args.alpha,
                    args.host or ())
-    regressed = [s for s in h.series if s.newest.verdict == Verdict.REGRESSED]
-    if args.json:
-        print(hist.to_json(h))
-        return 1 if regressed else 0
-    print(console.history_text(h, args.window))
-    if regressed:
-        print(f"netbench: the newest run regressed in {len(regressed)} case metric(s)",
-              file=sys.stderr)
-        return 1
-    return 0
+    print(hist.to_json(h) if args.json else console.history_text(h, args.window))
+    failing = console.history_gate(h, args.allow_lost)
+    if failing and not args.json:
+        print(f"netbench: the newest run {failing}", file=sys.stderr)
+    return 1 if failing else 0
 
 
 def cmd_fabric(args: argparse.Namespace) -> int:
@@ -312,7 +305,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.baseline or args.candidate:
         if not (args.baseline and args.candidate):
             raise UsageError("--baseline and --candidate go together")
-        base, cand = resolve(store, args.baseline), resolve(store, args.candidate)
+        base = resolve(store, args.baseline)
+        cand = resolve(store, args.candidate, keep_unmeasured=True)
         verdicts = cmp.judge_selections(store, base, cand, {})
         print(f"baseline:  {base.describe()}\ncandidate: {cand.describe()}")
     info = dashboard.render(store, args.output, args.run, args.label, base, cand, verdicts)
@@ -533,6 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "regressed but some change was noisy, unverified or disturbed")
     p.add_argument("--pool-hosts", action="store_true", help="let a side pool runs from "
                    "different hosts (refused by default: one host's noise is not another's)")
+    p.add_argument("--allow-lost", action="store_true", help="do not fail on lost cases "
+                   "(measured before, skipped/failed/absent now); still listed")
     p.add_argument("--no-history", action="store_true", help="do not use the store's earlier "
                    "runs of each case on the baseline's host as its noise model")
     p.add_argument("--all", action="store_true", help="every metric of every case, not the "
@@ -555,6 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="relative change that counts, as for compare; repeatable")
     p.add_argument("--thresholds", metavar="FILE", help="TOML file with a [thresholds] table")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level, as compare")
+    p.add_argument("--allow-lost", action="store_true", help="do not fail on cases the newest "
+                   "run lost (measured before, not now); still listed")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_history)
 

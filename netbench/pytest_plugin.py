@@ -101,14 +101,37 @@ class NetbenchRunner:
         except NetbenchError as exc:
             pytest.fail(f"netbench: {exc}", pytrace=False)
 
+    def _lost(self, run_id: str) -> list[MetricVerdict]:
+        """The cases run ``run_id`` lost against the session's baseline (none without one)."""
+        from netbench import registry
+        from netbench.analysis.compare import judge_selections
+        from netbench.analysis.selection import resolve
+        from netbench.analysis.verdict import LOST
+        from netbench.errors import NetbenchError
+        from netbench.store import ResultStore
+
+        if not self.baseline:
+            return []
+        store = ResultStore(self.results, registry.stored_traits)
+        try:
+            verdicts = judge_selections(store, resolve(store, self.baseline),
+                                        resolve(store, run_id), {})
+        except NetbenchError:
+            return []
+        return [v for v in verdicts if v.verdict == LOST]
+
     def assert_no_regression(self, result: NetbenchResult, baseline: str | None = None,
-                             **options: Any) -> list[MetricVerdict]:
+                             allow_lost: bool = False, **options: Any) -> list[MetricVerdict]:
+        """Fails on a regression, or on a case the baseline measured and ``result`` did not
+        (lost: skipped, failed), unless ``allow_lost``."""
         verdicts = self.verdicts(result, baseline, **options)
-        regressed = [v for v in verdicts if v.verdict and v.verdict.fails_gate()]
-        if regressed:
-            pytest.fail("regressed: " + "; ".join(
-                f"{v.benchmark} {v.metric} {v.change:+.1%} (p {v.p_adjusted:.3g})"
-                for v in regressed), pytrace=False)
+        failing = [v for v in verdicts if v.verdict and v.verdict.fails_gate(
+            allow_lost=allow_lost)]
+        if failing:
+            pytest.fail("; ".join(
+                f"{v.verdict}: {v.benchmark} {v.metric}: {v.reason}" if v.reason else
+                f"{v.verdict}: {v.benchmark} {v.metric} {v.change:+.1%} "
+                f"(p {v.p_adjusted:.3g})" for v in failing), pytrace=False)
         return verdicts
 
     def run(self, benchmark: str, **params: Any) -> NetbenchResult:
@@ -132,6 +155,12 @@ class NetbenchRunner:
             if row["status"] == "failed":
                 pytest.fail(f"{benchmark}: {row['reason']}", pytrace=False)
         if result.rows and all(r["status"] == "skipped" for r in result.rows):
+            # Measured on the baseline and skipped now (the device vanished after the update):
+            # lost, which fails; a skip would read as nothing worse.
+            lost = self._lost(result.run_id)
+            if lost:
+                pytest.fail("lost: " + "; ".join(f"{v.benchmark} {v.params}: {v.reason}"
+                                                 for v in lost), pytrace=False)
             pytest.skip(f"{benchmark}: {result.rows[0]['reason']}")
         return NetbenchResult([r for r in result.rows if r["status"] == "ok"], result.run_id)
 

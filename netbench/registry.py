@@ -125,23 +125,34 @@ def stored_traits(rows: Any) -> Any:
     return rows
 
 
+# Metric declarations rows carry as columns, for files written before they did.
+_METRIC_COLUMNS = (("statistic", "statistic"), ("per_metric", "per"))
+
+
 def _declared_statistics(rows: Any) -> Any:
-    """Rows stored before each carried its metric's ``statistic``, given what the installed
-    benchmark declares of that metric (a metric it no longer declares stays unknown)."""
-    if "statistic" not in rows or not {"benchmark", "metric"} <= set(rows.columns):
+    """Rows stored before each carried its metric's ``statistic`` (or ``per``), given what
+    the installed benchmark declares of that metric (a metric it no longer declares stays
+    unknown)."""
+    if not {"benchmark", "metric"} <= set(rows.columns):
         return rows
-    missing = rows["statistic"].isna() & rows["metric"].notna()
-    if not missing.any():
-        return rows
-    declared = {(name, m.name): m.statistic for name, b in all_benchmarks().items()
-                for m in b.metrics if m.statistic}
-    filled = [declared.get((b, m)) for b, m in zip(rows.loc[missing, "benchmark"],
-                                                   rows.loc[missing, "metric"])]
-    if not any(filled):
-        return rows
-    rows = rows.copy()
-    rows["statistic"] = rows["statistic"].astype(object)
-    rows.loc[missing, "statistic"] = filled
+    copied = False
+    for column, field_name in _METRIC_COLUMNS:
+        if column not in rows:
+            continue
+        missing = rows[column].isna() & rows["metric"].notna()
+        if not missing.any():
+            continue
+        declared = {(name, m.name): getattr(m, field_name)
+                    for name, b in all_benchmarks().items() for m in b.metrics
+                    if getattr(m, field_name)}
+        filled = [declared.get((b, m)) for b, m in zip(rows.loc[missing, "benchmark"],
+                                                       rows.loc[missing, "metric"])]
+        if not any(filled):
+            continue
+        if not copied:
+            rows, copied = rows.copy(), True
+        rows[column] = rows[column].astype(object)
+        rows.loc[missing, column] = filled
     return rows
 
 

@@ -64,8 +64,11 @@ def test_one_rule_label_pools_measured_runs_and_names_what_it_left_out(tmp_path)
     by_id = resolve(store, "ddd")
     assert by_id.run_ids == ["ddd"] and "asked for by id" in by_id.describe()
     # Every command prints the resolution: compare, accept.
+    # As a comparison's candidate, a run that measured nothing is chosen (its cases are the
+    # news: lost where nothing later measured them); here ccc measured tcp.rr since.
     proc = netbench("compare", "aaa", "nightly", "--results", str(tmp_path))
-    assert "label 'nightly' -> 2 runs aaa, ccc; left out bbb" in proc.stdout, proc.stdout
+    assert "candidate: label 'nightly' -> 3 runs aaa, bbb, ccc" in proc.stdout, proc.stdout
+    assert proc.returncode == 0 and "0 lost" in proc.stdout, proc.stdout
     spec = tmp_path / "spec.toml"
     spec.write_text('[[check]]\nbenchmark = "tcp.rr"\nmetric = "lat_p50"\nmax = 100\n')
     acc = netbench("accept", str(spec), "--results", str(tmp_path))
@@ -134,12 +137,16 @@ def test_a_side_whose_every_invocation_failed_is_named_not_dropped(tmp_path):
                  status="failed", reason="peer 10.0.0.2 closed the connection")
             for i in range(3)] + [_row("bad", "broken", when, case_index=3, **mem)]
     store.write_run(store.path_for("bad", when.isoformat()), rows)
-    assert_clean_error(netbench("compare", "good", "broken", "--results", str(tmp_path)),
-                       "no case in common", "candidate: every invocation of tcp.rr")
+    # Nothing else in common: the lost case is the comparison, and it fails the gate.
+    proc = netbench("compare", "good", "broken", "--results", str(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lost = next(line for line in proc.stdout.splitlines() if "LOST" in line)
+    assert "tcp.rr" in lost and "failed: peer 10.0.0.2 closed the connection" in lost, lost
+    assert netbench("compare", "good", "broken", "--results", str(tmp_path),
+                    "--allow-lost").returncode == 0
     store.write_run(store.path_for("ok3", when.isoformat()), [_row("ok3", "good", T0, **mem)])
     proc = netbench("compare", "good", "broken", "--results", str(tmp_path))
-    assert ("not judged: candidate: every invocation of tcp.rr {\"msg_size\":64} failed: "
-            "peer 10.0.0.2 closed the connection") in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "1 lost" in proc.stdout, proc.stdout + proc.stderr
     data = json.loads(netbench("compare", "good", "broken", "--results", str(tmp_path),
                                "--json").stdout)
     assert data["failed_cases"] == [{"side": "candidate", "benchmark": "tcp.rr",

@@ -20,9 +20,10 @@ HOME = ROOT / "netbench" / "analysis" / "verdict.py"
 # What `compare --json` and `history --json` printed before the one type (scripts read them).
 COMPARE_KEYS = {"benchmark", "params", "msg_size", "metric", "unit", "better", "baseline",
                 "candidate", "change", "threshold", "p_value", "verdict", "evidence", "needs",
-                "p_adjusted", "invocations", "history_runs", "busy", "disturbed", "steal"}
+                "p_adjusted", "invocations", "history_runs", "busy", "disturbed", "steal",
+                "detectable", "per", "reason"}
 STEP_KEYS = {"run_id", "started_at", "label", "value", "verdict", "change", "p_value",
-             "evidence", "against", "p_adjusted", "needs", "disturbed"}
+             "evidence", "against", "p_adjusted", "needs", "disturbed", "detectable"}
 
 
 def verdict_literals(source: str) -> list[int]:
@@ -51,26 +52,28 @@ def test_no_module_but_the_verdicts_own_spells_a_verdict():
 
 
 def test_the_kind_is_its_plain_word():
-    assert [str(v) for v in VERDICTS] == ["regressed", "improved", "disturbed", "noisy",
-                                          "unverified", "unchanged"]
+    assert [str(v) for v in VERDICTS] == ["lost", "regressed", "improved", "disturbed",
+                                          "noisy", "unverified", "unchanged"]
     assert Verdict.REGRESSED == "regressed" and f"{Verdict.NOISY}" == "noisy"
     assert Verdict("disturbed") is Verdict.DISTURBED
     assert json.dumps({"v": Verdict.IMPROVED}, indent=1) == '{\n "v": "improved"\n}'
-    assert [v.display for v in Verdict] == ["REGRESSED", "improved", "disturbed", "noisy",
-                                            "unverified", "unchanged"]
+    assert [v.display for v in Verdict] == ["LOST", "REGRESSED", "improved", "disturbed",
+                                            "noisy", "unverified", "unchanged"]
 
 
 def test_what_fails_a_gate():
     assert set(UNDECIDED) == {v for v in Verdict if v.undecided} == {
         Verdict.NOISY, Verdict.UNVERIFIED, Verdict.DISTURBED}
-    assert [v for v in Verdict if v.fails_gate()] == [Verdict.REGRESSED]
+    assert [v for v in Verdict if v.fails_gate()] == [Verdict.LOST, Verdict.REGRESSED]
+    assert [v for v in Verdict if v.fails_gate(allow_lost=True)] == [Verdict.REGRESSED]
     assert {v for v in Verdict if v.fails_gate(fail_on_noisy=True)} == {
-        Verdict.REGRESSED, *UNDECIDED}
+        Verdict.LOST, Verdict.REGRESSED, *UNDECIDED}
 
 
 def test_the_records_declare_none_of_the_judgements_fields_again():
     judged = {f.name for f in fields(Judgement)}
-    assert judged == {"verdict", "p_value", "p_adjusted", "evidence", "needs", "disturbed"}
+    assert judged == {"verdict", "p_value", "p_adjusted", "evidence", "needs", "disturbed",
+                      "detectable"}
     for record in (MetricVerdict, Step):
         assert issubclass(record, Judgement)
         assert not judged & set(record.__annotations__), record

@@ -17,8 +17,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from netbench.analysis.error_metrics import is_error_metric, with_error_metrics
+from netbench.analysis.segments import latest_segment
 from netbench.analysis.verdict import (
     HISTORY_RUNS,
+    LOST,
     Judgement,
     Past,
     Side,
@@ -36,6 +38,7 @@ DEFAULT_THRESHOLD = 0.05
 KEY = ["benchmark", "params", "metric"]
 LOAD = ("load_other_cores", "load_steal_cores")
 CLOCK = ("load_cpu_mhz", "load_throttle_events")
+SEGMENT_RUNS = 6 * HISTORY_RUNS   # earlier runs a case's history is segmented over
 
 
 @dataclass
@@ -57,6 +60,8 @@ class MetricVerdict(Judgement):
     busy: tuple[float | None, float | None] = (0.0, 0.0)   # cores busy outside netbench,
     # each side's mean (None: not recorded)
     steal: tuple[float | None, float | None] = (0.0, 0.0)   # of busy, stolen by the hypervisor
+    per: str = ""              # judged per unit of the case's work, which changed (say so)
+    reason: str = ""           # lost: why the candidate did not measure it (skip, failure)
 
 
 # --- thresholds ----------------------------------------------------------------------------------
@@ -150,30 +155,53 @@ def with_pairs(rows: Any) -> Any:
     return rows
 
 
+def _cpus(rows: Any) -> list[int | None]:
+    """Each row's host CPU count, from its run's probe (read once per distinct env)."""
+    if "env_json" not in rows:
+        return [None] * len(rows)
+    seen: dict[Any, int | None] = {}
+    out = []
+    for text in rows["env_json"].tolist():
+        key = text if isinstance(text, str) else None
+        if key not in seen:
+            cores = (env_of(key) or {}).get("cpu_cores") if key else None
+            seen[key] = int(cores) if isinstance(cores, (int, float)) and cores > 0 else None
+        out.append(seen[key])
+    return out
+
+
 def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Per (benchmark, params, metric): the median value over invocations, each invocation's
-    value (a row is one: a repeat of the case in a run, or a run), the hosts, and how busy the
-    host was outside netbench, on average over them. One pass over plain columns: a store of
-    thousands of rows a run pools in milliseconds, not per-group pandas lookups."""
+    value (a row is one: a repeat of the case in a run, or a run) and which invocation it was,
+    the hosts, and how busy the host was outside netbench (and netbench itself), on average
+    over them. One pass over plain columns: a store of thousands of rows a run pools in
+    milliseconds, not per-group pandas lookups."""
     ok = with_pairs(rows[rows["status"] == "ok"])
     names = ("benchmark", "params", "metric", "value", "unit", "better", "msg_size", "host",
              "run_id")
     columns = [ok[c].tolist() for c in names]
-    load = [ok[c].tolist() if c in ok else [None] * len(ok) for c in (*LOAD, *CLOCK)]
-    # What the value summarises and of how many samples: an extreme is judged by runs.
-    shape = [ok[c].tolist() if c in ok else [None] * len(ok) for c in ("statistic",
-                                                                        "n_samples")]
+
+    def column(name: str) -> list[Any]:
+        return ok[name].tolist() if name in ok else [None] * len(ok)
+
+    load = [column(c) for c in (*LOAD, *CLOCK)]
+    # What the value summarises and of how many samples: an extreme is judged by runs; what
+    # work it is a cost of; netbench's own demand on the host's CPUs (was it short of CPU?).
+    shape = [column(c) for c in ("statistic", "n_samples", "per_metric", "load_own_cores",
+                                 "case_index")]
     entries: dict[tuple[str, str, str], dict[str, Any]] = {}
     for (bench, params, metric, value, unit, better, size, host, run_id), *busy, mhz, \
-            throttled, statistic, counted in zip(zip(*columns), *load, *shape):
+            throttled, statistic, counted, per, own, index, cpus in zip(
+                zip(*columns), *load, *shape, _cpus(ok)):
         entry = entries.get((bench, params, metric))
         if entry is None:
             entry = entries[(bench, params, metric)] = {
                 "values": [], "units": set(), "unit": unit, "better": better, "busy": [],
-                "steal": [],
+                "steal": [], "own": [], "cpus": [], "ids": [],
                 "hosts": set(), "runs": set(), "mhz": [], "throttled": 0,
                 "msg_size": None if _is_missing(size) else int(size),
                 "statistic": None if _is_missing(statistic) else str(statistic),
+                "per": None if _is_missing(per) else str(per),
                 "n_samples": None}
         if not _is_missing(counted):            # the fewest an invocation of it rests on
             entry["n_samples"] = int(counted) if entry["n_samples"] is None else min(
@@ -183,10 +211,13 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         entry["runs"].add(run_id)
         if not _is_missing(value):
             entry["values"].append(float(value))
+            entry["ids"].append((run_id, host, None if _is_missing(index) else int(index)))
         # Unrecorded load (files from before netbench recorded it) is unknown, not quiet.
         entry["busy"].append(None if _is_missing(busy[0]) else sum(
             0.0 if _is_missing(b) else float(b) for b in busy))
         entry["steal"].append(None if _is_missing(busy[1]) else float(busy[1]))
+        entry["own"].append(None if _is_missing(own) else float(own))
+        entry["cpus"].append(cpus)
         if not _is_missing(mhz):
             entry["mhz"].append(float(mhz))
         if not _is_missing(throttled):
@@ -194,12 +225,15 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for key, entry in entries.items():
         values, busy, steal = entry.pop("values"), entry.pop("busy"), entry.pop("steal")
+        own, cpus = entry.pop("own"), entry.pop("cpus")
         if not values:
             continue
-        known, mhz = [b for b in busy if b is not None], entry.pop("mhz")
-        stolen = [b for b in steal if b is not None]
-        out[key] = {**entry, "busy": sum(known) / len(known) if known else None,
-                    "steal": sum(stolen) / len(stolen) if stolen else None,
+        mhz = entry.pop("mhz")
+        out[key] = {**entry, "busy": _mean_known(busy), "steal": _mean_known(steal),
+                    # Own demand only where every invocation recorded it: a mean over some
+                    # would understate how short of CPU the rest were.
+                    "own": None if None in own else _mean_known(own),
+                    "cpus": min((c for c in cpus if c), default=None),
                     "mhz": sum(mhz) / len(mhz) if mhz else None,
                     "n_runs": len(entry["runs"]),
                     "value": median_sorted(sorted(values)), "values": values,
@@ -207,11 +241,17 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     return out
 
 
+def _mean_known(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
 def noise_history(rows: Any) -> dict[tuple[str, str, str], Past]:
     """The case's history as a noise model: per case metric, one value per earlier run (the
     median of its repeats) and how busy the host was in it, oldest first, the newest
-    HISTORY_RUNS, from rows of runs on the baseline's host. Runs in another unit than the
-    newest are not this series (a changed definition), so they are left out."""
+    HISTORY_RUNS of its latest segment (``analysis.segments``: after its last change point),
+    from rows of runs on the baseline's host. Runs in another unit than the newest are not
+    this series (a changed definition), so they are left out."""
     if rows is None or rows.empty:
         return {}
     per_run: dict[tuple[str, str, str],
@@ -223,7 +263,11 @@ def noise_history(rows: Any) -> dict[tuple[str, str, str], Past]:
     out = {}
     for key, runs in per_run.items():
         unit = runs[-1][3]
-        kept = [(v, b, st) for v, b, st, u in runs if u == unit][-HISTORY_RUNS:]
+        kept = [(v, b, st) for v, b, st, u in runs if u == unit][-SEGMENT_RUNS:]
+        # The noise model is the latest stable stretch: runs before the case's last step (a
+        # link that was slower for a while, a driver since rolled back) are another level,
+        # and their distance from this one is no run-to-run noise.
+        kept = kept[latest_segment([v for v, _, _ in kept]):][-HISTORY_RUNS:]
         out[key] = Past([v for v, _, _ in kept], [b for _, b, _ in kept],
                         [st for _, _, st in kept])
     return out
@@ -231,7 +275,8 @@ def noise_history(rows: Any) -> dict[tuple[str, str, str], Past]:
 
 def side(entry: Mapping[str, Any]) -> Side:
     return Side(entry["values"], entry.get("busy", 0.0), entry.get("n_runs", 0),
-                entry.get("mhz"), entry.get("throttled", 0), entry.get("steal", 0.0))
+                entry.get("mhz"), entry.get("throttled", 0), entry.get("steal", 0.0),
+                entry.get("own"), entry.get("cpus"))
 
 
 def extreme_of(metric: str, *sides: Mapping[str, Any]) -> str:
@@ -274,19 +319,24 @@ def check_units(key: tuple[str, str, str], *sides: Mapping[str, Any]) -> None:
 
 def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float = 0.05,
             history: Any = None) -> list[MetricVerdict]:
-    """Every case metric the sides share, judged. ``history``: rows of earlier runs of the
-    baseline's host (``history_rows``), whose run-to-run spread is each case's noise model
-    where the sides' own repeats say less."""
+    """Every case metric the sides share, judged, after the cases the candidate lost (see
+    ``lost_cases``). ``history``: rows of earlier runs of the baseline's host
+    (``history_rows``), whose run-to-run spread is each case's noise model where the sides'
+    own repeats say less."""
     base, cand, history = keyed(base, cand, history)     # the planned params match
+    lost = lost_verdicts(base, cand)
     # Each error counter that grew on a case's own device, as a metric (lower is better).
     base, cand, history = with_error_metrics(base, cand, history)
     a, b = pool(base), pool(cand)
+    # A cost whose case's work changed is judged per unit of that work.
+    per_work = work_changed(a, b, thresholds)
+    if per_work:
+        base, cand, history = (per_unit_of_work(f, per_work) for f in (base, cand, history))
+        a, b = pool(base), pool(cand)
     common = [k for k in a if k in b]
-    if not common:
-        lost = "; ".join(f"{side_}: every invocation of {bench} {params} failed: {why[:120]}"
-                         for side_, bench, params, why in failed_cases(base, cand)[:3])
+    if not common and not lost:
         raise NetbenchError("the two sides have no case in common (same benchmark, params and "
-                            "metric); nothing to compare" + (f" ({lost})" if lost else ""))
+                            "metric); nothing to compare")
     for key in common:
         check_units(key, a[key], b[key])
     past = noise_history(history)
@@ -302,13 +352,126 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
         runs = len(past.get(key, Past()).values)
         j = judge(side(x), side(y), change, x["better"], threshold, q, evidence, alpha,
                   history_runs=runs, what=bench, sd=sd, past=past.get(key), p_value=p,
-                  extreme=extreme_of(metric, x, y))
+                  extreme=extreme_of(metric, x, y), counts=is_error_metric(metric))
         verdicts.append(MetricVerdict(
             bench, params, x["msg_size"], metric, x["unit"], x["better"], x["value"],
             y["value"], change, threshold, (len(x["values"]), len(y["values"])),
             runs if j.evidence == "history" else 0, (x["busy"], y["busy"]),
-            (x.get("steal"), y.get("steal")), **j.decision()))
-    return verdicts
+            (x.get("steal"), y.get("steal")), per_work.get(key, ("", ""))[1],
+            **j.decision()))
+    return [*lost, *verdicts]
+
+
+# --- a cost per unit of work ----------------------------------------------------------------------
+
+def work_changed(a: Mapping[tuple[str, str, str], Mapping[str, Any]],
+                 b: Mapping[tuple[str, str, str], Mapping[str, Any]],
+                 thresholds: Mapping[str, float]) -> dict[tuple[str, str, str],
+                                                          tuple[str, str]]:
+    """The cost metrics (a metric declared ``per`` another) whose case's work moved beyond its
+    threshold: key -> (the work metric, a sentence saying so)."""
+    out = {}
+    for key, entry in a.items():
+        work = entry.get("per")
+        wkey = (key[0], key[1], work)
+        if not work or key not in b or wkey not in a or wkey not in b:
+            continue
+        moved = change_of(a[wkey], b[wkey])
+        if math.isfinite(moved) and abs(moved) > threshold_for(thresholds, key[0], work):
+            out[key] = (work, f"judged per {a[wkey]['unit']} of {work}, which moved "
+                              f"{moved:+.1%}: a cost of the work, not a change of its own")
+    return out
+
+
+def per_unit_of_work(rows: Any, per_work: Mapping[tuple[str, str, str], tuple[str, str]]) -> Any:
+    """``rows`` with each cost metric of ``per_work`` divided by its invocation's work (the
+    same run, host and case invocation), in unit "<unit> per <work's unit>"; an invocation
+    whose work is missing or 0 has no such value."""
+    if rows is None or rows.empty:
+        return rows
+    invocation = ["run_id", "host", "case_index", "benchmark", "params", "metric"]
+    ids = list(zip(*(rows[c].tolist() for c in invocation)))
+    values, units = rows["value"].tolist(), rows["unit"].astype(object).tolist()
+    works = {(k[0], k[1], work) for k, (work, _) in per_work.items()}
+    work_of = {i: (v, u) for i, v, u in zip(ids, values, units)
+               if (i[3], i[4], i[5]) in works}
+    rows = rows.copy()
+    for n, i in enumerate(ids):
+        key = (i[3], i[4], i[5])
+        if key not in per_work:
+            continue
+        work, unit = work_of.get(i[:5] + (per_work[key][0],), (None, None))
+        usable = not _is_missing(work) and work and not _is_missing(values[n])
+        values[n] = float(values[n]) / float(work) if usable else None
+        units[n] = f"{units[n]} per {unit}"
+    rows["value"], rows["unit"] = values, units
+    return rows
+
+
+# --- cases the candidate lost --------------------------------------------------------------------
+
+def lost_verdicts(base: Any, cand: Any) -> list[MetricVerdict]:
+    """A case the baseline measured and the candidate did not: skipped or failed in the
+    newest candidate run that holds it, or absent from a candidate run of the suite the
+    baseline measured it in. One ``lost`` verdict a case (on its headline metric) with the
+    candidate's reason: "the device vanished after the driver update" fails the gate."""
+    if base.empty or cand.empty:
+        return []
+    measured = base[base["status"] == "ok"]
+    if measured.empty:
+        return []
+    out = []
+    cand_cases = cand.groupby(["benchmark", "params"], sort=False)
+    held = {k: g for k, g in cand_cases}
+    order = {r: t for r, t in zip(cand["run_id"], cand["started_at"])}
+    suites = set(cand["suite"].dropna().astype(str)) if "suite" in cand else set()
+    for (bench, params), group in measured.groupby(["benchmark", "params"], sort=False):
+        mine = held.get((bench, params))
+        if mine is None:
+            ran = set(group["suite"].dropna().astype(str)) if "suite" in group else set()
+            asked = sorted(ran & suites - {""})
+            if not asked:
+                continue                # not asked of the candidate: named, never failed
+            status, reason = "absent", (f"absent from the candidate's run of suite "
+                                        f"{asked[0]!r}, which measured it on the baseline "
+                                        "(a run that stopped early, or a case that vanished)")
+        else:
+            newest = max(mine["run_id"].unique(), key=lambda r: order[r])
+            latest = mine[mine["run_id"] == newest]
+            if (latest["status"] == "ok").any():
+                continue
+            status = str(latest["status"].iloc[0])
+            reason = str(latest["reason"].dropna().iloc[0]) if latest["reason"].notna().any() \
+                else status
+        head = _headline_row(group)
+        values = group.loc[group["metric"] == head["metric"], "value"].dropna().astype(float)
+        out.append(MetricVerdict(
+            str(bench), str(params), None if _is_missing(head.get("msg_size")) else int(
+                head["msg_size"]), str(head["metric"]), str(head["unit"]),
+            str(head["better"]), median_sorted(sorted(values)) if len(values) else math.nan,
+            math.nan, math.nan, 0.0, (len(values), 0), verdict=LOST, evidence="none",
+            reason=f"{status}: {reason}"))
+    return out
+
+
+def _headline_row(group: Any) -> Mapping[str, Any]:
+    """The case's headline metric's first row (its stored trait), else its first row."""
+    if "headline" in group:
+        named = group["headline"].dropna()
+        if len(named):
+            rows = group[group["metric"] == named.iloc[0]]
+            if len(rows):
+                return rows.iloc[0].to_dict()
+    return group.iloc[0].to_dict()
+
+
+def new_cases(base: Any, cand: Any) -> list[tuple[str, str]]:
+    """Cases the candidate measured that the baseline never had: named, never failed."""
+    if base.empty or cand.empty:
+        return []
+    had = set(zip(base["benchmark"], base["params"]))
+    ok = cand[cand["status"] == "ok"]
+    return [k for k in dict.fromkeys(zip(ok["benchmark"], ok["params"])) if k not in had]
 
 
 def check_hosts(name: str, rows: Any, pool_hosts: bool) -> None:
@@ -431,9 +594,11 @@ def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]
 
 def to_json(verdicts: Sequence[MetricVerdict], changes: Sequence[tuple[str, Any, Any]],
             sides: Mapping[str, Any] | None = None,
-            failed: Sequence[tuple[str, str, str, str]] = (), news: Sequence[Any] = ()) -> str:
-    """Verdicts, environment changes, and (``sides``: name -> Selection) the runs chosen;
-    ``news``: error counters quiet before and grown now (analysis.counter_news)."""
+            failed: Sequence[tuple[str, str, str, str]] = (), news: Sequence[Any] = (),
+            new: Sequence[tuple[str, str]] = ()) -> str:
+    """Verdicts (lost cases first), environment changes, and (``sides``: name -> Selection)
+    the runs chosen; ``news``: error counters quiet before and grown now
+    (analysis.counter_news); ``new``: cases only the candidate measured."""
     chosen = {name: {"what": sel.what, "run_ids": sel.run_ids,
                      "left_out": [{"run_id": r, "why": w} for r, w in sel.left_out]}
               for name, sel in (sides or {}).items()}
@@ -444,5 +609,7 @@ def to_json(verdicts: Sequence[MetricVerdict], changes: Sequence[tuple[str, Any,
                                  "environment_changes": [{"what": k, "baseline": a,
                                                           "candidate": b}
                                                          for k, a, b in changes],
-                                 "counter_news": [asdict(n) for n in news]}),
+                                 "counter_news": [asdict(n) for n in news],
+                                 "new_cases": [{"benchmark": b, "params": p}
+                                               for b, p in new]}),
                       indent=2, allow_nan=False)

@@ -12,22 +12,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from netbench.analysis.cases import is_headline
 from netbench.analysis.compare import (
+    MetricVerdict,
     adjust,
     change_of,
     check_units,
     env_changes,
     extreme_of,
+    lost_verdicts,
     pool,
     side,
     threshold_for,
 )
 from netbench.analysis.counter_news import counter_news
 from netbench.analysis.error_metrics import is_error_metric, with_error_metrics
+from netbench.analysis.segments import change_points
 from netbench.analysis.verdict import HISTORY_RUNS, Judgement, Past, invocation_test, judge
 from netbench.errors import NetbenchError, UsageError
 from netbench.store import keyed
@@ -48,6 +51,16 @@ class Step(Judgement):
 
 
 @dataclass
+class ChangePoint:
+    """Where a series stepped (``analysis.segments``): the first run at the new level, when
+    it ran, and how far the level moved (relative, segment against segment)."""
+    run_id: str
+    started_at: Any
+    change: float
+    p_value: float
+
+
+@dataclass
 class Series:
     benchmark: str
     params: str
@@ -56,6 +69,9 @@ class Series:
     better: str
     msg_size: int | None
     steps: list[Step] = field(default_factory=list)
+    # The steps the runs took (oldest first); each run is judged against the runs since the
+    # last change point before it (its latest stable segment), never across one.
+    change_points: list[ChangePoint] = field(default_factory=list)
 
     @property
     def newest(self) -> Step:
@@ -70,6 +86,9 @@ class History:
     series: list[Series]
     single: list[tuple[str, str, str]]  # cases measured in one run only: (benchmark, metric, run)
     left_out: list[tuple[str, str]]
+    # Cases the runs before the newest measured and the newest did not (skipped, failed, or
+    # absent from a run of their suite): compare's lost verdicts, which fail the gate.
+    lost: list[MetricVerdict] = field(default_factory=list)
 
 
 def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = (),
@@ -108,6 +127,9 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
                 for r, ok, m, t in zip(index["run_id"], index["ok_benchmarks"], measured,
                                        index["started_at"])
                 if not m and (since is None or t >= since)]
+    lost = _lost(store, index, usable, wanted, window)
+    if lost:        # the newest run is the candidate: its cases are lost, not left out
+        left_out = [(r, w) for r, w in left_out if r != index["run_id"].iloc[-1]]
     if usable.empty:
         raise NetbenchError("no stored run measured "
                             + (", ".join(sorted(wanted)) if wanted else "anything")
@@ -154,6 +176,7 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
                      "label": group["label"].iloc[0] or "", "changes": changes,
                      "news": news})
         previous = run_id
+    started = {r["run_id"]: r["started_at"] for r in runs}
     keys = list(dict.fromkeys(k for r in order for k in pooled[r]))
     series, single = [], []
     pending: list[tuple[Step, dict[str, Any], dict[str, Any], tuple[str, str, str],
@@ -166,19 +189,27 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
         check_units(key, *(pooled[r][key] for r in present))
         first = pooled[present[0]][key]
         s = Series(key[0], key[1], key[2], first["unit"], first["better"], first["msg_size"])
+        # One segmentation of the whole series: each run is judged against the runs since the
+        # last change point before it, so an earlier step (a slower link for a while) never
+        # becomes the noise that hides the next one.
+        found = change_points([pooled[r][key]["value"] for r in present])
+        s.change_points = [ChangePoint(present[c.index], started[present[c.index]], c.change,
+                                       c.p_value) for c in found]
         for i, run_id in enumerate(present):
             info = next(r for r in runs if r["run_id"] == run_id)
             step = Step(run_id, info["started_at"], info["label"], pooled[run_id][key]["value"])
             if i:
-                before = present[max(0, i - window):i]
+                stable = present[max([c.index for c in found if c.index < i], default=0):i]
+                before = stable[-window:]
                 base = _merge([pooled[r][key] for r in before])
-                # The runs before the window are this step's history, as compare's are the
-                # runs before its sides: the same runs get the same verdict from both.
-                earlier = present[max(0, i - window - HISTORY_RUNS):max(0, i - window)]
+                # The segment's runs before the window are this step's history, as compare's
+                # are the runs before its sides: the same runs get the same verdict from both.
+                earlier = stable[-window - HISTORY_RUNS:-window] if len(stable) > window \
+                    else []
                 if extreme_of(key[2], base, pooled[run_id][key]):
                     # An extreme is judged by runs alone: the window's runs, one value each,
                     # are run-level evidence too, beside the runs before it.
-                    earlier = present[max(0, i - window - HISTORY_RUNS):i]
+                    earlier = stable[-window - HISTORY_RUNS:]
                 past = Past([pooled[r][key]["value"] for r in earlier],
                             [pooled[r][key]["busy"] for r in earlier],
                             [pooled[r][key].get("steal") for r in earlier])
@@ -205,7 +236,29 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
         what = "; ".join(f"{b} {m} (run {r})" for b, m, r in single[:5])
         raise NetbenchError("a trend needs a case measured in at least two runs; every chosen "
                             f"case is in one run only: {what}")
-    return History(runs, series, single, left_out)
+    return History(runs, series, single, left_out, lost)
+
+
+def _lost(store: Any, index: Any, usable: Any, wanted: set[str] | None,
+          window: int) -> list[MetricVerdict]:
+    """The cases the newest chosen run (measured anything or not) lost against the up to
+    ``window`` runs before it on its host that measured: compare's rule (``lost_verdicts``)."""
+    if wanted:
+        index = index[[bool(wanted & set(b)) for b in index["benchmarks"]]]
+    if index.empty:
+        return []
+    newest = index.iloc[-1]
+    earlier = usable[(usable["host"] == newest["host"])
+                     & (usable["started_at"] < newest["started_at"])].tail(window)
+    if earlier.empty:
+        return []
+    where = {"benchmark": sorted(wanted)} if wanted else None
+    before = store.read(list(earlier["run_id"]), where=where)
+    after = store.read([newest["run_id"]], where=where)
+    if before.empty or after.empty:
+        return []
+    before, after = keyed(before, after)
+    return lost_verdicts(before, after)
 
 
 def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -256,7 +309,10 @@ def to_json(history: History) -> str:
         "series": [{"benchmark": s.benchmark, "params": json.loads(s.params or "{}"),
                     "metric": s.metric, "unit": s.unit, "better": s.better,
                     "steps": [{**vars(step), "started_at": when(step.started_at)}
-                              for step in s.steps]} for s in history.series],
+                              for step in s.steps],
+                    "change_points": [{**vars(c), "started_at": when(c.started_at)}
+                                      for c in s.change_points]} for s in history.series],
+        "lost_cases": [asdict(v) for v in history.lost],
         "single_run_cases": [{"benchmark": b, "metric": m, "run_id": r}
                              for b, m, r in history.single],
         "left_out": [{"run_id": r, "why": w} for r, w in history.left_out]}),

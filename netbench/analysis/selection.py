@@ -5,7 +5,8 @@ A reference names runs, and the rule is the same wherever one is given:
 - a **run id** is that run, even when nothing in it measured (it was asked for by name; the
   description says so);
 - a **label** is every run with that label that measured something: runs whose cases all
-  failed or were skipped are left out and named, never pooled silently;
+  failed or were skipped are left out and named, never pooled silently; except as a
+  comparison's candidate, where such a run is the news (its cases are lost) and is chosen;
 - a **results directory** is the same over the runs stored there;
 - **nothing** (accept, report) is the latest run that measured something (of the benchmarks
   wanted, where a command wants some), with the runs after it that did not named.
@@ -71,10 +72,10 @@ def _read(store: Any, run_ids: list[str], columns: list[str] | None) -> Any:
 
 
 def _pooled(store: Any, index: Any, what: str, benchmarks: Iterable[str] | None,
-            columns: list[str] | None) -> Selection:
-    wanted = [r for _, r in index.iterrows() if _measured(r, benchmarks)]
+            columns: list[str] | None, keep_unmeasured: bool = False) -> Selection:
+    wanted = [r for _, r in index.iterrows() if keep_unmeasured or _measured(r, benchmarks)]
     left = [(r["run_id"], _why_not(r, benchmarks)) for _, r in index.iterrows()
-            if not _measured(r, benchmarks)]
+            if not keep_unmeasured and not _measured(r, benchmarks)]
     if not wanted:
         raise NetbenchError(f"{what}: no run measured anything; " + "; ".join(
             f"{r}: {why}" for r, why in left[-5:]))
@@ -83,8 +84,10 @@ def _pooled(store: Any, index: Any, what: str, benchmarks: Iterable[str] | None,
 
 
 def resolve(store: Any, ref: str | None, benchmarks: Iterable[str] | None = None,
-            columns: list[str] | None = None) -> Selection:
-    """The runs ``ref`` names, by the rule above (``benchmarks``: what "measured" means)."""
+            columns: list[str] | None = None, keep_unmeasured: bool = False) -> Selection:
+    """The runs ``ref`` names, by the rule above (``benchmarks``: what "measured" means).
+    ``keep_unmeasured``: a label's or directory's runs that measured nothing are chosen too
+    (a comparison's candidate: its skipped and failed cases are the news, lost cases)."""
     from netbench.store import ResultStore
 
     if ref is None:
@@ -113,7 +116,8 @@ def resolve(store: Any, ref: str | None, benchmarks: Iterable[str] | None = None
     path = Path(ref)
     if path.is_dir():
         inside = ResultStore(path, store.upgrade)
-        return _pooled(inside, _index(inside), f"directory {ref}", benchmarks, columns)
+        return _pooled(inside, _index(inside), f"directory {ref}", benchmarks, columns,
+                       keep_unmeasured)
     index = _index(store)
     if (index["run_id"] == ref).any():
         run = index[index["run_id"] == ref].iloc[0]
@@ -122,7 +126,8 @@ def resolve(store: Any, ref: str | None, benchmarks: Iterable[str] | None = None
         return Selection(_read(store, [ref], columns), [ref], f"run {ref}", note)
     by_label = index[index["label"] == ref]
     if not by_label.empty:
-        return _pooled(store, by_label, f"label {ref!r}", benchmarks, columns)
+        return _pooled(store, by_label, f"label {ref!r}", benchmarks, columns,
+                       keep_unmeasured)
     labels = sorted({str(x) for x in index["label"] if x})
     raise UsageError(f"{ref!r} is not a results directory, run id or label in "
                      f"{store.directory}; labels there: {', '.join(labels[:20]) or 'none'}")

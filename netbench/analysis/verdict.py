@@ -49,6 +49,7 @@ class Verdict(StrEnum):
     the plugin share. A ``str`` whose value is the word itself, so JSON, printed and stored text
     stay the plain words and ``v.verdict == "regressed"`` keeps working in users' code. Members
     in the order a summary lists them (the worst news first)."""
+    LOST = "lost"
     REGRESSED = "regressed"
     IMPROVED = "improved"
     DISTURBED = "disturbed"
@@ -62,17 +63,21 @@ class Verdict(StrEnum):
         when asked (--fail-on-noisy)."""
         return self in (Verdict.NOISY, Verdict.UNVERIFIED, Verdict.DISTURBED)
 
-    def fails_gate(self, fail_on_noisy: bool = False) -> bool:
-        """Does this verdict fail a regression gate? Only ``regressed`` by default."""
-        return self is Verdict.REGRESSED or (fail_on_noisy and self.undecided)
+    def fails_gate(self, fail_on_noisy: bool = False, allow_lost: bool = False) -> bool:
+        """Does this verdict fail a regression gate? ``regressed`` and ``lost`` by default (a
+        device that vanished after a driver update is the regression users fear most);
+        ``allow_lost``: a user who means it lets lost cases pass."""
+        return (self is Verdict.REGRESSED or (self is Verdict.LOST and not allow_lost)
+                or (fail_on_noisy and self.undecided))
 
     @property
     def display(self) -> str:
-        """As a table prints it: a regression in capitals, so it stands out among the rest."""
-        return self.value.upper() if self is Verdict.REGRESSED else self.value
+        """As a table prints it: what fails a gate in capitals, so it stands out."""
+        return self.value.upper() if self in (Verdict.REGRESSED, Verdict.LOST) else self.value
 
 
 # The members by their old names, which callers and tests import.
+LOST = Verdict.LOST
 REGRESSED, IMPROVED, UNCHANGED = Verdict.REGRESSED, Verdict.IMPROVED, Verdict.UNCHANGED
 NOISY, UNVERIFIED, DISTURBED = Verdict.NOISY, Verdict.UNVERIFIED, Verdict.DISTURBED
 VERDICTS = tuple(Verdict)
@@ -97,6 +102,8 @@ class Side:
     mhz: float | None = None       # the CPUs' mean clock where cpufreq says (None: unknown)
     throttled: int = 0             # thermal throttling events during the invocations
     steal: float | None = 0.0      # of ``busy``, the cores the hypervisor stole
+    own: float | None = None       # cores netbench's own processes wanted (ran plus waited)
+    cpus: int | None = None        # the host's CPUs (None: unknown)
 
     @property
     def n(self) -> int:
@@ -126,7 +133,10 @@ class Judgement:
     p_adjusted: float | None = None    # Benjamini-Hochberg over the comparison: decides
     evidence: str = ""                 # repeats, history (the store's earlier runs), none
     needs: str = ""                    # unverified, noisy, stolen: what would decide it
-    disturbed: str = ""                # which side ran busy, how busy, what it would have been
+    disturbed: str = ""                # which side ran busy, how busy, what it would have been;
+    # beside a regressed/improved verdict: the load named, and why it does not explain it
+    detectable: float | None = None    # the smallest relative change this evidence detects
+    # (80% power at alpha), None without evidence
 
     def __post_init__(self) -> None:
         # A record built from plain text (stored JSON, a user's own) holds the kind too, and a
@@ -195,21 +205,31 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
           p_adjusted: float | None, evidence: str, alpha: float = 0.05,
           history_runs: int = 0, what: str = "", sd: float = 0.0,
           past: Past | None = None, p_value: float | None = None,
-          extreme: str = "") -> Judgement:
+          extreme: str = "", counts: bool = False) -> Judgement:
     """The verdict on a relative ``change`` (candidate against baseline, in the metric's
     own direction ``better``), from the test's (adjusted) p-value, evidence and spread.
     ``p_value``: the test's own, before adjustment (default ``p_adjusted``: a test alone).
     ``extreme``: why the figure is an extreme (``extreme()``), judged by run-level evidence
     only: a history to judge by (more than MIN_DF earlier runs; the test took the wider of
-    its spread and the repeats')."""
+    its spread and the repeats'). ``counts``: the values count events (an error counter's
+    growth): the host's load never explains those."""
     raw = p_adjusted if p_value is None else p_value
+    se = relative_se(base, cand, evidence, sd, counts)
+    detectable = (None if se is None
+                  else math.expm1((_z(1 - alpha / 2) + POWER_Z) * se))
 
     def made(verdict: Verdict, evidence: str = evidence, needs: str = "",
              disturbed: str = "") -> Judgement:
         return Judgement(verdict=verdict, p_value=raw, p_adjusted=p_adjusted,
-                         evidence=evidence, needs=needs, disturbed=disturbed)
+                         evidence=evidence, needs=needs, disturbed=disturbed,
+                         detectable=detectable if evidence != "none" else None)
 
-    if abs(change) <= threshold:
+    # Within the threshold is unchanged, unless the evidence says the change is real and its
+    # own standard error reaches past the threshold: a -5% step measured -4.99% on a
+    # threshold of 5% is the step, not a coin toss.
+    significant = evidence != "none" and p_adjusted is not None and p_adjusted < alpha
+    if abs(change) <= threshold and not (significant and se is not None
+                                         and abs(change) > threshold - se):
         return made(UNCHANGED)
     if evidence == "none" or p_adjusted is None:
         return made(UNVERIFIED, evidence="none", needs=needs_text(base, cand, history_runs))
@@ -217,11 +237,16 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
         return made(NOISY, needs=f"about {repeats_needed(sd, change, alpha)} repeats a side")
     worse = change < 0 if better == "higher" else change > 0
     verdict = REGRESSED if worse else IMPROVED
+    if counts:
+        # Events counted (retransmits, drops): a busy neighbour does not make a NIC drop
+        # thousands of segments, and a count is no tail statistic: the counts decide.
+        return made(verdict, disturbed=load_differs(base, cand))
     # The sides ran on a host in different states: other work moves a figure either way (a
     # busy neighbour slows a stream; on an idle VM a ping-pong waits for halted vCPUs to wake:
     # tcp.rr here reads 30 us on a quiet host and 7 us beside a CPU hog), so the difference
     # is the host's as much as the code's: named, not judged, unless the history already
-    # holds runs in both states, so that the spread it was judged by allows for that load.
+    # holds runs in both states, so that the spread it was judged by allows for that load,
+    # or the case shows that load cannot explain it (see unexplained_by_load).
     clock = clock_differs(base, cand)
     if clock:
         return made(DISTURBED, disturbed=clock + (f" during {what}" if what else "")
@@ -231,20 +256,28 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     decided_by_history = (past is not None and len(past.values) > MIN_DF
                           and covers(past, base, cand))
     apart = load_differs(base, cand)
+    named = ""
     if apart and not decided_by_history:
-        return made(DISTURBED, disturbed=apart + (f" during {what}" if what else "")
-                    + f"; quiet on both it would read {verdict}")
+        why_not = unexplained_by_load(base, cand, change, threshold, past)
+        if not why_not:
+            return made(DISTURBED, disturbed=apart + (f" during {what}" if what else "")
+                        + f"; quiet on both it would read {verdict}")
+        named = f"{apart}; {why_not}"
     # A hypervisor stealing heavily from either side: other guests' demand, which changes
     # between runs more than between the repeats of one (an A/A trial here: both sides stolen
     # 0.55 and 0.73 cores, tcp.rr's minimum round trip +10.7% with its repeats within 1%), so
-    # one run's repeats cannot stand for another run; a history holding runs at that steal can.
+    # one run's repeats cannot stand for another run; a history holding runs at that steal can,
+    # and so does a change beyond what the case moved at that steal in its history.
     stolen = heavy_steal(base, cand)
     if stolen and not decided_by_history:
-        return made(DISTURBED, disturbed=stolen + (f" during {what}" if what else "")
-                    + f"; on a host nobody else shares it would read {verdict}",
-                    needs=f"{MIN_DF + 1} or more earlier runs of this case on this host in "
-                          "the store, 2 or more of them at each side's steal (its history "
-                          "then decides)")
+        moved = beyond_load_history(base, cand, change, threshold, past)
+        if not moved:
+            return made(DISTURBED, disturbed=stolen + (f" during {what}" if what else "")
+                        + f"; on a host nobody else shares it would read {verdict}",
+                        needs=f"{MIN_DF + 1} or more earlier runs of this case on this host "
+                              "in the store, 2 or more of them at each side's steal (its "
+                              "history then decides)")
+        named = "; ".join(x for x in (named, f"{stolen}; {moved}") if x)
     # Not sides of several runs each either: their values are still repeats, tested as if
     # each were a run (three alike in each of two runs read p 0.003 where the runs say 0.23).
     if extreme and not (past is not None and len(past.values) > MIN_DF):
@@ -252,7 +285,93 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
                     f"a run, which the run's repeats share: {MIN_DF + 1} or more earlier runs "
                     "of this case on this host in the store (its history) decide (it would "
                     f"read {verdict})")
-    return made(verdict)
+    return made(verdict, disturbed=named)
+
+
+POWER_Z = 0.841621   # the standard normal quantile of 80% power
+
+
+def relative_se(base: Side, cand: Side, evidence: str, sd: float,
+                counts: bool = False) -> float | None:
+    """The standard error of the change on the test's scale, as a relative change (log
+    scale where every value is positive), or None without evidence or for counts."""
+    if evidence == "none" or counts or not base.n or not cand.n:
+        return None
+    nb, nc = (base.n, cand.n) if evidence == "repeats" else (base.n_runs, cand.n_runs)
+    se = sd * math.sqrt(1 / nb + 1 / nc)
+    values = [*base.values, *cand.values]
+    if all(v > 0 for v in values):
+        return se
+    centre = abs(sorted(base.values)[len(base.values) // 2])
+    return se / centre if centre else None
+
+
+STARVED = 0.75   # a case that wanted this share of the cores left to it was short of CPU
+
+
+def starved(one: Side) -> bool | None:
+    """Was this side's case short of CPU: did netbench's own processes want (run plus wait)
+    at least STARVED of the cores other work and the hypervisor left? None where unknown."""
+    if one.own is None or one.busy is None or not one.cpus:
+        return None
+    free = one.cpus - one.busy
+    return free <= 0 or one.own >= STARVED * free
+
+
+def _starved_text(name: str, one: Side) -> str:
+    return (f"{name} wanted {one.own:.2g} of the {max(one.cpus - one.busy, 0):.2g} "
+            f"cores left free" if one.cpus and one.own is not None and one.busy is not None
+            else "")
+
+
+def unexplained_by_load(base: Side, cand: Side, change: float, threshold: float,
+                        past: Past | None) -> str:
+    """Why the sides' different load cannot explain the change, as a sentence, or "": neither
+    side's case was short of CPU (a shaped stream beside a hog: the link, not the host, set
+    its rate), or the change is beyond what this case has moved under such load in its
+    history."""
+    short = (starved(base), starved(cand))
+    if short == (False, False):
+        return ("not short of CPU on either side (netbench "
+                + ", ".join(_starved_text(n, s) for n, s in (("baseline", base),
+                                                              ("candidate", cand)))
+                + "): the load does not explain it")
+    return beyond_load_history(base, cand, change, threshold, past)
+
+
+def beyond_load_history(base: Side, cand: Side, change: float, threshold: float,
+                        past: Past | None) -> str:
+    """"" unless the history holds runs at both sides' load states and the change is beyond
+    the most this case has moved between them (by more than the threshold): then says so."""
+    moved = load_moved(past, base, cand)
+    if moved is None or not change > -1:
+        return ""
+    if abs(math.log1p(change)) <= moved + math.log1p(threshold):
+        return ""
+    return (f"beyond the {math.expm1(moved):.1%} this case has moved under such load in its "
+            "history: the load does not explain it")
+
+
+def load_moved(past: Past | None, base: Side, cand: Side) -> float | None:
+    """The most (log scale) a history's runs at the busier side's load state moved from the
+    median of its runs at the other side's, or None where it holds fewer than MIN_DF runs
+    at the busier state or none at the other."""
+    if past is None or not past.values or not all(v > 0 for v in past.values):
+        return None
+    a, b = _levels(base.busy, base.steal), _levels(cand.busy, cand.steal)
+    if a is None or b is None:
+        return None
+    busier, quieter = (b, a) if b[0] > a[0] else (a, b)
+    if not _states_differ(busier, quieter):
+        return None                 # one state: what runs at it move is the history's job
+    steal = list(past.steal) or [None] * len(past.busy)
+    states = [(_levels(bz, st), v) for bz, st, v in zip(past.busy, steal, past.values)]
+    loaded = [v for s, v in states if s is not None and not _states_differ(s, busier)]
+    quiet = sorted(v for s, v in states if s is not None and not _states_differ(s, quieter))
+    if len(loaded) < MIN_DF or not quiet:       # one loaded run is an anecdote
+        return None
+    centre = quiet[len(quiet) // 2]
+    return max(abs(math.log(v / centre)) for v in loaded)
 
 
 EXTREME_SAMPLES = 10   # a statistic resting on fewer samples than this is an extreme

@@ -279,10 +279,11 @@ def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None
             if v is not head and not everything and v.verdict not in noted:
                 folded[v.verdict] = folded.get(v.verdict, 0) + 1
                 continue
+            lost = v.verdict == Verdict.LOST
             body.append((printable(names[key]) if v is head else "",
                          printable(f"{v.metric} [{v.unit}]"),
-                         format_value(v.baseline), format_value(v.candidate),
-                         f"{v.change:+.1%}",
+                         format_value(v.baseline), "-" if lost else format_value(v.candidate),
+                         "-" if lost or not math.isfinite(v.change) else f"{v.change:+.1%}",
                          v.verdict.display,
                          printable(_why(v))))
     widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
@@ -302,6 +303,8 @@ def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None
 def _why(v: Any) -> str:
     """The evidence behind a verdict, in a few words."""
     n_base, n_cand = v.invocations
+    if v.verdict == Verdict.LOST:
+        return f"measured on the baseline, not on the candidate: {v.reason}"
     if v.verdict == Verdict.UNVERIFIED:
         return v.needs
     if v.verdict == Verdict.DISTURBED:
@@ -314,9 +317,13 @@ def _why(v: Any) -> str:
         basis = "within the threshold" if v.verdict == Verdict.UNCHANGED else ""
     p = "" if v.p_adjusted is None else f", p {_p_text(v.p_adjusted)}"
     extra = f"; {v.needs}" if v.verdict == Verdict.NOISY and v.needs else ""
+    # What this evidence could have told apart: the smallest change it detects.
+    sees = (f"; detects {v.detectable:.1%}" if getattr(v, "detectable", None) is not None
+            and math.isfinite(v.detectable) else "")
+    also = "".join(f"; {x}" for x in (getattr(v, "per", ""), v.disturbed) if x)
     if v.verdict == Verdict.UNCHANGED and abs(v.change) <= v.threshold:
-        return f"within {v.threshold:.0%}"
-    return f"{basis}{p}{extra}"
+        return f"within {v.threshold:.0%}{sees}{also}"
+    return f"{basis}{p}{extra}{sees}{also}"
 
 
 def _p_text(p: float) -> str:
@@ -551,7 +558,7 @@ def runs_table(index: Any) -> str:
 def compare_text(baseline: Any, candidate: Any, verdicts: Sequence[Any],
                  failed: Sequence[tuple[str, str, str, str]],
                  changes: Sequence[tuple[str, Any, Any]], everything: bool = False,
-                 news: Sequence[Any] = ()) -> str:
+                 news: Sequence[Any] = (), new: Sequence[tuple[str, str]] = ()) -> str:
     """`netbench compare`: the two sides (selections), the verdicts (``compare_summary``),
     the cases no side could judge, error counters quiet before and grown now, and what
     changed in the environment."""
@@ -561,7 +568,13 @@ def compare_text(baseline: Any, candidate: Any, verdicts: Sequence[Any],
              f"candidate: {printable(candidate.describe())}",
              compare_summary(verdicts, {**headlines(baseline.rows),
                                         **headlines(candidate.rows)}, everything=everything)]
+    lost = {(v.benchmark, v.params) for v in verdicts if v.verdict == Verdict.LOST}
+    for bench, params in new:
+        lines.append(f"new: {printable(bench)} {printable(params)}: only the candidate "
+                     "measured it (not judged)")
     for side_name, bench, params, reason in failed:
+        if (bench, params) in lost:
+            continue                    # a lost verdict above, with its reason
         lines.append(f"not judged: {side_name}: every invocation of {printable(bench)} "
                      f"{printable(params)} failed: {printable(reason[:200])}")
     for n in news:
@@ -591,8 +604,12 @@ def history_text(h: Any, window: int) -> str:
                          f"0 -> {n.candidate}" + ("" if n.gated else " (the namespace's TCP)"))
     lines.extend(f"  left out {printable(run_id)}: {printable(why)}"
                  for run_id, why in h.left_out[:10])
+    for v in h.lost:
+        lines.append(f"  LOST in the newest run: {printable(v.benchmark)} "
+                     f"{printable(v.params)}: {printable(v.reason[:200])}")
     lines.append("")
     lines.extend(_history_table(h))
+    lines.extend(_change_point_lines(h))
     if h.single:
         once = Counter((b, m) for b, m, _ in h.single)      # a metric of several cases: once
         lines.append(f"{len(h.single)} case metric(s) measured in one run only, no trend: "
@@ -600,6 +617,35 @@ def history_text(h: Any, window: int) -> str:
                                  for (b, m), n in list(once.items())[:6])
                      + (" ..." if len(once) > 6 else ""))
     return "\n".join(lines)
+
+
+def history_gate(h: Any, allow_lost: bool = False) -> str:
+    """What fails `netbench history`'s gate in its newest run, in words ("" when nothing):
+    case metrics that regressed, cases it lost (unless ``allow_lost``)."""
+    regressed = sum(s.newest.verdict == Verdict.REGRESSED for s in h.series)
+    lost = sum(v.verdict.fails_gate(allow_lost=allow_lost) for v in h.lost)
+    return " and ".join(x for x in (f"regressed in {regressed} case metric(s)" if regressed
+                                    else "", f"lost {lost} case(s)" if lost else "") if x)
+
+
+def _change_point_lines(h: Any) -> list[str]:
+    """Where each series stepped (its change points), by run number and date: the answer to
+    "when did this get slower"; and which series were too short to segment."""
+    from netbench.analysis.segments import MIN_RUNS
+
+    number = {r["run_id"]: i for i, r in enumerate(h.runs, 1)}
+    names = case_names([(s.benchmark, s.params) for s in h.series])
+    out = []
+    for name, s in zip(names, h.series):
+        if s.change_points:
+            out.append(f"steps: {printable(name)} {printable(s.metric)}: " + ", ".join(
+                f"{c.change:+.1%} at #{number.get(c.run_id, '?')} ({printable(c.run_id)}, "
+                f"{c.started_at:%Y-%m-%d %H:%M})" for c in s.change_points))
+    short = sum(len(s.steps) < MIN_RUNS for s in h.series)
+    if short:
+        out.append(f"{short} case metric(s) in fewer than {MIN_RUNS} runs: too short to "
+                   f"segment (change points need {MIN_RUNS} or more runs)")
+    return out
 
 
 def _history_table(h: Any) -> list[str]:

@@ -30,8 +30,9 @@ from netbench.store import env_of
 from netbench.textfile import write_atomic
 
 # One colour per Verdict (a test holds them together); this order is the legend's.
-VERDICT_COLOURS = {Verdict.REGRESSED: "#d62728", Verdict.IMPROVED: "#2ca02c",
-                   Verdict.UNCHANGED: "#7f7f7f", Verdict.NOISY: "#ff7f0e",
+VERDICT_COLOURS = {Verdict.LOST: "#1a1a1a", Verdict.REGRESSED: "#d62728",
+                   Verdict.IMPROVED: "#2ca02c", Verdict.UNCHANGED: "#7f7f7f",
+                   Verdict.NOISY: "#ff7f0e",
                    Verdict.UNVERIFIED: "#c7c7c7", Verdict.DISTURBED: "#9467bd"}
 
 
@@ -512,8 +513,9 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
         seen[label] = seen.get(label, 0) + 1
         if seen[label] > 1:
             labels[i] = f"{label} #{seen[label]}"
-    changes = [100 * v.change if math.isfinite(v.change) else math.copysign(1e9, v.change)
-               for v in verdicts]
+    # A lost case measured nothing on the candidate: drawn as all of it gone (-100%).
+    changes = [-100.0 if v.verdict == Verdict.LOST else 100 * v.change
+               if math.isfinite(v.change) else math.copysign(1e9, v.change) for v in verdicts]
     ordered = sorted(abs(c) for c in changes)
     # The scale comes from the measured figures: a count's relative change (an error counter
     # from 3 to 30: +900%, from 0: infinite) says nothing of how far the others moved.
@@ -536,7 +538,8 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
         if not picked:
             continue
         shown = [max(min(changes[i], limit), -limit) for i in picked]
-        texts = [f"{changes[i]:+.1f}%{' (off scale)' if abs(changes[i]) > limit else ''} "
+        texts = [f"lost: {verdicts[i].reason[:80]}" if kind == Verdict.LOST else
+                 f"{changes[i]:+.1f}%{' (off scale)' if abs(changes[i]) > limit else ''} "
                  f"{kind}" for i in picked]
         traces.append({
             "type": "bar", "orientation": "h", "name": kind, "y": [labels[i] for i in picked],

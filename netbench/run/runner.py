@@ -646,6 +646,7 @@ class Runner:
                 **common, "metric": metric.name, "value": clean_value(m.values[metric.name]),
                 "unit": metric.unit, "better": metric.better,
                 "statistic": metric.statistic or None,
+                "per_metric": metric.per or None,
                 "n_samples": counted,
                 "samples": thin(samples) if samples is not None else None,
                 "status": "ok", "reason": m.note or None,

@@ -71,6 +71,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     # invocation: verdicts judge such extremes by run-level evidence only. Files written
     # before it read it as missing; the CLI fills it from the installed benchmarks.
     ("statistic", "string"),
+    # The metric whose work this one is a cost of, as its Metric declared it (``per``):
+    # compare judges it per unit of that work where the work changed. Files written before
+    # it read it as missing; the CLI fills it from the installed benchmarks.
+    ("per_metric", "string"),
 )
 
 

@@ -44,10 +44,13 @@ MAX_SERIES = 20_000       # interval samples per run, keeps the result message b
 _AFFINITY = Param("affinity", "str", "", "pin the client[,server] to CPU ids (iperf3 -A n,m)",
                   pattern=r"(\d+(,\d+)?)?", pattern_help="'', 'C' or 'C,S' (CPU ids)")
 
-_CPU_METRICS = (
-    Metric("cpu_client", "%core", "lower", "client process CPU, 100 = one core busy"),
-    Metric("cpu_server", "%core", "lower", "server process CPU, 100 = one core busy"),
-)
+def _cpu_metrics(work: str) -> tuple[Metric, ...]:
+    """The two ends' CPU, each a cost of ``work`` (compare judges it per unit of that work
+    where the work itself changed)."""
+    return (Metric("cpu_client", "%core", "lower", "client process CPU, 100 = one core busy",
+                   per=work),
+            Metric("cpu_server", "%core", "lower", "server process CPU, 100 = one core busy",
+                   per=work))
 
 
 def _set_stall_timeout(sock: socket.socket, seconds: float) -> None:
@@ -262,7 +265,7 @@ class TcpStream(_TcpBenchmark):
         Metric("goodput", "Gbit/s", "higher", "receiver-counted payload rate, all directions"),
         Metric("goodput_fwd", "Gbit/s", "higher", "client to server"),
         Metric("goodput_rev", "Gbit/s", "higher", "server to client"),
-        *_CPU_METRICS,
+        *_cpu_metrics("goodput"),
         Metric("cpu_per_gbit", "CPU-s/Gbit", "lower",
                "CPU seconds of both ends per Gbit of payload moved"),
     )
@@ -399,7 +402,7 @@ class TcpRr(_TcpBenchmark):
                  *(("lat_p50", q) if q != "p50" else ()))
           for q in ("min", "p50", "avg", "stdev", "p99", "p99.9", "max")),
         Metric("tps", "transactions/s", "higher", "round trips completed per second"),
-        *_CPU_METRICS,
+        *_cpu_metrics("tps"),
     )
     params = (
         Param("msg_size", "size", 64, "request and response size in bytes",
