@@ -53,6 +53,9 @@ class Metric:
     # that work changed, compare judges this figure per unit of it, never as a change of its
     # own (a link made faster costs more CPU a second, not more a Gbit).
     per: str = ""
+    # A resource the case spent (CPU): a busy neighbour's contention (caches, a sibling
+    # hyperthread) raises it even where the case was never short of CPU. ``per`` implies it.
+    cost: bool = False
 
     def __post_init__(self) -> None:
         if self.better not in ("higher", "lower"):

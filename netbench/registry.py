@@ -126,7 +126,7 @@ def stored_traits(rows: Any) -> Any:
 
 
 # Metric declarations rows carry as columns, for files written before they did.
-_METRIC_COLUMNS = (("statistic", "statistic"), ("per_metric", "per"))
+_METRIC_COLUMNS = (("statistic", "statistic"), ("per_metric", "per"), ("cost", "cost"))
 
 
 def _declared_statistics(rows: Any) -> Any:
@@ -142,9 +142,9 @@ def _declared_statistics(rows: Any) -> Any:
         missing = rows[column].isna() & rows["metric"].notna()
         if not missing.any():
             continue
-        declared = {(name, m.name): getattr(m, field_name)
+        declared = {(name, m.name): 1 if field_name == "cost" else getattr(m, field_name)
                     for name, b in all_benchmarks().items() for m in b.metrics
-                    if getattr(m, field_name)}
+                    if getattr(m, field_name) or (field_name == "cost" and m.per)}
         filled = [declared.get((b, m)) for b, m in zip(rows.loc[missing, "benchmark"],
                                                        rows.loc[missing, "metric"])]
         if not any(filled):

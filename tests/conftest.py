@@ -122,3 +122,30 @@ def install_plugin(folder: Path, source: str, entries: dict[str, str],
     lines = "".join(f"{name} = {target}\n" for name, target in entries.items())
     (dist / "entry_points.txt").write_text(f"[{group}]\n{lines}")
     return str(folder)
+
+
+class CpuHog:
+    """A busy loop pinned to one core, in its own process: a shared CI runner's neighbour.
+    A context manager; ``on()``/``off()`` for a hog beside some runs only."""
+
+    def __init__(self, core: int = 0) -> None:
+        self.core, self.proc = core, None
+
+    def on(self) -> None:
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-c", "import os\n"
+                                          f"os.sched_setaffinity(0, {{{self.core}}})\n"
+                                          "while True:\n    pass\n"])
+
+    def off(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def __enter__(self) -> CpuHog:
+        self.on()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.off()

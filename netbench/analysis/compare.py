@@ -187,11 +187,11 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     load = [column(c) for c in (*LOAD, *CLOCK)]
     # What the value summarises and of how many samples: an extreme is judged by runs; what
     # work it is a cost of; netbench's own demand on the host's CPUs (was it short of CPU?).
-    shape = [column(c) for c in ("statistic", "n_samples", "per_metric", "load_own_cores",
-                                 "case_index")]
+    shape = [column(c) for c in ("statistic", "n_samples", "per_metric", "cost",
+                                 "load_own_cores", "case_index")]
     entries: dict[tuple[str, str, str], dict[str, Any]] = {}
     for (bench, params, metric, value, unit, better, size, host, run_id), *busy, mhz, \
-            throttled, statistic, counted, per, own, index, cpus in zip(
+            throttled, statistic, counted, per, cost, own, index, cpus in zip(
                 zip(*columns), *load, *shape, _cpus(ok)):
         entry = entries.get((bench, params, metric))
         if entry is None:
@@ -202,6 +202,7 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
                 "msg_size": None if _is_missing(size) else int(size),
                 "statistic": None if _is_missing(statistic) else str(statistic),
                 "per": None if _is_missing(per) else str(per),
+                "cost": not _is_missing(cost) and bool(cost),
                 "n_samples": None}
         if not _is_missing(counted):            # the fewest an invocation of it rests on
             entry["n_samples"] = int(counted) if entry["n_samples"] is None else min(
@@ -229,10 +230,10 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         if not values:
             continue
         mhz = entry.pop("mhz")
-        out[key] = {**entry, "busy": _mean_known(busy), "steal": _mean_known(steal),
+        out[key] = {**entry, "busy": mean_known(busy), "steal": mean_known(steal),
                     # Own demand only where every invocation recorded it: a mean over some
                     # would understate how short of CPU the rest were.
-                    "own": None if None in own else _mean_known(own),
+                    "own": None if None in own else mean_known(own),
                     "cpus": min((c for c in cpus if c), default=None),
                     "mhz": sum(mhz) / len(mhz) if mhz else None,
                     "n_runs": len(entry["runs"]),
@@ -241,7 +242,7 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     return out
 
 
-def _mean_known(values: Sequence[float | None]) -> float | None:
+def mean_known(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known else None
 
@@ -352,7 +353,8 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
         runs = len(past.get(key, Past()).values)
         j = judge(side(x), side(y), change, x["better"], threshold, q, evidence, alpha,
                   history_runs=runs, what=bench, sd=sd, past=past.get(key), p_value=p,
-                  extreme=extreme_of(metric, x, y), counts=is_error_metric(metric))
+                  extreme=extreme_of(metric, x, y), counts=is_error_metric(metric),
+                  cost=bool(x.get("cost")))
         verdicts.append(MetricVerdict(
             bench, params, x["msg_size"], metric, x["unit"], x["better"], x["value"],
             y["value"], change, threshold, (len(x["values"]), len(y["values"])),

@@ -18,6 +18,7 @@ from typing import Any
 from netbench.analysis.cases import is_headline
 from netbench.analysis.compare import (
     MetricVerdict,
+    mean_known,
     adjust,
     change_of,
     check_units,
@@ -231,7 +232,8 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
                              threshold, q, step.evidence, alpha,
                              history_runs=step.against + len(past.values), what=key[0],
                              sd=sd, past=past, p_value=step.p_value,
-                             extreme=extreme_of(key[2], base, cand)))
+                             extreme=extreme_of(key[2], base, cand),
+                             counts=is_error_metric(key[2]), cost=bool(base.get("cost"))))
     if not series:
         what = "; ".join(f"{b} {m} (run {r})" for b, m, r in single[:5])
         raise NetbenchError("a trend needs a case measured in at least two runs; every chosen "
@@ -267,21 +269,19 @@ def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     values = [v for e in entries for v in e["values"]]
     return {**entries[0], "value": median_sorted(sorted(values)), "values": values,
-            "busy": _mean_known([e.get("busy") for e in entries]),
-            "steal": _mean_known([e.get("steal") for e in entries]),
+            "busy": mean_known([e.get("busy") for e in entries]),
+            "steal": mean_known([e.get("steal") for e in entries]),
+            "own": None if any(e.get("own") is None for e in entries)
+            else mean_known([e.get("own") for e in entries]),
+            "cpus": min((e["cpus"] for e in entries if e.get("cpus")), default=None),
             "n_runs": sum(e.get("n_runs", 1) for e in entries),
-            "mhz": _mean_known([e.get("mhz") for e in entries]),
+            "mhz": mean_known([e.get("mhz") for e in entries]),
             "throttled": sum(e.get("throttled", 0) for e in entries),
             "units": sorted({u for e in entries for u in e["units"]}),
             # An extreme on the fewest samples any run's invocation rested on.
             "statistic": next((e["statistic"] for e in entries if e.get("statistic")), None),
             "n_samples": min((e["n_samples"] for e in entries
                               if e.get("n_samples") is not None), default=None)}
-
-
-def _mean_known(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
 
 
 SPARKS = "▁▂▃▄▅▆▇█"

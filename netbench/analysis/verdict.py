@@ -205,14 +205,15 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
           p_adjusted: float | None, evidence: str, alpha: float = 0.05,
           history_runs: int = 0, what: str = "", sd: float = 0.0,
           past: Past | None = None, p_value: float | None = None,
-          extreme: str = "", counts: bool = False) -> Judgement:
+          extreme: str = "", counts: bool = False, cost: bool = False) -> Judgement:
     """The verdict on a relative ``change`` (candidate against baseline, in the metric's
     own direction ``better``), from the test's (adjusted) p-value, evidence and spread.
     ``p_value``: the test's own, before adjustment (default ``p_adjusted``: a test alone).
     ``extreme``: why the figure is an extreme (``extreme()``), judged by run-level evidence
     only: a history to judge by (more than MIN_DF earlier runs; the test took the wider of
     its spread and the repeats'). ``counts``: the values count events (an error counter's
-    growth): the host's load never explains those."""
+    growth): the host's load never explains those. ``cost``: a resource the case spent (CPU),
+    which a neighbour's contention raises whether or not the case was short of CPU."""
     raw = p_adjusted if p_value is None else p_value
     se = relative_se(base, cand, evidence, sd, counts)
     detectable = (None if se is None
@@ -258,7 +259,8 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     apart = load_differs(base, cand)
     named = ""
     if apart and not decided_by_history:
-        why_not = unexplained_by_load(base, cand, change, threshold, past)
+        why_not = (beyond_load_history(base, cand, change, threshold, past) if cost
+                   else unexplained_by_load(base, cand, change, threshold, past))
         if not why_not:
             return made(DISTURBED, disturbed=apart + (f" during {what}" if what else "")
                         + f"; quiet on both it would read {verdict}")

@@ -647,6 +647,7 @@ class Runner:
                 "unit": metric.unit, "better": metric.better,
                 "statistic": metric.statistic or None,
                 "per_metric": metric.per or None,
+                "cost": 1 if metric.cost or metric.per else None,
                 "n_samples": counted,
                 "samples": thin(samples) if samples is not None else None,
                 "status": "ok", "reason": m.note or None,

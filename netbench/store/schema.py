@@ -75,6 +75,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     # compare judges it per unit of that work where the work changed. Files written before
     # it read it as missing; the CLI fills it from the installed benchmarks.
     ("per_metric", "string"),
+    # 1 where the metric is a resource the case spent (its Metric's ``cost``, or ``per``):
+    # the host's load may explain its change even where the case was not short of CPU.
+    ("cost", "int32"),
 )
 
 

@@ -99,7 +99,8 @@ def _common_params(iterations: int, warmup: int, sizes_default: int,
     )
 
 
-_CPU = Metric("cpu_client", "%core", "lower", "this process, busy-polling as perftest does")
+_CPU = Metric("cpu_client", "%core", "lower", "this process, busy-polling as perftest does",
+              cost=True)
 
 
 def _lat_metrics(unit: str, what: str) -> tuple[Metric, ...]:

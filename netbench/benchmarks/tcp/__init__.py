@@ -267,7 +267,7 @@ class TcpStream(_TcpBenchmark):
         Metric("goodput_rev", "Gbit/s", "higher", "server to client"),
         *_cpu_metrics("goodput"),
         Metric("cpu_per_gbit", "CPU-s/Gbit", "lower",
-               "CPU seconds of both ends per Gbit of payload moved"),
+               "CPU seconds of both ends per Gbit of payload moved", cost=True),
     )
     params = (
         Param("msg_size", "size", 128 * 1024, "bytes per send() call (iperf3 -l)",
