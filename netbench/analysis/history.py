@@ -18,13 +18,13 @@ from typing import Any
 from netbench.analysis.cases import is_headline
 from netbench.analysis.compare import (
     MetricVerdict,
-    mean_known,
     adjust,
     change_of,
     check_units,
     env_changes,
     extreme_of,
     lost_verdicts,
+    mean_known,
     pool,
     side,
     threshold_for,
