@@ -344,20 +344,15 @@ def _on_shaped_link(element: str) -> bool:
                        f"link:{spine}->{leaf}")
 
 
-# What netbench gets wrong under ECMP (reported with issue 23, not worked around): a flow
-# takes ONE path of its equal-cost set, by its hash. The adaptive planner's cross cover sends
-# one flow per path set ("one round reaches every path set"), so a bad member of the set is
-# loaded with probability 1/2 per flow here: with two such flows it is missed altogether a
-# quarter of the time (exit 0, "nothing flagged"); and where one flow did take it, the
-# re-probe between the leaves' other hosts is one more coin, after which the planner stops
-# (budget left) with the slow pair "its own path (retest it)". localize's penalty also
-# needs 5 of the 16 pairs through leaf1's uplinks slow to name them, so an all-pairs sweep
-# whose flows hashed onto spine1 4 times or fewer (a few percent of runs) ends the same
-# way. Those two outcomes are expected failures, said with their figures; anything else is
-# asserted.
-ECMP_MISS = ("netbench under ECMP (issue 23): a bad member of an equal-cost path set is "
-             "loaded only by the flows that hash onto it, and the verdict here rests on too "
-             "few of them")
+# Under ECMP a flow takes ONE path of its equal-cost set, by the hash of its 5-tuple (a random
+# source port each connection), so whether a sweep's flows load the shaped uplink is chance:
+# all-pairs needs 5 of the 16 pairs through leaf1's uplinks slow for localize to name them
+# (4 or fewer hash onto spine1 in 3.8% of sweeps: binomial 16, 1/2), and the adaptive cover
+# sends one flow per path set a round, so it may miss the link or leave a slow pair "its own
+# path (retest it)". Such a sweep names nothing, and says so; it is never an excuse: the test
+# sweeps again and asserts the rate at which the link is named (a sweep that names it ends
+# the count early), with k of n from the rates measured here (docstring).
+ATTEMPTS = {"all": (3, 2), "adaptive": (3, 2)}     # pattern: (sweeps at most, named at least)
 
 
 def _lone_pairs(stderr: str) -> list[str]:
@@ -365,14 +360,13 @@ def _lone_pairs(stderr: str) -> list[str]:
             if line.strip().startswith("LINK ") and "the pair's own path" in line]
 
 
-@pytest.mark.root
-@pytest.mark.parametrize("pattern", ["all", "adaptive"])
-def test_a_slow_leaf_spine_link_is_named_and_nothing_else(l3_fabric, tmp_path, pattern):
+def _one_sweep(fabric, res: Path, pattern: str) -> tuple[bool, str]:
+    """One sweep, every part of its verdict that does not rest on the flows' hashes asserted;
+    returns whether it named the shaped link, and a line saying what it found."""
     import pyarrow.parquet as pq
 
-    res = tmp_path / "res"
-    outs, seconds = _sweep(l3_fabric, pattern, res)
-    n = len(l3_fabric["hosts"])
+    outs, seconds = _sweep(fabric, pattern, res)
+    n = len(fabric["hosts"])
     assert [o[0] for o in outs[1:]] == [0] * (n - 1), outs
     assert outs[0][0] in (0, 1), outs[0]
     (m,) = json.loads(outs[0][1])["matrices"]
@@ -380,11 +374,12 @@ def test_a_slow_leaf_spine_link_is_named_and_nothing_else(l3_fabric, tmp_path, p
     facts = json.loads(pq.read_schema(path).metadata[b"netbench_fabric"])
     stderr = outs[0][2]
     verdict = stderr[stderr.find("tcp.stream"):]
-    leaf, _spine = SHAPED
+    leaf, spine = SHAPED
     slow = {(c["client"], c["server"]) for c in m["cells"] if c["slow"]}
     crossing = {(c["client"], c["server"]) for c in m["cells"]
                 if (c["client"].split("-")[0] == leaf) != (c["server"].split("-")[0] == leaf)}
-    print(f"\n--pattern {pattern}: {facts.get('rounds')} rounds in {seconds:.1f} s, "
+    rounds = facts["rounds"]
+    print(f"\n--pattern {pattern}: {rounds} rounds in {seconds:.1f} s, "
           f"{len(m['cells'])} pairs measured, healthy {m['healthy']:.3g} {m['unit']}; "
           f"{len(slow)} of the {len(crossing)} pairs between {leaf} and another leaf read "
           "slow (each flow takes spine1 or spine2 by its hash)")
@@ -403,25 +398,40 @@ def test_a_slow_leaf_spine_link_is_named_and_nothing_else(l3_fabric, tmp_path, p
     for s in m["suspects"]:          # every suspect holds the shaped link; an unshaped
         assert any(_on_shaped_link(e) for e in s["elements"]), s    # link only beside it
         assert s["kind"] != "host" and not any(e.startswith("host:") for e in s["elements"])
-    rounds = facts["rounds"]
     if pattern == "all":
         assert rounds == 2 * (n - 1), facts               # the circle method, each way
     else:
         assert facts["pattern"] == "adaptive" and rounds < 2 * (n - 1), facts
         assert len(facts["why"]) == rounds and facts["why"][0].startswith("cover:")
-    if outs[0][0] == 0:
+    if outs[0][0] == 0:              # no flow took the link: nothing flagged, nothing named
         assert not slow and not m["suspects"], m
-        pytest.xfail(f"{ECMP_MISS}: {pattern} sweep, {rounds} rounds, {len(m['cells'])} "
-                     f"pairs, none of them took {leaf}--{_spine}: nothing flagged (exit 0)")
-    if not m["suspects"]:
+        return False, f"{rounds} rounds, nothing flagged: no flow hashed onto {leaf}--{spine}"
+    if not m["suspects"]:            # too few slow pairs to name a link: each left as its own
         lone = _lone_pairs(verdict)
         assert lone and len(lone) == len(slow), verdict
-        pytest.xfail(f"{ECMP_MISS}: {pattern} sweep, {rounds} rounds: {len(slow)} slow "
-                     f"pair(s) through {leaf}'s uplinks, each left as its own path: "
-                     + " | ".join(lone))
-    # The verdict: exit 1, the shaped link named (every suspect holds it, above; beside it
-    # only its ECMP twin, which carries exactly the same path sets: no pair tells them apart).
-    assert outs[0][0] == 1, outs[0]
+        return False, f"{rounds} rounds, {len(slow)} slow pair(s) left as their own paths"
+    # Named: exit 1, every suspect holding the shaped link (beside it only its ECMP twin, which
+    # carries exactly the same path sets: no pair tells them apart).
+    return True, f"{rounds} rounds, named: " + " | ".join(s["text"] for s in m["suspects"])
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("pattern", ["all", "adaptive"])
+def test_a_slow_leaf_spine_link_is_named_and_nothing_else(l3_fabric, tmp_path, pattern):
+    """Every sweep blames no host and names nothing but the shaped link (or its ECMP twin);
+    the link is named in at least k of n sweeps (ATTEMPTS); a sweep that names nothing is one
+    whose flows happened to miss the link (see above), and says so."""
+    attempts, needed = ATTEMPTS[pattern]
+    found: list[str] = []
+    named = 0
+    for i in range(attempts):
+        if named >= needed or named + attempts - i < needed:
+            break                    # decided either way: no sweep left can change it
+        hit, what = _one_sweep(l3_fabric, tmp_path / f"res{i}", pattern)
+        named += hit
+        found.append(what)
+    assert named >= needed, (f"{pattern}: the shaped link named in {named} of {len(found)} "
+                             f"sweeps, at least {needed} of {attempts} expected", found)
 
 
 @pytest.mark.root

@@ -234,7 +234,7 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
                              sd=sd, past=past, p_value=step.p_value,
                              extreme=extreme_of(key[2], base, cand),
                              counts=is_error_metric(key[2]), cost=bool(base.get("cost"))))
-    if not series:
+    if not series and not lost:       # a lost case is news enough without a trend
         what = "; ".join(f"{b} {m} (run {r})" for b, m, r in single[:5])
         raise NetbenchError("a trend needs a case measured in at least two runs; every chosen "
                             f"case is in one run only: {what}")

@@ -604,11 +604,12 @@ def history_text(h: Any, window: int) -> str:
                          f"0 -> {n.candidate}" + ("" if n.gated else " (the namespace's TCP)"))
     lines.extend(f"  left out {printable(run_id)}: {printable(why)}"
                  for run_id, why in h.left_out[:10])
-    for v in h.lost:
-        lines.append(f"  LOST in the newest run: {printable(v.benchmark)} "
-                     f"{printable(v.params)}: {printable(v.reason[:200])}")
+    for name, v in zip(case_names([(v.benchmark, v.params) for v in h.lost]), h.lost):
+        lines.append(f"  LOST in the newest run: {printable(name)}: "
+                     f"{printable(v.reason[:200])}")
     lines.append("")
-    lines.extend(_history_table(h))
+    lines.extend(_history_table(h) if h.series else ["no case measured in two or more runs: "
+                                                      "no trend"])
     lines.extend(_change_point_lines(h))
     if h.single:
         once = Counter((b, m) for b, m, _ in h.single)      # a metric of several cases: once
