@@ -7,6 +7,7 @@ from netbench.analysis.verdict import (
     DISTURBED,
     IMPROVED,
     REGRESSED,
+    UNCHANGED,
     UNVERIFIED,
     Past,
     Side,
@@ -218,3 +219,66 @@ def test_an_extreme_judged_by_one_runs_repeats_is_unverified_by_runs_it_decides(
     # Not an extreme (a p99 of 3,000 samples): the repeats decide as before.
     assert _verdict(before, after, better="lower",
                     extreme=extreme("p99", 3000)).verdict == IMPROVED
+
+
+def _loaded(values, busy, own, cpus=2):
+    return Side(values, busy, 1, own=own, cpus=cpus)
+
+
+def test_a_change_beside_a_hog_is_judged_where_neither_side_was_short_of_cpu():
+    """A shaped stream beside a hog: the link set its rate, the case wanted a sliver of the
+    free cores, so the load cannot explain -10%: regressed, with the load named."""
+    base = _loaded([200.0, 200.2, 199.9], 0.0, 0.05)
+    cand = _loaded([180.0, 180.1, 179.9], 1.0, 0.05)
+    j = _verdict(base, cand)
+    assert j.verdict == REGRESSED and "not short of CPU on either side" in j.disturbed, j
+    assert "candidate wanted 0.05 of the 1 cores left free" in j.disturbed
+    # The same figures where the candidate's case wanted most of the core the hog left it:
+    # short of CPU, and the load may be the cause.
+    j = _verdict(base, _loaded(cand.values, 1.0, 0.8))
+    assert j.verdict == DISTURBED, j
+    # Unknown own demand (a file from before it was kept) is no evidence either way.
+    j = _verdict(base, _loaded(cand.values, 1.0, None))
+    assert j.verdict == DISTURBED, j
+    # Every core busy outside netbench: short of CPU whatever it wanted.
+    j = _verdict(base, _loaded(cand.values, 2.0, 0.01))
+    assert j.verdict == DISTURBED, j
+
+
+def test_a_cost_beside_a_hog_is_disturbed_unless_beyond_its_loaded_history():
+    """A CPU figure is a resource the case spent, which a neighbour's contention raises
+    whether or not the case was short of CPU: the starvation rule never clears it; a history
+    with loaded runs that moved less does."""
+    base = _loaded([0.10, 0.101, 0.099], 0.0, 0.05)
+    cand = _loaded([0.13, 0.131, 0.129], 1.0, 0.05)
+    p, evidence, sd = invocation_test(base, cand, Past())
+    j = judge(base, cand, 0.3, "lower", 0.05, p, evidence, sd=sd, cost=True)
+    assert j.verdict == DISTURBED, j
+    # One quiet run and two beside a hog that moved 2%: +30% is beyond what the load moved.
+    past = Past([0.10, 0.101, 0.102], [0.0, 1.0, 1.0])
+    j = judge(base, cand, 0.3, "lower", 0.05, p, evidence, sd=sd, cost=True, past=past)
+    assert j.verdict == REGRESSED and "beyond the 2.0% this case has moved" in j.disturbed, j
+    # The same history where the loaded runs moved 35%: the load may explain it.
+    past = Past([0.10, 0.135, 0.134], [0.0, 1.0, 1.0])
+    j = judge(base, cand, 0.3, "lower", 0.05, p, evidence, sd=sd, cost=True, past=past)
+    assert j.verdict == DISTURBED, j
+
+
+def test_error_counts_are_never_disturbed():
+    base = Side([0.0, 0.0, 0.0], 0.0, 1)
+    cand = Side([2472.0, 2390.0, 2501.0], 1.0, 1)
+    p, evidence, sd = invocation_test(base, cand, Past(), counts=True)
+    j = judge(base, cand, math.inf, "lower", 0.05, p, evidence, sd=sd, counts=True)
+    assert j.verdict == REGRESSED, j
+
+
+def test_a_step_at_the_threshold_is_the_step_not_a_coin_toss():
+    """-5% measured -4.99% with tight repeats on a 5% threshold: significant, and its own
+    standard error reaches past the threshold: regressed. -3% with the same spread: within
+    the threshold by more than its error: unchanged. The smallest change the evidence could
+    detect (80% power) is reported."""
+    base = Side([200.0, 200.1, 199.9, 200.05, 199.95], 0.0, 1)
+    at = Side([v * 0.9501 for v in base.values], 0.0, 1)
+    j = _verdict(base, at)
+    assert j.verdict == REGRESSED and j.detectable is not None and 0 < j.detectable < 0.01, j
+    assert _verdict(base, Side([v * 0.97 for v in base.values], 0.0, 1)).verdict == UNCHANGED

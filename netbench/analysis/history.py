@@ -3,7 +3,10 @@
 A step is one run against the runs just before it (a window, pooled as invocations: the
 window is the case's noise model), judged by the one decision function compare uses
 (``netbench.analysis.verdict``; a run's steps adjusted together as one comparison's are), so
-"regressed" means here what it means there. What
+"regressed" means here what it means there. The window never reaches back past the series'
+last change point before the step (``netbench.analysis.segments``): an earlier step is a
+level of its own, never noise that hides the next. A case the newest run lost (measured
+before, skipped or failed now) is a LOST verdict, as in compare. What
 changed in the environment between a run and the one before it (driver, firmware, kernel,
 NCCL, torch) is recorded on that run, so a regression points at its run and at what changed.
 """

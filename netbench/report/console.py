@@ -591,7 +591,7 @@ def history_text(h: Any, window: int) -> str:
     """`netbench history` (``analysis.history.build``'s History): the runs, numbered, with
     what changed in each; a line per case metric; the metrics measured in one run only."""
     lines = [f"history: {len(h.runs)} runs, {len(h.series)} case metrics; each run judged "
-             f"against up to {window} before it (compare's test)"]
+             f"against up to {window} before it since the last step (compare's test)"]
     for i, run in enumerate(h.runs, 1):
         changed = "; ".join(env_change(k, a, b) for k, a, b in run["changes"][:4])
         more = f" (+{len(run['changes']) - 4} more)" if len(run["changes"]) > 4 else ""
