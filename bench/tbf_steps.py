@@ -2,11 +2,19 @@
 network namespaces over a veth shaped with `tc tbf`, one run of driver-regression.toml's
 tcp.stream cases (its interleaved repeats, its thresholds) at each rate, each compared with the
 first rate's run (--no-history: the other rates' runs are deliberate changes, not this
-link's noise). Root only (namespaces); bounded: one suite run per rate.
+link's noise). Root only (namespaces); bounded: one suite run per rate and trial.
 
     sudo python bench/tbf_steps.py [--rates 1000,990,980,970,960,950] [--streams 4]
+    sudo python bench/tbf_steps.py --rates 200,196,194,190,180 --trials 4 --hog
 
-Prints one line per rate: `<rate> Mbit/s change <median change> verdicts <counts> exit <rc>`.
+``--trials N`` repeats the whole ladder N times, each trial with its own baseline, and adds an
+A/A: the first rate run twice, the second judged against the first (a false alarm is any
+case metric called regressed or improved there). ``--hog`` runs a busy loop pinned to core 0
+beside every run but each trial's baseline (a shared CI runner, busy on one side only).
+
+Prints one line per rate and trial: `<rate> Mbit/s change <median change> verdicts <counts>
+exit <rc>`, then per rate how many trials exited 1 with goodput regressed, and what else was
+called regressed or improved.
 """
 
 from __future__ import annotations
@@ -43,10 +51,29 @@ def suite_file(out: Path, streams: list[int] | None) -> Path:
     return out
 
 
+HOG = "import os\nos.sched_setaffinity(0, {0})\nwhile True:\n    pass\n"
+
+
+def _compare(results: Path, suite: Path, base: str, cand: str
+             ) -> tuple[int, list[dict], list[str]]:
+    """compare's exit, its goodput verdicts, and every other metric it called either way."""
+    proc = subprocess.run([sys.executable, "-m", "netbench", "compare", base, cand,
+                           "--results", str(results), "--thresholds", str(suite),
+                           "--no-history", "--json"], capture_output=True, text=True, cwd=ROOT)
+    verdicts = json.loads(proc.stdout)["verdicts"]
+    goodput = [v for v in verdicts if v["metric"] == "goodput"]
+    others = [f"{v['metric']} {v['change']:+.1%} {v['verdict']}" for v in verdicts
+              if v["metric"] != "goodput" and v["verdict"] in ("regressed", "improved", "lost")]
+    return proc.returncode, goodput, others
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="1000,990,980,970,960,950")
     parser.add_argument("--streams", help="override the suite's streams, e.g. 4")
+    parser.add_argument("--trials", type=int, default=1, help="the ladder this many times")
+    parser.add_argument("--hog", action="store_true",
+                        help="a CPU hog on core 0 beside every run but the baseline")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("tbf_steps: needs root (network namespaces)")
@@ -71,36 +98,57 @@ def main() -> int:
                f"{rates[0]}mbit", "burst", "256kb", "latency", "100ms")
         server = ServerProcess(bind="10.204.0.2", prefix=("ip", "netns", "exec", b))
         results = work / "results"
+        tally: dict[str, list[tuple[int, bool, list[str]]]] = {}
         try:
-            for rate in rates:
-                for ns, dev in ((a, va), (b, vb)):
-                    sh("tc", "-n", ns, "qdisc", "change", "dev", dev, "root", "tbf", "rate",
-                       f"{rate}mbit", "burst", "256kb", "latency", "100ms")
-                run = subprocess.run(
-                    ["ip", "netns", "exec", a, sys.executable, "-m", "netbench", "run",
-                     str(suite), "--peer", server.address, "--label", f"tbf{rate}",
-                     "--results", str(results)], capture_output=True, text=True,
-                    timeout=900, cwd=ROOT)
-                if run.returncode != 0:
-                    print(f"{rate} Mbit/s: run failed: {run.stderr[-400:]}")
-                    return 1
+            for trial in range(args.trials):
+                ladder = [("base", rates[0])] + ([("aa", rates[0])] if args.trials > 1
+                                                  else []) + [(str(r), r) for r in rates[1:]]
+                for name, rate in ladder:
+                    for ns, dev in ((a, va), (b, vb)):
+                        sh("tc", "-n", ns, "qdisc", "change", "dev", dev, "root", "tbf",
+                           "rate", f"{rate}mbit", "burst", "256kb", "latency", "100ms")
+                    hog = (subprocess.Popen([sys.executable, "-c", HOG])
+                           if args.hog and name != "base" else None)
+                    try:
+                        run = subprocess.run(
+                            ["ip", "netns", "exec", a, sys.executable, "-m", "netbench", "run",
+                             str(suite), "--peer", server.address, "--label",
+                             f"t{trial}-{name}", "--results", str(results)],
+                            capture_output=True, text=True, timeout=900, cwd=ROOT)
+                    finally:
+                        if hog:
+                            hog.kill()
+                            hog.wait()
+                    if run.returncode != 0:
+                        print(f"{rate} Mbit/s: run failed: {run.stderr[-400:]}")
+                        return 1
+                for name, rate in ladder[1:]:
+                    rc, goodput, others = _compare(results, suite, f"t{trial}-base",
+                                                   f"t{trial}-{name}")
+                    counts: dict[str, int] = {}
+                    for v in goodput:
+                        counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
+                    changes = sorted(v["change"] for v in goodput)
+                    label = "A/A" if name == "aa" else f"{rate / rates[0] - 1:+.1%}"
+                    print(f"trial {trial}: {rate} Mbit/s ({label}) goodput change "
+                          f"{changes[len(changes) // 2]:+.2%} verdicts "
+                          + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+                          + f" of {len(goodput)} cases; exit {rc}"
+                          + (f"; also called: {', '.join(others)}" if others else ""),
+                          flush=True)
+                    caught = rc == 1 and counts.get("regressed", 0) > 0
+                    tally.setdefault(label, []).append((rc, caught, others))
         finally:
             server.stop()
-        for rate in rates[1:]:
-            proc = subprocess.run([sys.executable, "-m", "netbench", "compare",
-                                   f"tbf{rates[0]}", f"tbf{rate}", "--results", str(results),
-                                   "--thresholds", str(suite), "--no-history", "--json"],
-                                  capture_output=True, text=True, cwd=ROOT)
-            goodput = [v for v in json.loads(proc.stdout)["verdicts"]
-                       if v["metric"] == "goodput"]
-            counts: dict[str, int] = {}
-            for v in goodput:
-                counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
-            changes = sorted(v["change"] for v in goodput)
-            print(f"{rate} Mbit/s ({rate / rates[0] - 1:+.1%}) goodput change "
-                  f"{changes[len(changes) // 2]:+.2%} verdicts "
-                  + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-                  + f" of {len(goodput)} cases; exit {proc.returncode}")
+        if args.trials > 1:
+            for label, seen in tally.items():
+                what = ("called anything" if label == "A/A" else "caught (exit 1, goodput "
+                        "regressed)")
+                hits = (sum(rc != 0 or bool(o) for rc, _, o in seen) if label == "A/A"
+                        else sum(c for _, c, _ in seen))
+                print(f"{label}: {what} in {hits} of {len(seen)} trials; other metrics "
+                      f"called in {sum(bool(o) for _, _, o in seen)}"
+                      + (" (a hog beside every run but the baseline)" if args.hog else ""))
     finally:
         subprocess.run(["ip", "netns", "del", a], capture_output=True)
         subprocess.run(["ip", "netns", "del", b], capture_output=True)

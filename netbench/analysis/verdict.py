@@ -13,7 +13,10 @@ its spread the larger of the sides' own repeats (pooled) and the case's history;
 needs that spread to have at least ``MIN_DF`` degrees of freedom.
 
 The verdicts:
-- ``unchanged``: within the threshold;
+- ``lost``: measured on the baseline, skipped or failed (or absent) on the candidate
+  (``compare.lost_verdicts``: no test, the reason is the evidence); fails a gate unless allowed;
+- ``unchanged``: within the threshold, unless the change is significant and its own standard
+  error reaches past the threshold (a -5% step measured -4.99% on 5% is the step);
 - ``regressed`` / ``improved``: beyond the threshold, and the invocations say it is not noise;
 - ``noisy``: beyond the threshold, within what invocations of this case move;
 - ``unverified``: beyond the threshold with no invocation-level spread to judge it by (one
@@ -29,7 +32,13 @@ The verdicts:
   both load levels (then its spread allows for that load, and it decides); or the hypervisor
   stole at least ``BUSY_CORES`` from either side: other guests' demand moves between runs more
   than between the repeats of one, so only a history holding runs at that steal decides.
-Only ``regressed`` fails a gate by default.
+  Load explains a rate or a latency only where a side's case was short of CPU (``starved``:
+  it wanted ``STARVED`` of the cores left free) or the change is within what the case moved
+  under such load in its history; otherwise the verdict stands, the load named beside it. A
+  cost (``cost=True``: CPU spent) is cleared only by that history; counted events
+  (``counts=True``: retransmits, drops) are never disturbed.
+Each judgement carries ``detectable``: the smallest change its evidence would catch at 80%
+power. Only ``regressed`` and ``lost`` fail a gate by default.
 """
 
 from __future__ import annotations
