@@ -38,12 +38,13 @@ def sh(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=20)
 
 
-def suite_file(out: Path, streams: list[int] | None) -> Path:
+def suite_file(out: Path, streams: list[int] | None, sizes: list[str] | None) -> Path:
     data = tomllib.loads((ROOT / "suites" / "driver-regression.toml").read_text())
     lines = ["[suite]"] + [f"{k} = {json.dumps(v)}" for k, v in data["suite"].items()]
     for case in data["case"]:
         if case["benchmark"] == "tcp.stream":
-            case = {**case, **({"streams": streams} if streams else {})}
+            case = {**case, **({"streams": streams} if streams else {}),
+                    **({"msg_size": sizes} if sizes else {})}
             lines += ["[[case]]"] + [f"{k} = {json.dumps(v)}" for k, v in case.items()]
     lines += ["[thresholds]"] + [f"{json.dumps(k)} = {json.dumps(v)}"
                                  for k, v in data["thresholds"].items()]
@@ -55,8 +56,9 @@ HOG = "import os\nos.sched_setaffinity(0, {0})\nwhile True:\n    pass\n"
 
 
 def _compare(results: Path, suite: Path, base: str, cand: str
-             ) -> tuple[int, list[dict], list[str]]:
-    """compare's exit, its goodput verdicts, and every other metric it called either way."""
+             ) -> tuple[int, list[dict], list[str], int]:
+    """compare's exit, its goodput verdicts, every other metric it called either way, and how
+    many case-metric verdicts it made in all."""
     proc = subprocess.run([sys.executable, "-m", "netbench", "compare", base, cand,
                            "--results", str(results), "--thresholds", str(suite),
                            "--no-history", "--json"], capture_output=True, text=True, cwd=ROOT)
@@ -64,13 +66,14 @@ def _compare(results: Path, suite: Path, base: str, cand: str
     goodput = [v for v in verdicts if v["metric"] == "goodput"]
     others = [f"{v['metric']} {v['change']:+.1%} {v['verdict']}" for v in verdicts
               if v["metric"] != "goodput" and v["verdict"] in ("regressed", "improved", "lost")]
-    return proc.returncode, goodput, others
+    return proc.returncode, goodput, others, len(verdicts)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="1000,990,980,970,960,950")
     parser.add_argument("--streams", help="override the suite's streams, e.g. 4")
+    parser.add_argument("--msg-size", help="override the suite's message sizes, e.g. 64K")
     parser.add_argument("--trials", type=int, default=1, help="the ladder this many times")
     parser.add_argument("--hog", action="store_true",
                         help="a CPU hog on core 0 beside every run but the baseline")
@@ -81,7 +84,8 @@ def main() -> int:
     rates = [int(r) for r in args.rates.split(",")]
     work = Path(tempfile.mkdtemp(prefix="nb-tbf-"))
     suite = suite_file(work / "suite.toml",
-                       [int(s) for s in args.streams.split(",")] if args.streams else None)
+                       [int(s) for s in args.streams.split(",")] if args.streams else None,
+                       args.msg_size.split(",") if args.msg_size else None)
     tag = str(os.getpid() % 100000)
     a, b, va, vb = f"nbsA{tag}", f"nbsB{tag}", f"nbsa{tag}", f"nbsb{tag}"
     try:
@@ -98,7 +102,8 @@ def main() -> int:
                f"{rates[0]}mbit", "burst", "256kb", "latency", "100ms")
         server = ServerProcess(bind="10.204.0.2", prefix=("ip", "netns", "exec", b))
         results = work / "results"
-        tally: dict[str, list[tuple[int, bool, list[str]]]] = {}
+        # per label: (exit, goodput's verdict counts, cases, other metrics called, verdicts in all)
+        tally: dict[str, list[tuple[int, dict[str, int], int, list[str], int]]] = {}
         try:
             for trial in range(args.trials):
                 ladder = [("base", rates[0])] + ([("aa", rates[0])] if args.trials > 1
@@ -123,8 +128,8 @@ def main() -> int:
                         print(f"{rate} Mbit/s: run failed: {run.stderr[-400:]}")
                         return 1
                 for name, rate in ladder[1:]:
-                    rc, goodput, others = _compare(results, suite, f"t{trial}-base",
-                                                   f"t{trial}-{name}")
+                    rc, goodput, others, n_verdicts = _compare(
+                        results, suite, f"t{trial}-base", f"t{trial}-{name}")
                     counts: dict[str, int] = {}
                     for v in goodput:
                         counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
@@ -136,19 +141,29 @@ def main() -> int:
                           + f" of {len(goodput)} cases; exit {rc}"
                           + (f"; also called: {', '.join(others)}" if others else ""),
                           flush=True)
-                    caught = rc == 1 and counts.get("regressed", 0) > 0
-                    tally.setdefault(label, []).append((rc, caught, others))
+                    tally.setdefault(label, []).append(
+                        (rc, counts, len(goodput), others, n_verdicts))
         finally:
             server.stop()
         if args.trials > 1:
+            hog = " (a hog beside every run but the baseline)" if args.hog else ""
             for label, seen in tally.items():
-                what = ("called anything" if label == "A/A" else "caught (exit 1, goodput "
-                        "regressed)")
-                hits = (sum(rc != 0 or bool(o) for rc, _, o in seen) if label == "A/A"
-                        else sum(c for _, c, _ in seen))
-                print(f"{label}: {what} in {hits} of {len(seen)} trials; other metrics "
-                      f"called in {sum(bool(o) for _, _, o in seen)}"
-                      + (" (a hog beside every run but the baseline)" if args.hog else ""))
+                if label == "A/A":
+                    alarms = sum(len(o) + k.get("regressed", 0) + k.get("improved", 0)
+                                 for _, k, _c, o, _n in seen)
+                    called = sum(rc != 0 or bool(o) for rc, _r, _c, o, _n in seen)
+                    total = sum(n for *_, n in seen)
+                    print(f"A/A: something called in {called} of {len(seen)} trials; "
+                          f"{alarms} of {total} case-metric verdicts called regressed or "
+                          f"improved ({alarms / max(total, 1):.2%}){hog}")
+                    continue
+                caught = sum(rc == 1 and k.get("regressed", 0) > 0 for rc, k, *_ in seen)
+                cases = sum(k.get("regressed", 0) for _, k, *_ in seen)
+                of = sum(c for _, _, c, *_ in seen)
+                print(f"{label}: caught (exit 1, goodput regressed) in {caught} of "
+                      f"{len(seen)} trials; goodput regressed in {cases} of {of} case "
+                      f"verdicts; other metrics called in "
+                      f"{sum(bool(o) for *_, o, _n in seen)} trials{hog}")
     finally:
         subprocess.run(["ip", "netns", "del", a], capture_output=True)
         subprocess.run(["ip", "netns", "del", b], capture_output=True)
