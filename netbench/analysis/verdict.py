@@ -34,9 +34,9 @@ The verdicts:
   than between the repeats of one, so only a history holding runs at that steal decides.
   Load explains a rate or a latency only where a side's case was short of CPU (``starved``:
   it wanted ``STARVED`` of the cores it could have had, ``room``) or the change is within
-  what the case moved under such load in its history; otherwise the verdict stands, the load named beside it. A
-  cost (``cost=True``: CPU spent) is cleared only by that history; counted events
-  (``counts=True``: retransmits, drops) are never disturbed.
+  what the case moved under such load in its history; otherwise the verdict stands, the
+  load named beside it. A cost (``cost=True``: CPU spent) is cleared only by that history;
+  counted events (``counts=True``: retransmits, drops) are never disturbed.
 Each judgement carries ``detectable``: the smallest change its evidence would catch at 80%
 power. Only ``regressed`` and ``lost`` fail a gate by default.
 """
