@@ -152,3 +152,34 @@ def test_a_side_whose_every_invocation_failed_is_named_not_dropped(tmp_path):
     assert data["failed_cases"] == [{"side": "candidate", "benchmark": "tcp.rr",
                                      "params": "{\"msg_size\":64}",
                                      "reason": "peer 10.0.0.2 closed the connection"}]
+
+
+def test_a_case_the_candidate_was_never_asked_to_run_is_named_and_the_same_suite_loses_it(
+        tmp_path):
+    """The baseline measured tcp.rr and mem.copy; the candidate ran mem.copy alone, from
+    another suite (a narrower target): tcp.rr is named as not asked, never judged, and the
+    gate holds (exit 0). The same candidate run from the baseline's own suite lost it: LOST,
+    exit 1."""
+    store = ResultStore(tmp_path)
+    rng = random.Random(7)
+    mem = dict(benchmark="mem.copy", family="mem", op="copy", metric="bw", value=10.0,
+               unit="GB/s", better="higher", params=params_json({"msg_size": 0}))
+    for i in range(2):
+        _rr_run(store, f"b{i}", "before", T0 + timedelta(hours=i), _latencies(rng))
+    store.write_run(store.path_for("bm", T0.isoformat()), [_row("bm", "before", T0, **mem)])
+    when = T0 + timedelta(hours=5)
+    store.write_run(store.path_for("c1", when.isoformat()),
+                    [_row("c1", "after", when, suite="mem-only", **mem)])
+    proc = netbench("compare", "before", "after", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("not asked: tcp.rr")]
+    assert "only the baseline measured it" in line and "LOST" not in proc.stdout.replace(
+        "would be LOST", ""), proc.stdout
+    data = json.loads(netbench("compare", "before", "after", "--results", str(tmp_path),
+                               "--json").stdout)
+    assert data["not_asked_cases"] == [{"benchmark": "tcp.rr", "params": "{\"msg_size\":64}"}]
+    store.write_run(store.path_for("c2", (when + timedelta(hours=1)).isoformat()),
+                    [_row("c2", "after2", when + timedelta(hours=1), **mem)])
+    proc = netbench("compare", "before", "after2", "--results", str(tmp_path))
+    assert proc.returncode == 1 and "1 lost" in proc.stdout, proc.stdout + proc.stderr
+    assert "not asked" not in proc.stdout, proc.stdout

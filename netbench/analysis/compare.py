@@ -476,6 +476,23 @@ def new_cases(base: Any, cand: Any) -> list[tuple[str, str]]:
     return [k for k in dict.fromkeys(zip(ok["benchmark"], ok["params"])) if k not in had]
 
 
+def not_asked(base: Any, cand: Any) -> list[tuple[str, str]]:
+    """Cases the baseline measured that no candidate run holds or was asked to run (another
+    suite or target): named, never failed; one a candidate run of the same suite lacks is
+    ``lost`` (``lost_verdicts``)."""
+    if base.empty or cand.empty:
+        return []
+    held = set(zip(cand["benchmark"], cand["params"]))
+    suites = set(cand["suite"].dropna().astype(str)) - {""} if "suite" in cand else set()
+    ok = base[base["status"] == "ok"]
+    out = []
+    for key, group in ok.groupby(["benchmark", "params"], sort=False):
+        ran = set(group["suite"].dropna().astype(str)) if "suite" in group else set()
+        if key not in held and not ran & suites:
+            out.append((str(key[0]), str(key[1])))
+    return out
+
+
 def check_hosts(name: str, rows: Any, pool_hosts: bool) -> None:
     """A side pools invocations of one host: another host's drift is not this one's noise.
     (A fabric run's pairs name many hosts in one run: one run is always one side.)"""
@@ -597,10 +614,12 @@ def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]
 def to_json(verdicts: Sequence[MetricVerdict], changes: Sequence[tuple[str, Any, Any]],
             sides: Mapping[str, Any] | None = None,
             failed: Sequence[tuple[str, str, str, str]] = (), news: Sequence[Any] = (),
-            new: Sequence[tuple[str, str]] = ()) -> str:
+            new: Sequence[tuple[str, str]] = (),
+            unasked: Sequence[tuple[str, str]] = ()) -> str:
     """Verdicts (lost cases first), environment changes, and (``sides``: name -> Selection)
     the runs chosen; ``news``: error counters quiet before and grown now
-    (analysis.counter_news); ``new``: cases only the candidate measured."""
+    (analysis.counter_news); ``new``: cases only the candidate measured; ``unasked``: cases
+    only the baseline measured, which no candidate run was asked to run."""
     chosen = {name: {"what": sel.what, "run_ids": sel.run_ids,
                      "left_out": [{"run_id": r, "why": w} for r, w in sel.left_out]}
               for name, sel in (sides or {}).items()}
@@ -613,5 +632,7 @@ def to_json(verdicts: Sequence[MetricVerdict], changes: Sequence[tuple[str, Any,
                                                          for k, a, b in changes],
                                  "counter_news": [asdict(n) for n in news],
                                  "new_cases": [{"benchmark": b, "params": p}
-                                               for b, p in new]}),
+                                               for b, p in new],
+                                 "not_asked_cases": [{"benchmark": b, "params": p}
+                                                     for b, p in unasked]}),
                       indent=2, allow_nan=False)

@@ -558,7 +558,8 @@ def runs_table(index: Any) -> str:
 def compare_text(baseline: Any, candidate: Any, verdicts: Sequence[Any],
                  failed: Sequence[tuple[str, str, str, str]],
                  changes: Sequence[tuple[str, Any, Any]], everything: bool = False,
-                 news: Sequence[Any] = (), new: Sequence[tuple[str, str]] = ()) -> str:
+                 news: Sequence[Any] = (), new: Sequence[tuple[str, str]] = (),
+                 unasked: Sequence[tuple[str, str]] = ()) -> str:
     """`netbench compare`: the two sides (selections), the verdicts (``compare_summary``),
     the cases no side could judge, error counters quiet before and grown now, and what
     changed in the environment."""
@@ -572,6 +573,10 @@ def compare_text(baseline: Any, candidate: Any, verdicts: Sequence[Any],
     for bench, params in new:
         lines.append(f"new: {printable(bench)} {printable(params)}: only the candidate "
                      "measured it (not judged)")
+    for bench, params in unasked:
+        lines.append(f"not asked: {printable(bench)} {printable(params)}: only the baseline "
+                     "measured it, and no candidate run was asked to run it (another suite or "
+                     "target: not judged; the same suite without it would be LOST)")
     for side_name, bench, params, reason in failed:
         if (bench, params) in lost:
             continue                    # a lost verdict above, with its reason
