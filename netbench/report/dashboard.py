@@ -538,7 +538,9 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
         if not picked:
             continue
         shown = [max(min(changes[i], limit), -limit) for i in picked]
-        texts = [f"lost: {verdicts[i].reason[:80]}" if kind == Verdict.LOST else
+        # A lost bar's text is short enough to stay legible inside it at 800 px (plotly
+        # shrinks a long one to nothing); the whole reason is in its hover.
+        texts = [f"LOST: {_short(verdicts[i].reason, 48)}" if kind == Verdict.LOST else
                  f"{changes[i]:+.1f}%{' (off scale)' if abs(changes[i]) > limit else ''} "
                  f"{kind}" for i in picked]
         traces.append({
@@ -547,20 +549,29 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
             "customdata": [[verdicts[i].unit, _fmt(verdicts[i].baseline),
                             _fmt(verdicts[i].candidate), verdicts[i].evidence,
                             "-" if verdicts[i].p_adjusted is None
-                            else f"{verdicts[i].p_adjusted:.3g}", _load_text(verdicts[i])]
+                            else f"{verdicts[i].p_adjusted:.3g}",
+                            verdicts[i].reason if kind == Verdict.LOST
+                            else _load_text(verdicts[i])]
                            for i in picked],
+            **({"textfont": {"color": "#ffffff"}, "insidetextanchor": "start"}
+               if kind == Verdict.LOST else {}),
             "hovertemplate": "%{y}<br>%{text}<br>%{customdata[1]} -> %{customdata[2]} "
                              "%{customdata[0]}<br>evidence %{customdata[3]}, p "
                              "%{customdata[4]}<br>%{customdata[5]}<extra></extra>"})
     return {"data": traces, "layout": {
         "title": {"text": "Baseline vs candidate: relative change per case and metric"},
         "height": 120 + 22 * len(verdicts), "barmode": "overlay",
+        "uniformtext": {"minsize": 10, "mode": "show"},
         "margin": {"l": 20, "r": 20, "t": 50, "b": 40},
         "xaxis": {"title": {"text": "% change (candidate vs baseline)"},
                   "range": [left, high + pad], "zeroline": True},
         "yaxis": {"type": "category", "automargin": True, "categoryorder": "array",
                   "categoryarray": labels[::-1]}, "legend": {"orientation": "h", "y": 1.0,
                                                             "yanchor": "bottom"}}}
+
+
+def _short(text: str, most: int) -> str:
+    return text if len(text) <= most else text[:most - 1].rstrip() + "\u2026"
 
 
 def _load_text(v: Any) -> str:
