@@ -186,7 +186,9 @@ def test_dashboard_never_misleads(tmp_path):
     comparison = facts["comparison"]
     assert len(comparison["yticks"]) == len(set(comparison["yticks"])) == comparison["bars"]
     assert all(not t.endswith("...") for t in comparison["yticks"])
-    assert comparison["xrange"][1] < 500
+    # (The axis follows the bulk of the measured changes: beside other work a CPU figure of
+    # the real runs moved enough to put it at 538% once; 2,500% must stay far off it.)
+    assert comparison["xrange"][1] < 2500 / 3
     texts = [t for trace in comparison["texts"] for t in trace]
     assert any(t.startswith("+2500.0% (off scale)") for t in texts), texts
     # Size axes tick at powers of two, written as sizes.
