@@ -3,13 +3,18 @@
 broken element, and how often the name is right, over random single and double faults.
 
     python bench/fabric_localize.py [--hosts 1024] [--trials 200] [--noise 0.05] [--jobs 2]
+    python bench/fabric_localize.py --severity 0.25,0.5,0.85,0.9 --noise 0.05,0.1 --faults 1
+    python bench/fabric_localize.py --faults 0 --noise 0.05,0.1      # fault-free fabrics
 
 One line per topology:
 ``<topology> hosts N rounds <median> max <max> precision <P> recall <R> pinned <r> plan_s <s>
 (median <s>)``: a round's planning time, the slowest and the median
 beside the rounds all-pairs needs. A fault scales one element's capacity (a host's NIC both
 ways or one way, its access link, an inter-switch link, a switch) to ``--severity`` (0.25:
-a 4x link trained at 1x, EDR at DDR); measurement noise is +-``--noise``. The sweep's rounds
+a 4x link trained at 1x, EDR at DDR; 0.85: fail-slow, optics losing margin); measurement
+noise is +-``--noise``; ``--faults`` elements broken a trial (default: one and two in turn;
+0: none, and the line counts the trials that named anything: false positives). Lists of
+severities and noises run every combination, one line each. The sweep's rounds
 come from ``netbench.analysis.adaptive`` and its verdict from ``netbench.analysis.localize``, the
 same code a real sweep runs. The ``fat-tree-2tier-opensm`` row routes by the forwarding tables
 opensm (ftree) sets on a fabric ibsim simulates, read back as a user would (ibnetdiscover,
@@ -135,7 +140,8 @@ def draw(topo, rng: random.Random, faults: int, severity: float) -> tuple:
             rng.randrange(1 << 30))
 
 
-def trial(make, drawn: tuple, noise: float, threshold: float, traced: bool = False):
+def trial(make, drawn: tuple, noise: float, threshold: float, traced: bool = False,
+          min_deficit: float | None = 0.05):
     import pandas  # noqa: F401  (imported before the clock: plan_s is planning, not imports)
 
     from netbench.analysis.adaptive import AdaptivePlanner
@@ -144,7 +150,8 @@ def trial(make, drawn: tuple, noise: float, threshold: float, traced: bool = Fal
     broken, sim_seed, plan_seed = drawn
     fabric = FabricSim(topo, faults=broken, noise=noise, seed=sim_seed)
     names = sorted(topo.hosts)
-    planner = AdaptivePlanner(names, topo, threshold=threshold, seed=plan_seed, traced=traced)
+    planner = AdaptivePlanner(names, topo, threshold=threshold, seed=plan_seed, traced=traced,
+                              min_deficit=min_deficit)
     plan_s = []
     while True:
         t0 = time.perf_counter()
@@ -180,17 +187,58 @@ def built(hosts: int, index: int):
 
 
 def _one_trial(work: tuple):
-    hosts, index, drawn, noise, threshold, traced = work
-    return trial(built(hosts, index), drawn, noise, threshold, traced)
+    hosts, index, drawn, noise, threshold, traced, min_deficit = work
+    return trial(built(hosts, index), drawn, noise, threshold, traced, min_deficit)
+
+
+def one(args, name: str, index: int, make, n: int, traced: bool, severity: float,
+        noise: float, budget: int) -> None:
+    """One topology at one severity and noise: its trials, then its line."""
+    rng = random.Random(args.seed)
+    rounds, right, named, recalled, pinned, truth, plan, alarms = [], 0, 0, 0, 0, 0, [], 0
+    work = [(args.hosts, index,
+             draw(make(), rng, 1 + t % 2 if args.faults is None else args.faults, severity),
+             noise, args.threshold, traced, args.min_deficit or None)
+            for t in range(args.trials)]
+    with multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 \
+            else contextlib.nullcontext() as pool:
+        results = pool.imap(_one_trial, work) if pool else map(_one_trial, work)
+        results = list(results)
+    for t, result in enumerate(results):
+        r, ok, nm, rc, pn, tr, ps, log, broken, said = result
+        rounds.append(r)
+        right, named, recalled, pinned, truth = (right + ok, named + nm, recalled + rc,
+                                                 pinned + pn, truth + tr)
+        alarms += bool(said) and not broken
+        plan += ps
+        if args.verbose and (rc < tr or ok < nm):
+            print(f"  miss in trial {t}: broken {broken}, named {said}; {rc}/{tr} "
+                  f"recalled, {ok}/{nm} right; "
+                  + "; ".join(f"r{i + 1}: {len(x.pairs)} {x.why}" for i, x in
+                              enumerate(log)))
+    faults = ("single and double faults" if args.faults is None else
+              f"{args.faults} fault(s)" if args.faults else "fault-free")
+    scores = (f"named something in {alarms} of {args.trials} trials "
+              f"({alarms / args.trials:.3f})" if args.faults == 0 else
+              f"precision {right / max(named, 1):.3f} recall {recalled / max(truth, 1):.3f} "
+              f"pinned {pinned / max(truth, 1):.3f}")
+    print(f"{name} hosts {n} severity {severity:g} noise {noise:g} rounds "
+          f"{statistics.median(rounds):g} max {max(rounds)} {scores} plan_s {max(plan):.3f} "
+          f"(median {statistics.median(plan):.3f}) (budget {budget}; all-pairs {n - 1} "
+          f"rounds a direction; {args.trials} trials, {faults})", flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--hosts", type=int, default=1024)
     ap.add_argument("--trials", type=int, default=200)
-    ap.add_argument("--noise", type=float, default=0.05)
-    ap.add_argument("--severity", type=float, default=0.25)
+    ap.add_argument("--noise", default="0.05", help="one or a comma list")
+    ap.add_argument("--severity", default="0.25", help="one or a comma list")
+    ap.add_argument("--faults", type=int, help="elements broken a trial (default: 1 and 2 in "
+                    "turn; 0: fault-free)")
     ap.add_argument("--threshold", type=float, default=0.4)
+    ap.add_argument("--min-deficit", type=float, default=0.05,
+                    help="the smallest shortfall called slow (0: the fixed --threshold cut)")
     ap.add_argument("--only", default="", help="run only topologies whose name has this")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--verbose", action="store_true", help="print each miss's rounds")
@@ -199,40 +247,19 @@ def main() -> int:
     args = ap.parse_args()
     from netbench.analysis.adaptive import default_budget
 
+    combos = [(float(sev), float(noise)) for sev in args.severity.split(",")
+              for noise in args.noise.split(",")]
     for index, (name, make, traced) in enumerate(shapes(args.hosts)):
         if args.only and args.only not in name:
             continue
-        rng = random.Random(args.seed)
         try:
             make = built(args.hosts, index)
             n = len(make().hosts)
         except OSError as exc:
             print(f"{name} skipped: {exc}", flush=True)
             continue
-        rounds, right, named, recalled, pinned, truth, plan = [], 0, 0, 0, 0, 0, []
-        work = [(args.hosts, index, draw(make(), rng, 1 + t % 2, args.severity), args.noise,
-                 args.threshold, traced) for t in range(args.trials)]
-        with multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 \
-                else contextlib.nullcontext() as pool:
-            results = pool.imap(_one_trial, work) if pool else map(_one_trial, work)
-            results = list(results)
-        for t, result in enumerate(results):
-            r, ok, nm, rc, pn, tr, ps, log, broken, said = result
-            rounds.append(r)
-            right, named, recalled, pinned, truth = (right + ok, named + nm, recalled + rc,
-                                                     pinned + pn, truth + tr)
-            plan += ps
-            if args.verbose and (rc < tr or ok < nm):
-                print(f"  miss in trial {t}: broken {broken}, named {said}; {rc}/{tr} "
-                      f"recalled, {ok}/{nm} right; "
-                      + "; ".join(f"r{i + 1}: {len(x.pairs)} {x.why}" for i, x in
-                                  enumerate(log)))
-        print(f"{name} hosts {n} rounds {statistics.median(rounds):g} max {max(rounds)} "
-              f"precision {right / max(named, 1):.3f} recall {recalled / max(truth, 1):.3f} "
-              f"pinned {pinned / max(truth, 1):.3f} plan_s {max(plan):.3f} "
-              f"(median {statistics.median(plan):.3f}) "
-              f"(budget {default_budget(n)}; all-pairs {n - 1} rounds a direction; "
-              f"{args.trials} trials, single and double faults)", flush=True)
+        for severity, noise in combos:
+            one(args, name, index, make, n, traced, severity, noise, default_budget(n))
     return 0
 
 

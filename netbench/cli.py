@@ -33,8 +33,7 @@ def _format_default(param: Any) -> str:
 
 
 def _store(directory: str) -> Any:
-    """The results store, reading files of older netbench versions with their cases' traits
-    filled in from the installed benchmarks (``registry.stored_traits``)."""
+    """The results store; older files' cases get their traits from ``registry.stored_traits``."""
     from netbench.store import ResultStore
 
     return ResultStore(directory, registry.stored_traits)
@@ -177,8 +176,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     changes = cmp.env_changes(base_sel.rows, cand_sel.rows)
     failed = cmp.failed_cases(base_sel.rows, cand_sel.rows)
     news = counter_news(base_sel.rows, cand_sel.rows)      # errors quiet before, grown now
-    new = cmp.new_cases(base_sel.rows, cand_sel.rows)
-    unasked = cmp.not_asked(base_sel.rows, cand_sel.rows)
+    new, unasked = (f(base_sel.rows, cand_sel.rows) for f in (cmp.new_cases, cmp.not_asked))
     print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel}, failed,
                       news, new, unasked) if args.json else console.compare_text(
         base_sel, cand_sel, verdicts, failed, changes, args.all, news, new, unasked))
@@ -220,11 +218,9 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     plan = session.plan_target(args.target, args.param or [], args.timeout)
     if args.k is not None and args.k < 1:
         raise UsageError(f"--k {args.k}: at least 1 pair at a time")
-    if not 0 < args.threshold < 1:
-        raise UsageError(f"--threshold {args.threshold:g}: a fraction between 0 and 1")
-    if not 0 < args.min_deficit < 1:
-        raise UsageError(f"--min-deficit {args.min_deficit:g}: a fraction between 0 and 1 "
-                         "(0.05 = 5%; at --threshold or above: a fixed cut there)")
+    if not (0 < args.threshold < 1 and 0 < args.min_deficit < 1):
+        raise UsageError(f"--threshold {args.threshold:g}, --min-deficit {args.min_deficit:g}: "
+                         "each a fraction between 0 and 1 (0.05 = 5%)")
     shape = topology.load(args.topology) if args.topology else None    # bad file: before all
     launched = launch_info()
     writer = launched is not None and launched.is_writer
@@ -243,9 +239,8 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         return 0
     import pandas as pd
 
-    matrices = verdicts.analyse(pd.DataFrame(result.rows), args.threshold,
-                                min_line_rate=args.min_line_rate, topology=shape,
-                                min_deficit=args.min_deficit)
+    matrices = verdicts.analyse(pd.DataFrame(result.rows), args.threshold, None,
+                                args.min_line_rate, shape, args.min_deficit)
     out, err, code = console.fabric_ending(result, matrices, args.json,
                                            args.jsonl or args.results)
     sys.stdout.write(out)
@@ -262,9 +257,8 @@ def _planner(args: argparse.Namespace, shape: Any, plan: Any) -> Any:
         return None
     from netbench.analysis.adaptive import AdaptivePlanner
 
-    return lambda names: AdaptivePlanner(names, shape, threshold=args.threshold,
-                                         budget=args.rounds, traced=args.trace,
-                                         min_deficit=args.min_deficit)
+    return lambda names: AdaptivePlanner(names, shape, args.threshold, args.min_deficit,
+                                         budget=args.rounds, traced=args.trace)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -496,12 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--join-timeout", type=float, default=120.0,
                    help="seconds for every rank to join (default 120)")
     p.add_argument("--threshold", type=float, default=0.10, help="a pair this far below the "
-                   "fabric's healthy rate (the fast pairs' median) is slow whatever the noise "
-                   "(default 0.10)")
-    p.add_argument("--min-deficit", type=float, default=0.05, metavar="FRACTION",
-                   help="a pair short of healthy by more than 3 x the healthy pairs' spread "
-                   "and at least this is slow too (default 0.05; at --threshold or above: the "
-                   "fixed cut alone)")
+                   "fabric's healthy rate (the fast pairs' median) is slow, whatever the noise")
+    p.add_argument("--min-deficit", type=float, default=0.05, help="one below it by 3 x the "
+                   "noise and at least this is slow too (default 0.05; docs/fabric.md)")
     p.add_argument("--min-line-rate", type=float, metavar="FRACTION", help="a pair below this "
                    "share of its client's probed link rate is slow too (e.g. 0.9)")
     p.add_argument("--topology", metavar="FILE", help="the fabric's shape, so a verdict names "

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import re
 from datetime import UTC, datetime
 from xml.etree import ElementTree
 
@@ -153,6 +154,8 @@ def test_gpu_acceptance_on_real_h200_rows(h200_results):
 
 LINK_SPEC = ('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
              'min_link_median = 0.9\nmin_switch_median = 0.5\n')
+DEFICIT_SPEC = ('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
+                'max_element_deficit = 0.05\n')
 
 
 def _fabric_store(tmp_path, faults, keep_shape=True, hosts=None):
@@ -183,9 +186,10 @@ def test_min_link_median_names_the_slow_trunk(tmp_path):
     assert "leaf1--spine0" in failure.get("message")
 
 
-def test_min_link_median_passes_a_healthy_fabric(tmp_path):
+@pytest.mark.parametrize("text", [LINK_SPEC, DEFICIT_SPEC], ids=["medians", "deficit"])
+def test_element_bounds_pass_a_healthy_fabric(tmp_path, text):
     spec = tmp_path / "links.toml"
-    spec.write_text(LINK_SPEC)
+    spec.write_text(text)
     proc = netbench("accept", str(spec), "--results", str(_fabric_store(tmp_path, {})))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS  tcp.stream goodput" in proc.stdout
@@ -220,8 +224,12 @@ def test_element_bounds_are_checked_when_the_spec_loads(tmp_path):
     assert_clean_error(netbench("accept", str(spec)), "unknown key 'min_link_medain'",
                        "min_link_median, min_switch_median")
     spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n')
-    assert_clean_error(netbench("accept", str(spec)), "min_link_median, min_switch_median or "
-                       "max_delta")
+    assert_clean_error(netbench("accept", str(spec)), "min_link_median, min_switch_median, "
+                       "max_element_deficit or max_delta")
+    spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
+                    'max_element_deficit = 1.5\n')
+    assert_clean_error(netbench("accept", str(spec)), "s.toml:4:", "max_element_deficit = 1.5",
+                       "a fraction between 0 and 1")
     spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
                     'max_delta = { RetransSegs = -1 }\n')
     assert_clean_error(netbench("accept", str(spec)), "s.toml:4:", "max_delta = {'RetransSegs'"
@@ -240,3 +248,24 @@ def test_an_unreadable_kept_topology_is_one_clear_error(tmp_path):
     pq.write_table(table.replace_schema_metadata(meta), path)
     assert_clean_error(netbench("accept", str(spec), "--results", str(store)),
                        "the topology kept with the run is not readable")
+
+
+# --- fail-slow (issue 35): an element 15% short of healthy fails max_element_deficit ---------
+
+def test_max_element_deficit_names_a_trunk_running_15_percent_slow(tmp_path):
+    """The simulator's fat-tree, every pair measured (+-3% noise), one trunk at 85% of its
+    capacity: the deficit names it as the sweep's verdict does, with its share of the
+    healthy rate and its p-value, and nothing else; the console sums the 240 pairs."""
+    spec = tmp_path / "deficit.toml"
+    spec.write_text(DEFICIT_SPEC)
+    store = _fabric_store(tmp_path, {"link:leaf1--spine0": 0.85})
+    proc = netbench("accept", str(spec), "--results", str(store))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    (line,) = [x for x in out.splitlines() if "p < " in x]
+    assert "LINK leaf1--spine0: 48 of 48 pairs through it slow" in line and "p < " in line, out
+    share = float(re.search(r"(\d\.\d\d) of the healthy rate", line).group(1))
+    assert 0.82 <= share <= 0.88, line                      # the 0.85 it was set to
+    assert "HOST" not in out and "240 cases: lowest" in out, out
+    assert "no element named short of the healthy rate by more than 5%" in out
+

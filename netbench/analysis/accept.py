@@ -19,6 +19,8 @@ A spec is TOML, and may be the suite file itself (``[[check]]`` entries beside `
     min_host_median = 0.95     # each host's median, sending and receiving, vs the fabric's
     min_link_median = 0.90     # each link between switches: the median of its pairs against
     min_switch_median = 0.90   # the fabric's healthy rate (both ways, and each direction)
+    max_element_deficit = 0.05 # no element the sweep names (link, switch, host) short of the
+                               # healthy rate by more: fail-slow, with its evidence
 
     [[check]]                  # what the NIC and the kernel counted while each case ran
     benchmark = "tcp.stream"
@@ -34,6 +36,10 @@ The per-element bounds need the fabric's shape, kept with a run swept with ``net
 --topology FILE``; a run without one fails them, saying so. Under ECMP a pair counts toward
 every link it may take, so a bad link among several paths lowers its median less than its
 share of slow pairs shows: routes known (``routing = "dest"``) judge it exactly.
+``max_element_deficit`` judges what the sweep's localization names (``netbench.analysis.
+localize``: pairs read slow where they fall below healthy by more than their noise explains),
+each with the share of the healthy rate its pairs read and its p-value; without a kept shape
+it names hosts and paths between groups of them.
 
 Every matching row of the chosen run must pass; a check with no measured row fails, saying
 whether the benchmark was skipped (and why) or never ran.
@@ -59,9 +65,9 @@ from netbench.textfile import load_toml, printable
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
                "max", "min_line_rate", "min_host_median", "min_link_median", "min_switch_median",
-               "max_delta")
+               "max_element_deficit", "max_delta")
 BOUNDS = ("min", "max", "min_line_rate", "min_host_median", "min_link_median",
-          "min_switch_median", "max_delta")
+          "min_switch_median", "max_element_deficit", "max_delta")
 ELEMENT_BOUNDS = {"min_link_median": "link", "min_switch_median": "switch"}
 
 
@@ -76,6 +82,7 @@ class Check:
     min_host_median: float | None = None
     min_link_median: float | None = None      # each inter-switch link, x the healthy rate
     min_switch_median: float | None = None    # each switch, likewise
+    max_element_deficit: float | None = None  # what the sweep names, short of healthy by
     msg_size_min: int | None = None
     msg_size_max: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
@@ -91,9 +98,17 @@ class Outcome:
     expected: str
     message: str
 
-    def measured_text(self) -> str:
-        """Each case's value with its unit, as every output of accept shows them."""
-        return ", ".join(f"{case}: {value:.4g}{_unit(self.check)}"
+    def measured_text(self, most: int = 8) -> str:
+        """Each case's value with its unit, as every output of accept shows them; beyond
+        ``most`` (a fabric's hundreds of pairs) their count, lowest, median and highest."""
+        unit = _unit(self.check)
+        if len(self.measured) > most:
+            ordered = sorted(self.measured, key=lambda cv: cv[1])
+            (low_case, low), (high_case, high) = ordered[0], ordered[-1]
+            return (f"{len(ordered)} cases: lowest {low_case}: {low:.4g}{unit}, median "
+                    f"{ordered[len(ordered) // 2][1]:.4g}{unit}, highest {high_case}: "
+                    f"{high:.4g}{unit}")
+        return ", ".join(f"{case}: {value:.4g}{unit}"
                          for case, value in self.measured) or "nothing measured"
 
 
@@ -159,6 +174,12 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
                     bound, (int, float)) or not 0 < bound <= 10):
                 fail(f"{key} = {bound!r}: a share of the fabric's healthy rate, above 0 "
                      "(0.9 = every one at 90% of it or more)", key)
+        deficit = entry.get("max_element_deficit")
+        if deficit is not None and (isinstance(deficit, bool) or not isinstance(
+                deficit, (int, float)) or not 0 < deficit < 1):
+            fail(f"max_element_deficit = {deficit!r}: a fraction between 0 and 1 (0.05 = no "
+                 "element the sweep names may read more than 5% below the healthy rate)",
+                 "max_element_deficit")
         deltas = entry.get("max_delta", {})
         if "max_delta" in entry and not _counts(deltas):
             fail(f"max_delta = {deltas!r}: a table of counter names and the most each may "
@@ -172,6 +193,7 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
                 min_host_median=_num(entry.get("min_host_median")),
                 min_link_median=_num(entry.get("min_link_median")),
                 min_switch_median=_num(entry.get("min_switch_median")),
+                max_element_deficit=_num(deficit),
                 msg_size_min=parse_size(entry["msg_size_min"]) if "msg_size_min" in entry
                 else None,
                 msg_size_max=parse_size(entry["msg_size_max"]) if "msg_size_max" in entry
@@ -245,7 +267,8 @@ def kept_topology(store: Any, spec: Spec, run_ids: Sequence[str]) -> Any:
     links or switches (else None, unread): a Topology, or None where no run kept one."""
     from netbench.analysis.selection import kept_topology as kept
 
-    if not any(getattr(c, key) is not None for c in spec.checks for key in ELEMENT_BOUNDS):
+    if not any(getattr(c, key) is not None for c in spec.checks
+               for key in (*ELEMENT_BOUNDS, "max_element_deficit")):
         return None
     return kept(store.runs(), run_ids)
 
@@ -371,6 +394,8 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
         failures += _host_medians(check, rows)
     if check.min_link_median is not None or check.min_switch_median is not None:
         failures += _element_medians(check, rows, topology)
+    if check.max_element_deficit is not None:
+        failures += _element_deficits(check, rows, topology)
     if check.max_delta:
         failures += _counter_failures(check, rows, counters_read or set())
     return Outcome(check, not failures, measured, _bounds(check, bound_text),
@@ -482,6 +507,32 @@ def _element_medians(check: Check, rows: list[Any], topology: Any) -> list[str]:
     return failures
 
 
+def _element_deficits(check: Check, rows: list[Any], topology: Any) -> list[str]:
+    """Each element the sweep's localization names whose pairs read further below the
+    healthy rate than ``max_element_deficit`` (a failed pair reads nothing), with its
+    evidence; pairs are slow from that deficit on where the noise allows it."""
+    import pandas as pd
+
+    from netbench.analysis.fabric import THRESHOLD, analyse
+
+    frame = pd.DataFrame([dict(r) for r in rows])
+    if "peer" not in frame or frame["peer"].isna().all():
+        return ["max_element_deficit: these rows are no fabric sweep (no pairs of hosts); "
+                "it judges `netbench fabric` runs"]
+    bound = check.max_element_deficit or 0.0
+    matrices = analyse(frame, threshold=max(THRESHOLD, bound * 2), metric=check.metric,
+                       topology=topology, min_deficit=bound)
+    failures = []
+    for m in matrices:
+        case = f"{m.params} " if len(matrices) > 1 else ""
+        loc = m.localization
+        for s in loc.suspects if loc else []:
+            if s.deficit is not None and s.deficit > bound:
+                failures.append(f"{case}{printable(s.text(m.unit, loc.inferred, m.roles))}: "
+                                f"{s.deficit:.0%} short > {bound:g}")
+    return failures
+
+
 def _bounds(check: Check, extra: str | None) -> str:
     parts = []
     if check.min is not None:
@@ -492,6 +543,9 @@ def _bounds(check: Check, extra: str | None) -> str:
         parts.append(f"<= {check.max:g}{_unit(check)}")
     if check.min_host_median is not None:
         parts.append(f"every host >= {check.min_host_median:g} x the fabric's median")
+    if check.max_element_deficit is not None:
+        parts.append(f"no element named short of the healthy rate by more than "
+                     f"{check.max_element_deficit:.0%}")
     for key, kind in ELEMENT_BOUNDS.items():
         if getattr(check, key) is not None:
             parts.append(f"every {kind} >= {getattr(check, key):g} x the healthy rate (the "

@@ -85,6 +85,9 @@ class AdaptivePlanner:
     endpoints: list[str]
     topology: Topology | None = None
     threshold: float = THRESHOLD
+    # A pair short of healthy by more than the noise explains, and at least this, is slow
+    # too (``localize.slow_cut``): a link running 15% slow is re-probed like a broken one.
+    min_deficit: float | None = 0.05
     budget: int | None = None
     better: str = "higher"
     seed: int = 0
@@ -266,7 +269,7 @@ class AdaptivePlanner:
         """Which measurements are slow (against the fast pairs' median, as localize judges),
         and which elements a fast pair has cleared (every element on its one path: a
         capacity fault slows every pair through it, in its direction)."""
-        from netbench.analysis.localize import reference
+        from netbench.analysis.localize import reference, slow_cut
 
         values = [None if v is None else v / m.share
                   for m, v in ((m, self._oriented(m.value)) for m in self.measured)]
@@ -275,8 +278,9 @@ class AdaptivePlanner:
         # (a 100G uplink under two 25G hosts).
         alone = [v if m.share >= 1.0 else math.nan for m, v in zip(self.measured, values)]
         self.healthy, self.healthy_from = reference(alone, self.threshold)
+        self.cut = slow_cut(alone, self.healthy, self.threshold, self.min_deficit)
         self.slow_flags = [v is None or (self.healthy is not None and
-                                         v < (1 - self.threshold) * self.healthy)
+                                         v < (1 - self.cut[0]) * self.healthy)
                            for v in values]
         cleared: set[str] = set()
         slow_paths: dict[tuple[int, int], tuple[str, ...]] = {}
@@ -369,7 +373,7 @@ class AdaptivePlanner:
                          for m, _ in chosen],
                         self.topology or self._alone(), self.threshold, self.better,
                         slow=[slow for _, slow in chosen],
-                        healthy=(self.healthy, self.healthy_from))
+                        healthy=(self.healthy, self.healthy_from), cut=self.cut)
 
     def _alone(self) -> Topology:
         """Without the fabric's shape: each endpoint behind a switch of its own under one

@@ -18,7 +18,15 @@ from typing import Any
 from netbench.analysis.cases import flow_of, headline_of, probed_line_rate, roles
 from netbench.analysis.elements import ElementStat, element_table
 from netbench.analysis.elements import worst as worst_elements
-from netbench.analysis.localize import Localization, Pair, Suspect, localize, reference
+from netbench.analysis.localize import (
+    MIN_DEFICIT,
+    Localization,
+    Pair,
+    Suspect,
+    localize,
+    reference,
+    slow_cut,
+)
 from netbench.env.counters import by_name, is_error, netns_wide
 from netbench.env.topology import Topology, infer
 from netbench.errors import UsageError
@@ -135,7 +143,8 @@ def _line_rates(measured: Any) -> dict[str, float]:
 
 def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
             min_line_rate: float | None = None,
-            topology: Topology | None = None) -> list[Matrix]:
+            topology: Topology | None = None,
+            min_deficit: float | None = MIN_DEFICIT) -> list[Matrix]:
     """One matrix per (benchmark, case params) of a sweep's rows: its headline metric (or
     ``metric``) per pair, slow pairs, and what is at fault (``netbench.analysis.localize``:
     the elements of ``topology``, or of the shape the pairs imply, that explain the slow
@@ -149,6 +158,9 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
 
     if not 0 < threshold < 1:
         raise UsageError(f"threshold {threshold:g}: a fraction between 0 and 1 (0.1 = 10%)")
+    if min_deficit is not None and not 0 < min_deficit < 1:
+        raise UsageError(f"min_deficit {min_deficit:g}: a fraction between 0 and 1 "
+                         "(0.05 = 5%)")
     if "peer" not in rows or rows.empty:
         return []
     out = []
@@ -164,7 +176,7 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
         first = measured.iloc[0] if not measured.empty else None
         endpoints = sorted(set(group["host"].dropna()) | set(group["peer"].dropna()))
         better = str(first["better"]) if first is not None else "higher"
-        measured, unknown = _traced(measured, better, topology, threshold)
+        measured, unknown = _traced(measured, better, topology, threshold, min_deficit)
         # Repeats of a pair count as their median (a traced pair's, per path it took); the
         # fabric's median is over pairs.
         cells = (measured.groupby(["host", "peer", "path"], sort=True)["value"].median()
@@ -172,12 +184,14 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
         median = float(np.median(cells["value"])) if len(cells) else None
         value = cells["value"].to_numpy(dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
-            judged = reference(value if better == "higher" else 1.0 / value, threshold)
+            oriented = value if better == "higher" else 1.0 / value
+            judged = reference(oriented, threshold)
             healthy = judged[0]
+            cut = slow_cut(oriented, healthy, threshold, min_deficit)
             ratio = (value / healthy if better == "higher" else 1.0 / (healthy * value)) \
                 if healthy else np.full(len(value), np.nan)
         cells["ratio"] = np.where(np.isfinite(ratio), ratio, np.nan)
-        cells["slow"] = cells["ratio"] < 1 - threshold
+        cells["slow"] = cells["ratio"] < 1 - cut[0]
         rates = _line_rates(measured) if first is not None and first["unit"] == "Gbit/s" \
             else {}
         cells["line_rate"] = cells["client"].map(rates).astype(float)
@@ -201,14 +215,14 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
             m.notes.append(f"{unknown} traced measurement(s) judged by nothing: a flow that "
                            "shared a link and read its share (a fault that left that much "
                            "would read the same), or whose trace failed beside other flows")
-        _attribute(m, topology, threshold, judged)
+        _attribute(m, topology, threshold, judged, cut)
         _attribute_errors(m, group)
         out.append(m)
     return out
 
 
 def _traced(measured: Any, better: str, topology: Topology | None,
-            threshold: float) -> tuple[Any, int]:
+            threshold: float, min_deficit: float | None = MIN_DEFICIT) -> tuple[Any, int]:
     """A traced sweep's rows as the planner judged them: each figure over its flow's fair
     share of its round (``fair_share``: a collision on a link is not a fault), a flow that
     shared a link and read its share set aside (no evidence either way), as is one whose
@@ -224,9 +238,11 @@ def _traced(measured: Any, better: str, topology: Topology | None,
         value = measured["value"].astype(float).to_numpy()
         with np.errstate(divide="ignore", invalid="ignore"):
             judged = value / share
-        healthy = reference(np.where(share >= 1.0, value, np.nan), threshold)[0]
+        alone = np.where(share >= 1.0, value, np.nan)
+        healthy = reference(alone, threshold)[0]
+        deficit = slow_cut(alone, healthy, threshold, min_deficit)[0]
         keep = (share >= 1.0) | ((share > 0) & (healthy is not None) &
-                                 (judged < (1 - threshold) * (healthy or 0.0)))
+                                 (judged < (1 - deficit) * (healthy or 0.0)))
         unknown = int((~keep).sum())
         measured = measured[keep].assign(value=judged[keep])
     if topology is not None and "route" in measured and measured["route"].notna().any():
@@ -253,7 +269,8 @@ def _case_params(rows: Any) -> Any:
 
 
 def _attribute(m: Matrix, topology: Topology | None, threshold: float,
-               healthy: tuple[float | None, str]) -> None:
+               healthy: tuple[float | None, str],
+               cut: tuple[float, float | None, str] | None = None) -> None:
     """Per host and role, how many of its pairs are slow (the evidence a verdict quotes);
     then which elements explain the slow pairs (``localize``): a host is at fault only
     where it is one of them, and a slow pair is the fault of the host that explains it,
@@ -281,7 +298,8 @@ def _attribute(m: Matrix, topology: Topology | None, threshold: float,
     else:       # inferred here, as localize would: the picture and the table need it too
         topology = infer([(p.client, p.server, not s) for p, s in zip(pairs, slow)])
     m.topology = topology
-    m.localization = localize(pairs, topology, threshold, m.better, slow=slow, healthy=healthy)
+    m.localization = localize(pairs, topology, threshold, m.better, slow=slow, healthy=healthy,
+                              cut=cut)
     m.elements = element_table(m, topology)
     m.notes += m.localization.warnings
     client_at_fault, server_at_fault = set(), set()
@@ -351,7 +369,9 @@ def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
                      f"{len(m.endpoints)} endpoints, {len(m.cells)} pairs, median "
                      + (f"{m.median:.4g} {m.unit}" if m.median is not None else "-")
                      + (f", healthy {healthy:.4g} (the fast pairs' median)"
-                        if healthy is not None and m.median is not None else ""))
+                        if healthy is not None and m.median is not None else "")
+                     + (f"; slow: {m.localization.cut_from}"
+                        if m.localization and m.localization.cut is not None else ""))
         if len(m.cells) > worst:
             lines[-1] += f" (the {worst} worst below)"
         for h in m.faulty_hosts:
@@ -416,9 +436,13 @@ def as_json(matrices: Sequence[Matrix]) -> list[Mapping[str, Any]]:
              "suspects": [{"elements": s.elements, "kind": s.kind, "slow": s.slow,
                            "pairs": s.pairs, "median_through": s.median_through,
                            "median_avoiding": s.median_avoiding, "pinned": s.pinned,
+                           "of_healthy": s.of_healthy, "deficit": s.deficit, "p": s.p,
                            "text": s.text(m.unit, m.localization.inferred, m.roles)}
                           for s in m.suspects],
              "healthy": m.localization.reference if m.localization else None,
+             # The shortfall below healthy a pair read slow at, and why (noise or fixed).
+             "slow_below": m.localization.cut if m.localization else None,
+             "slow_because": m.localization.cut_from if m.localization else "",
              "topology": m.localization.topology if m.localization else "",
              # Each element's evidence, where the shape was given (inferred groups: none).
              "elements": [{"element": e.element, "pairs": e.pairs, "pinned": e.pinned,

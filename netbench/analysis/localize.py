@@ -3,13 +3,18 @@ broken, never the healthy hosts beside it.
 
 Each measured pair crosses elements of the topology (``netbench.env.topology``: its hosts' NICs,
 their access links, switches and the links between them; under ECMP a share of them). A pair
-is slow when it reads below ``1 - threshold`` of the fabric's healthy rate (the probed line
-rate, or the median of the fast pairs: never the median of all pairs, which a fault that
-slows most of them drags down). The verdict is the fewest elements that explain the slow
+is slow when it reads further below the fabric's healthy rate (the probed line rate, or the
+median of the fast pairs: never the median of all pairs, which a fault that slows most of them
+drags down) than the measurement's noise explains (``slow_cut``: ``Z_SLOW`` times the healthy
+pairs' robust spread, never under ``min_deficit``; and always below ``1 - threshold``), so a
+link running 15% slow is seen where pairs scatter by 5%, and nothing where they scatter by
+20%. The verdict is the fewest elements that explain the slow
 pairs (maximum likelihood, greedy: each element added must explain at least two slow pairs
 better than chance does), each with its evidence (k of m pairs through it slow, their median
-against the pairs that avoid it). Elements that carry exactly the same measured pairs cannot
-be told apart, and are named together as one suspect; a suspect over ECMP path sets says so.
+against the pairs that avoid it, the share of the healthy rate its pairs read, and how
+unlikely noise alone reads them that low). Elements that carry exactly the same measured
+pairs cannot be told apart, and are named together as one suspect; a suspect over ECMP path
+sets says so.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ EPS = 0.02                 # chance a healthy pair reads slow (noise), or a brok
 MAX_SUSPECTS = 16          # elements a verdict may name before it says "widespread"
 MIN_FAST = 3               # fast pairs a reference from the data needs
 TOP = 0.95                 # the quantile the fast pairs are found near
+MIN_DEFICIT = 0.05         # the smallest shortfall a pair is ever called slow for
+Z_SLOW = 3.0               # standard deviations of noise below healthy that read slow
+MIN_NOISE_PAIRS = 20       # healthy pairs a spread of the noise needs
 
 
 @dataclass
@@ -46,6 +54,14 @@ class Suspect:
     median_through: float | None
     median_avoiding: float | None
     pinned: bool                 # False: some of its pairs may have taken another path (ECMP)
+    # The share of the healthy rate its pairs read (their median; a failed pair reads 0),
+    # and the chance noise alone reads its pairs that low (None: no spread to judge it by).
+    of_healthy: float | None = None
+    p: float | None = None
+
+    @property
+    def deficit(self) -> float | None:
+        return None if self.of_healthy is None else max(0.0, 1.0 - self.of_healthy)
 
     @property
     def kind(self) -> str:
@@ -93,7 +109,15 @@ class Suspect:
         avoid = "-" if self.median_avoiding is None else f"{self.median_avoiding:.4g}"
         return (f"{what}: {self.slow} of {self.pairs} pairs through it slow, median {through}"
                 f"{' ' + unit if unit else ''} against {avoid} for the pairs that avoid it"
+                + ("" if self.of_healthy is None else
+                   f"; {self.of_healthy:.2f} of the healthy rate"
+                   + ("" if self.p is None else f", p {_p_text(self.p)}"))
                 + ("" if self.pinned else "; ECMP: over the path sets its pairs may take"))
+
+
+def _p_text(p: float) -> str:
+    return f"< {max(p, 1e-12):.0e}" if p < 1e-3 else f"{p:.3f}"
+
 
 
 def _way(way: str, ways: tuple[str, str]) -> str:
@@ -118,6 +142,8 @@ class Localization:
     unexplained: list[Pair] = field(default_factory=list)   # slow, and no suspect's
     slow: int = 0
     measured: int = 0
+    cut: float | None = None     # the shortfall below the healthy rate that read slow
+    cut_from: str = ""
     topology: str = ""
     inferred: bool = False
     warnings: list[str] = field(default_factory=list)
@@ -146,26 +172,71 @@ def reference(values: Sequence[float | None] | Any, threshold: float,
     return ref, how
 
 
+def noise(values: Sequence[float | None] | Any, healthy: float | None,
+          threshold: float) -> tuple[float | None, int]:
+    """The measurement noise: the robust spread (1.4826 x the median absolute deviation, on a
+    log scale) of the pairs within ``threshold`` of ``healthy`` (a broken element's pairs
+    below it, however many, widen nothing), and how many pairs it came from; None with fewer
+    than ``MIN_NOISE_PAIRS``."""
+    if not healthy:
+        return None, 0
+    array = np.array(values, dtype=float)
+    ratio = array[np.isfinite(array) & (array > 0)] / healthy
+    ratio = np.log(ratio[ratio >= 1 - threshold])
+    if len(ratio) < MIN_NOISE_PAIRS:
+        return None, len(ratio)
+    return float(1.4826 * np.median(np.abs(ratio - np.median(ratio)))), len(ratio)
+
+
+def check_fraction(name: str, value: float | None) -> None:
+    """A share of the healthy rate must be one: ValueError naming it otherwise."""
+    if value is not None and not 0 < value < 1:
+        raise ValueError(f"{name} {value:g}: a fraction between 0 and 1 (0.1 = 10%)")
+
+
+def slow_cut(values: Sequence[float | None] | Any, healthy: float | None, threshold: float,
+             min_deficit: float | None = MIN_DEFICIT) -> tuple[float, float | None, str]:
+    """The shortfall below ``healthy`` at which a pair reads slow, the noise it came from,
+    and why: ``Z_SLOW`` spreads of the healthy pairs (``noise``), at least ``min_deficit``
+    and at most ``threshold``; ``threshold`` itself where the spread has too few pairs or
+    ``min_deficit`` is None (a fixed cut)."""
+    check_fraction("threshold", threshold)
+    check_fraction("min_deficit", min_deficit)
+    if min_deficit is None or min_deficit >= threshold:
+        return threshold, None, f"a fixed cut: {threshold:.0%} below healthy"
+    sigma, n = noise(values, healthy, threshold)
+    if sigma is None:
+        return threshold, None, (f"{threshold:.0%} below healthy: a spread of the noise needs "
+                                 f"{MIN_NOISE_PAIRS} healthy pairs, {n} measured")
+    cut = min(threshold, max(min_deficit, 1 - math.exp(-Z_SLOW * sigma)))
+    return cut, sigma, (f"{cut:.1%} below healthy: {Z_SLOW:g} x the noise ({sigma:.1%}, the "
+                        f"spread of {n} healthy pairs), at least {min_deficit:.0%}")
+
+
 def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold: float = 0.4,
              better: str = "higher", line_rate: float | None = None,
              directed: bool = True, slow: Sequence[bool] | None = None,
-             healthy: tuple[float | None, str] | None = None) -> Localization:
+             healthy: tuple[float | None, str] | None = None,
+             min_deficit: float | None = MIN_DEFICIT,
+             cut: tuple[float, float | None, str] | None = None) -> Localization:
     """The fewest elements of ``topology`` (inferred from the pairs when None) that explain
     the slow pairs. ``value`` in the metric's own direction ``better``; each pair oriented
     client -> server, and with ``directed`` each element's two directions are suspects of
     their own too (a fault may slow one way only). ``slow``: which pairs are slow, where the
     caller judged them (against a line rate too); else against ``reference`` (``healthy``:
-    the caller's, where it has worked it out already)."""
+    the caller's, where it has worked it out already) and ``slow_cut`` (``cut``: the
+    caller's, likewise); a suspect's p-value needs that cut's noise."""
     oriented = [None if p.value is None or not p.value > 0 else
                 (p.value if better == "higher" else 1.0 / p.value) for p in pairs]
     ref, how = healthy or reference(oriented, threshold, line_rate)
+    deficit, sigma, cut_from = cut or slow_cut(oriented, ref, threshold, min_deficit)
     if slow is None:
-        slow = [v is None or (ref is not None and v < (1 - threshold) * ref) for v in oriented]
+        slow = [v is None or (ref is not None and v < (1 - deficit) * ref) for v in oriented]
     slow = list(slow)
     if topology is None:
         topology = infer([(p.client, p.server, not s) for p, s in zip(pairs, slow)])
-    out = Localization(ref, how, slow=sum(slow), measured=len(pairs),
-                       topology=topology.source, inferred=topology.inferred)
+    out = Localization(ref, how, slow=sum(slow), measured=len(pairs), cut=deficit,
+                       cut_from=cut_from, topology=topology.source, inferred=topology.inferred)
     is_slow = np.array(slow, dtype=bool)
     through, unplaced, candidates = _incidence(pairs, topology, directed, is_slow)
     if unplaced:
@@ -197,7 +268,7 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
         idx, share = flat[best]
         p_slow[idx] = 1 - (1 - p_slow[idx]) * (1 - share * (1 - EPS))
         out.suspects.append(_suspect(sorted(group, key=_order), through[best], is_slow,
-                                     oriented))
+                                     oriented, ref, sigma))
     explained = np.zeros(len(pairs), dtype=bool)
     for e in chosen:
         for idx, _ in through[e]:
@@ -328,8 +399,8 @@ def _order(element: str) -> tuple[int, int, str]:
     return kind, one_way, element
 
 
-def _suspect(group: list[str], blocks: Blocks, slow: Any,
-             oriented: Sequence[float | None]) -> Suspect:
+def _suspect(group: list[str], blocks: Blocks, slow: Any, oriented: Sequence[float | None],
+             healthy: float | None = None, sigma: float | None = None) -> Suspect:
     inside = np.zeros(len(oriented), dtype=bool)
     for idx, _ in blocks:
         inside[idx] = True
@@ -339,5 +410,19 @@ def _suspect(group: list[str], blocks: Blocks, slow: Any,
         picked = values[mask & ~np.isnan(values)]
         return float(np.sort(picked)[len(picked) // 2]) if len(picked) else None
 
+    # Its deficit from the pairs wholly through it (under ECMP: the share of them that may
+    # have crossed it, all the same), a failed pair reading nothing; its p-value how far the
+    # mean of their log ratios sits below healthy in standard errors of the noise.
+    of_healthy = p = None
+    if healthy:
+        ratios = np.nan_to_num(values[inside] / healthy, nan=0.0)
+        if len(ratios):
+            of_healthy = float(np.median(ratios))
+            if sigma and (ratios > 0).all():
+                z = float(np.mean(np.log(ratios))) * math.sqrt(len(ratios)) / sigma
+                p = 0.5 * math.erfc(-z / math.sqrt(2))
+            elif sigma:
+                p = 0.0                    # a failed pair: no noise reads nothing
     return Suspect(group, int(slow[inside].sum()), int(inside.sum()), median(inside),
-                   median(~inside), pinned=all(share >= 1.0 for _, share in blocks))
+                   median(~inside), pinned=all(share >= 1.0 for _, share in blocks),
+                   of_healthy=of_healthy, p=p)
