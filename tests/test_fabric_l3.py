@@ -351,8 +351,11 @@ def _on_shaped_link(element: str) -> bool:
 # sends one flow per path set a round, so it may miss the link or leave a slow pair "its own
 # path (retest it)". Such a sweep names nothing, and says so; it is never an excuse: the test
 # sweeps again and asserts the rate at which the link is named (a sweep that names it ends
-# the count early), with k of n from the rates measured here (docstring).
-ATTEMPTS = {"all": (3, 2), "adaptive": (3, 2)}     # pattern: (sweeps at most, named at least)
+# the count early), with k of n from the rates measured here: adaptive named the link in 4 of
+# 10 sweeps with the noise-set cut and 6 of 10 with the fixed 40% one (a busy 2-core machine):
+# about half, so at least once in 8 (a miss 1 in 250 at one half, 1 in 60 at 0.4); all-pairs
+# misses in about 4% of sweeps, so 2 of 3.
+ATTEMPTS = {"all": (3, 2), "adaptive": (8, 1)}     # pattern: (sweeps at most, named at least)
 
 
 def _lone_pairs(stderr: str) -> list[str]:
