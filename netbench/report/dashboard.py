@@ -115,7 +115,13 @@ def value_axis(values: Sequence[float]) -> dict[str, Any]:
         step *= next(m for m in (1, 2, 5, 10) if span / (m * step) <= 5)
         ticks = [round(k * step, 12) for k in range(math.ceil(low / 1.2 / step),
                                                      math.floor(high * 1.2 / step) + 1)]
-    return {"type": "log", "tickvals": ticks, "ticktext": [_tick(t) for t in ticks]}
+    # The range holds the ticks chosen near the data: plotly's own autorange could stop
+    # short of both (a fresh clone's CI drew a CPU chart whose band held no tick at all).
+    near_ticks = [t for t in ticks if low / 1.05 <= t <= high * 1.05]
+    lo, hi = min([low, *near_ticks]), max([high, *near_ticks])
+    pad = 0.05 * max(math.log10(hi / lo), 0.1)
+    return {"type": "log", "tickvals": ticks, "ticktext": [_tick(t) for t in ticks],
+            "range": [math.log10(lo) - pad, math.log10(hi) + pad]}
 
 
 def _style(traces: list[dict[str, Any]]) -> None:
