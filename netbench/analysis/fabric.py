@@ -23,6 +23,7 @@ from netbench.analysis.localize import (
     Localization,
     Pair,
     Suspect,
+    check_fraction,
     localize,
     reference,
     slow_cut,
@@ -156,11 +157,11 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
     import numpy as np
     import pandas as pd
 
-    if not 0 < threshold < 1:
-        raise UsageError(f"threshold {threshold:g}: a fraction between 0 and 1 (0.1 = 10%)")
-    if min_deficit is not None and not 0 < min_deficit < 1:
-        raise UsageError(f"min_deficit {min_deficit:g}: a fraction between 0 and 1 "
-                         "(0.05 = 5%)")
+    try:                         # localize's own check, as a user's mistake
+        check_fraction("threshold", threshold)
+        check_fraction("min_deficit", min_deficit)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if "peer" not in rows or rows.empty:
         return []
     out = []
