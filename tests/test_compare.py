@@ -327,6 +327,38 @@ def test_an_extremes_step_between_two_runs_of_unchanged_code_is_unverified(tmp_p
     assert "lat_max is one sample" in top["needs"] and "it would read improved" in top["needs"]
 
 
+def test_a_stdev_tripled_in_every_repeat_of_one_run_is_unverified_and_history_decides():
+    """A CI A/A on a quiet host (busy 0.01 both sides): tcp.rr lat_stdev +204.5%, each repeat
+    of the second run alike, called regressed. A stdev squares each sample's distance, so a
+    few stalls of a run set it as they set a max: judged by one run's repeats it is
+    unverified, saying what decides; a history of runs that never moved so decides it."""
+    import pandas as pd
+
+    from netbench.analysis.compare import compare
+
+    def rows(run, stdev):
+        out = []
+        for i, value in enumerate(stdev):
+            row = {name: None for name, _ in COLUMNS}
+            row.update(schema_version=SCHEMA_VERSION, run_id=run, host="h1", repeat=i,
+                       benchmark="tcp.rr", metric="lat_stdev", better="lower", unit="us",
+                       status="ok", value=value, msg_size=64, statistic="stdev",
+                       n_samples=20_000, params=params_json({"msg_size": 64}))
+            out.append(row)
+        return pd.DataFrame(out)
+
+    base, cand = rows("a", [2.0, 2.1, 1.9]), rows("b", [6.1, 6.0, 6.3])
+    (v,) = compare(base, cand, {})
+    assert v.verdict == "unverified" and v.change > 2.0, v
+    assert "farthest out" in v.needs and "it would read regressed" in v.needs
+    past = pd.concat([rows(f"h{i}", [2.0 + 0.03 * i] * 3) for i in range(6)])
+    (v,) = compare(base, cand, {}, history=past)
+    assert v.verdict == "regressed" and v.evidence == "history", v
+    (p50,) = compare(base.assign(metric="lat_p50", statistic="p50"),
+                     cand.assign(metric="lat_p50", statistic="p50"), {})
+    assert p50.verdict == "regressed"          # the same step in a typical value is judged
+
+
 def test_pool_reads_nullable_columns_and_keeps_the_fewest_samples(tmp_path):
     """``netbench.load()`` frames hold pandas' nullable integers (a missing count is NA, not
     NaN): pooled, a missing count is unknown, a count of 0 is kept, the fewest wins."""

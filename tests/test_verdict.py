@@ -175,9 +175,11 @@ def test_a_tenth_of_a_core_stolen_apart_is_two_states():
 
 def test_an_extreme_is_what_rests_on_fewer_than_ten_samples():
     """A max or min is one sample; a p99.9 of 3,000 rests on 3, of 100,000 on 100; a p99 of
-    3,000 on 30; a figure of its own (no statistic) is no extreme."""
+    3,000 on 30; a stdev on the few samples farthest out, however many there are; a figure
+    of its own (no statistic) is no extreme."""
     assert "one sample" in extreme("max", 3000, "lat_max")
     assert "one sample" in extreme("min", None)
+    assert "farthest out" in extreme("stdev", 100_000, "lat_stdev")
     assert "3 of each invocation's 3,000 samples" in extreme("p99.9", 3000, "lat_p99.9")
     assert extreme("p99.9", 100_000) == extreme("p99", 3000) == extreme("p50", 10) == ""
     assert extreme(None, 5) == extreme("p99.9", None) == extreme("p99.9", math.nan) == ""
