@@ -12,8 +12,9 @@ One line per topology:
 beside the rounds all-pairs needs. A fault scales one element's capacity (a host's NIC both
 ways or one way, its access link, an inter-switch link, a switch) to ``--severity`` (0.25:
 a 4x link trained at 1x, EDR at DDR; 0.85: fail-slow, optics losing margin); measurement
-noise is +-``--noise``; ``--faults`` elements broken a trial (default: one and two in turn;
-0: none, and the line counts the trials that named anything: false positives). Lists of
+noise is +-``--noise`` (``--noise-shape normal``: normal of the same standard deviation);
+``--faults`` elements broken a trial (default: one and two in turn; 0: none, and the line
+counts the trials that named anything: false positives). Lists of
 severities and noises run every combination, one line each. The sweep's rounds
 come from ``netbench.analysis.adaptive`` and its verdict from ``netbench.analysis.localize``, the
 same code a real sweep runs. The ``fat-tree-2tier-opensm`` row routes by the forwarding tables
@@ -141,14 +142,15 @@ def draw(topo, rng: random.Random, faults: int, severity: float) -> tuple:
 
 
 def trial(make, drawn: tuple, noise: float, threshold: float, traced: bool = False,
-          min_deficit: float | None = 0.05):
+          min_deficit: float | None = 0.05, noise_shape: str = "uniform"):
     import pandas  # noqa: F401  (imported before the clock: plan_s is planning, not imports)
 
     from netbench.analysis.adaptive import AdaptivePlanner
     from netbench.sweep.simulate import FabricSim
     topo = make()
     broken, sim_seed, plan_seed = drawn
-    fabric = FabricSim(topo, faults=broken, noise=noise, seed=sim_seed)
+    fabric = FabricSim(topo, faults=broken, noise=noise, seed=sim_seed,
+                       noise_shape=noise_shape)
     names = sorted(topo.hosts)
     planner = AdaptivePlanner(names, topo, threshold=threshold, seed=plan_seed, traced=traced,
                               min_deficit=min_deficit)
@@ -187,8 +189,8 @@ def built(hosts: int, index: int):
 
 
 def _one_trial(work: tuple):
-    hosts, index, drawn, noise, threshold, traced, min_deficit = work
-    return trial(built(hosts, index), drawn, noise, threshold, traced, min_deficit)
+    hosts, index, drawn, noise, threshold, traced, min_deficit, shape = work
+    return trial(built(hosts, index), drawn, noise, threshold, traced, min_deficit, shape)
 
 
 def one(args, name: str, index: int, make, n: int, traced: bool, severity: float,
@@ -198,7 +200,7 @@ def one(args, name: str, index: int, make, n: int, traced: bool, severity: float
     rounds, right, named, recalled, pinned, truth, plan, alarms = [], 0, 0, 0, 0, 0, [], 0
     work = [(args.hosts, index,
              draw(make(), rng, 1 + t % 2 if args.faults is None else args.faults, severity),
-             noise, args.threshold, traced, args.min_deficit or None)
+             noise, args.threshold, traced, args.min_deficit or None, args.noise_shape)
             for t in range(args.trials)]
     with multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 \
             else contextlib.nullcontext() as pool:
@@ -222,7 +224,7 @@ def one(args, name: str, index: int, make, n: int, traced: bool, severity: float
               f"({alarms / args.trials:.3f})" if args.faults == 0 else
               f"precision {right / max(named, 1):.3f} recall {recalled / max(truth, 1):.3f} "
               f"pinned {pinned / max(truth, 1):.3f}")
-    print(f"{name} hosts {n} severity {severity:g} noise {noise:g} rounds "
+    print(f"{name} hosts {n} severity {severity:g} noise {noise:g} {args.noise_shape} rounds "
           f"{statistics.median(rounds):g} max {max(rounds)} {scores} plan_s {max(plan):.3f} "
           f"(median {statistics.median(plan):.3f}) (budget {budget}; all-pairs {n - 1} "
           f"rounds a direction; {args.trials} trials, {faults})", flush=True)
@@ -233,6 +235,8 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=1024)
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--noise", default="0.05", help="one or a comma list")
+    ap.add_argument("--noise-shape", default="uniform", choices=("uniform", "normal"),
+                    help="uniform within +-noise, or normal of the same standard deviation")
     ap.add_argument("--severity", default="0.25", help="one or a comma list")
     ap.add_argument("--faults", type=int, help="elements broken a trial (default: 1 and 2 in "
                     "turn; 0: fault-free)")

@@ -283,3 +283,64 @@ def test_a_rounds_steering_reaches_each_client_rank_and_a_malformed_one_is_refus
         meet.set("plan/1", {"pairs": [[0, 2], [3, 5]], "via": bad})
         with pytest.raises(NetbenchError, match="'via'"):
             _agree_round(meet, 1, None, 6, [], 1.0, [], [])
+
+
+def _run_shaped(topo, faults, seed=0, shape="uniform"):
+    names = sorted(topo.hosts)
+    fabric = sim.FabricSim(topo, faults=faults, noise=0.05, seed=seed, noise_shape=shape)
+    planner = AdaptivePlanner(names, topo, seed=seed)
+    drive(planner, lambda pairs, number: fabric.measure(
+        [(names[c], names[s]) for c, s in pairs], salt=number))
+    return planner, planner.verdict()
+
+
+@pytest.mark.parametrize("fault, named, again", [
+    # Its pairs scatter about the 10% cut (0.9 +-5%): flags alone named other things; its
+    # readings, read again where they lean, name it.
+    ({"link:leaf3--spine5": 0.9}, [["link:leaf3--spine5"]], True),
+    ({"switch:leaf6": 0.9}, [["switch:leaf6"]], False),
+    ({"host:l9h1": 0.88}, [["host:l9h1", "link:l9h1--leaf9"]], False),
+])
+def test_an_element_at_nine_tenths_is_named_by_its_readings_and_nothing_else(fault, named,
+                                                                              again):
+    topo = sim.fat_tree(16, 16, 8, routing="dest")          # 256 hosts, routes known
+    planner, verdict = _run_shaped(topo, fault)
+    assert [s.elements for s in verdict.suspects] == named, verdict.suspects
+    (suspect,) = verdict.suspects
+    assert 0.85 < suspect.of_healthy < 0.95 and suspect.p < 1e-3, suspect
+    assert any(r.why.startswith("again") or "; again" in r.why for r in planner.log) == again
+    assert len(planner.log) <= default_budget(256)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_healthy_fabric_with_normal_noise_names_nothing_in_the_rounds_it_always_took(seed):
+    """Normal noise reaches past +-5% (about one pair in 300 beyond 3 standard deviations):
+    nothing is named, nothing leans enough to be read again, and the sweep takes its 4."""
+    topo = sim.fat_tree(16, 16, 8, routing="dest")
+    planner, verdict = _run_shaped(topo, {}, seed=seed, shape="normal")
+    assert verdict.suspects == [] and verdict.leaning == []
+    assert len(planner.log) == 4, [r.why for r in planner.log]
+
+
+def test_one_stray_reading_names_nothing_and_one_among_many_slow_hides_nothing():
+    """Judged by readings, one pair far off (a moment's stall) is no element's evidence:
+    without its most telling pair an element must still beat the noise. A sender whose
+    pairs all read 0.6 is named, and still is when one of them read healthy."""
+    import random
+
+    from netbench.analysis.localize import Pair, localize
+
+    topo = sim.fat_tree(4, 4, 2, routing="dest")            # 16 hosts, 240 pairs
+    rng = random.Random(0)
+    names = sorted(topo.hosts)
+    pairs = [Pair(a, b, 100 * (1 + rng.uniform(-0.05, 0.05))) for a in names for b in names
+             if a != b]
+    pairs[0].value = 60.0                                   # l0h0 -> l0h1
+    assert localize(pairs, topo).suspects == []
+    sent = [p for p in pairs if p.client == "l0h0"]
+    for p in sent[1:]:
+        p.value = 60.0 * (1 + rng.uniform(-0.05, 0.05))
+    for healthy_ones in (0, 1):
+        sent[0].value = 100.0 if healthy_ones else 60.0
+        (suspect,) = localize(pairs, topo).suspects
+        assert suspect.elements == ["host:l0h0:send", "link:l0h0->leaf0"], suspect

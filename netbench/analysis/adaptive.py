@@ -41,6 +41,7 @@ from netbench.env.topology import Topology, link_name
 THRESHOLD = 0.4           # a pair below (1 - this) of the healthy rate is slow (as localize)
 MAX_COVER_ROUNDS = 8      # cross-switch cover rounds at most (the rest are for suspects)
 CONFIRM = 3               # slow pairs that convict a thing on their own
+REPEATS = 3               # times a pair through a leaning element is measured again
 PARTNERS = 8              # switches a cover pair's far end is looked for among
 ECMP_MISS = 0.05          # chance a path of an ECMP set is left unloaded by the cover
 
@@ -135,6 +136,8 @@ class AdaptivePlanner:
         self._via: dict[tuple[int, int, tuple[str, ...]], dict[str, float]] = {}
         self._via_now: dict[tuple[int, int], tuple[str, ...]] = {}    # this round's steering
         self._slow_paths: dict[tuple[int, int], tuple[str, ...]] = {}  # a pair's, traced
+        self._leaning: list[str] = []          # the verdict's: elements to read again
+        self._repeats: dict[tuple[int, int], int] = {}
 
     # --- what a pair crosses -----------------------------------------------------------------
 
@@ -269,7 +272,7 @@ class AdaptivePlanner:
         """Which measurements are slow (against the fast pairs' median, as localize judges),
         and which elements a fast pair has cleared (every element on its one path: a
         capacity fault slows every pair through it, in its direction)."""
-        from netbench.analysis.localize import reference, slow_cut
+        from netbench.analysis.localize import low_readings, reference, slow_cut
 
         values = [None if v is None else v / m.share
                   for m, v in ((m, self._oriented(m.value)) for m in self.measured)]
@@ -282,6 +285,10 @@ class AdaptivePlanner:
         self.slow_flags = [v is None or (self.healthy is not None and
                                          v < (1 - self.cut[0]) * self.healthy)
                            for v in values]
+        # Short of healthy by at least min_deficit, not by the cut: where the noise is
+        # known, the verdict weighs such pairs' elements too (their readings, not flags).
+        self._low = (low_readings(values, self.healthy, self.min_deficit).tolist()
+                     if self.cut[1] else list(self.slow_flags))
         cleared: set[str] = set()
         slow_paths: dict[tuple[int, int], tuple[str, ...]] = {}
         for m, slow in zip(self.measured, self.slow_flags):
@@ -325,11 +332,16 @@ class AdaptivePlanner:
             if took:                   # a pair whose probes did not fit waits its turn
                 self._split[(c, s)] = self._split.get((c, s), 0) + 1
                 split.append((c, s))
-        if pairs:
-            notes.append(f"re-probe: {len(pairs)} pair(s) splitting the paths of "
+        repeated = self._repeat_leaning(pairs, busy, loaded)
+        if pairs and len(pairs) > len(repeated):
+            notes.append(f"re-probe: {len(pairs) - len(repeated)} pair(s) splitting the paths of "
                          f"{len(split)} slow pair(s) "
                          f"({', '.join(self._name(c, s) for c, s in split[:3])}"
                          f"{' ...' if len(split) > 3 else ''})")
+        if repeated:
+            notes.append(f"again: {len(repeated)} pair(s) through "
+                         f"{', '.join(self._leaning[:3])}{' ...' if len(self._leaning) > 3 else ''}"
+                         " (their readings lean slow; more of them decide)")
         if self._needs_cover() and self._cover_cross < MAX_COVER_ROUNDS:
             self._cover_cross += 1
             before = len(pairs)
@@ -346,6 +358,27 @@ class AdaptivePlanner:
             return None
         return Round(pairs, "; ".join(notes), [self._via_now.get(p, ()) for p in pairs])
 
+    def _repeat_leaning(self, pairs: list[tuple[int, int]], busy: set[int],
+                        loaded: set[str]) -> list[tuple[int, int]]:
+        """The pairs measured alone through each element the verdict leans on, measured
+        again (each at most REPEATS times): an element at 0.9 of its capacity whose pairs
+        scatter about a 10% cut is named after a few more readings, where splitting its
+        paths could not help."""
+        leaning = set(self._leaning)
+        if not leaning:
+            return []
+        taken = []
+        for m in self.measured:
+            pair = (m.client, m.server)
+            if (m.value is None or m.share < 1.0 or self._repeats.get(pair, 0) >= REPEATS
+                    or leaning.isdisjoint(self._elements_of(m))
+                    or not self._fits(pair, busy, loaded)):
+                continue
+            self._take(pair, pairs, busy, loaded)
+            self._repeats[pair] = self._repeats.get(pair, 0) + 1
+            taken.append(pair)
+        return taken
+
     def verdict(self) -> Any:
         """``netbench.analysis.localize`` over every pair measured so far, judged as the
         planner judged them. With a topology, only the pairs that matter to it: the slow
@@ -361,8 +394,8 @@ class AdaptivePlanner:
                   if slow or m.share >= 1.0]
         if self.topology is not None:
             suspect: set[str] = set()
-            for m, slow in chosen:
-                if slow:
+            for m, slow, low in zip(self.measured, self.slow_flags, self._low):
+                if slow or (low and m.share >= 1.0):
                     suspect.update(self._elements_of(m))
             chosen = [(m, slow) for m, slow in chosen
                       if slow or not suspect.isdisjoint(self._elements_of(m))]
@@ -395,10 +428,12 @@ class AdaptivePlanner:
         such a pair's path holds more than one thing no fast pair has cleared."""
         slow = list(dict.fromkeys((m.client, m.server) for m, is_slow in
                                   zip(self.measured, self.slow_flags) if is_slow))
-        if not slow:
+        self._leaning = []
+        if not slow and not any(self._low):
             return []
         index = {name: i for i, name in enumerate(self.endpoints)}
         loc = self.verdict()
+        self._leaning = list(loc.leaning)
         wanted = [(index[p.client], index[p.server]) for p in loc.unexplained]
         for suspect in loc.suspects:
             things = {_thing(e, self.topology) for e in suspect.elements}

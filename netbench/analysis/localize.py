@@ -8,9 +8,13 @@ median of the fast pairs: never the median of all pairs, which a fault that slow
 drags down) than the measurement's noise explains (``slow_cut``: ``Z_SLOW`` times the healthy
 pairs' robust spread, never under ``min_deficit``; and always below ``1 - threshold``), so a
 link running 15% slow is seen where pairs scatter by 5%, and nothing where they scatter by
-20%. The verdict is the fewest elements that explain the slow
-pairs (maximum likelihood, greedy: each element added must explain at least two slow pairs
-better than chance does), each with its evidence (k of m pairs through it slow, their median
+20%. The verdict is the fewest elements that explain the pairs: where that spread is known,
+by their readings (``_by_readings``: greedy on the likelihood that an element runs at a
+fitted share of its capacity, named while that beats what noise reaches over all the
+candidates, so a link at 0.9 is seen in pairs scattered about a 10% cut, and elements that
+lean slow are reported for the sweep to read again); else by the slow flags (maximum
+likelihood, greedy: each element added must explain at least two slow pairs better than
+chance does). Each suspect comes with its evidence (k of m pairs through it slow, their median
 against the pairs that avoid it, the share of the healthy rate its pairs read, and how
 unlikely noise alone reads them that low). Elements that carry exactly the same measured
 pairs cannot be told apart, and are named together as one suspect; a suspect over ECMP path
@@ -36,6 +40,12 @@ TOP = 0.95                 # the quantile the fast pairs are found near
 MIN_DEFICIT = 0.05         # the smallest shortfall a pair is ever called slow for
 Z_SLOW = 3.0               # standard deviations of noise below healthy that read slow
 MIN_NOISE_PAIRS = 20       # healthy pairs a spread of the noise needs
+ALPHA = 0.01               # the chance noise alone names anything, over all the candidates
+FAILED = 1e-3              # the share of the healthy rate a failed pair is taken to read
+STRAY_RANGE = 8.0          # log ratios a stray reading (EPS of them) may land anywhere in
+SLOW_SCATTER = 0.25        # a slowed pair's log spread, as a share of its element's deficit
+LEAN = 1 / 3               # the share of the evidence naming needs that earns more readings
+MAX_LEANING = 4            # elements a sweep measures again at once
 
 
 @dataclass
@@ -147,6 +157,9 @@ class Localization:
     topology: str = ""
     inferred: bool = False
     warnings: list[str] = field(default_factory=list)
+    # Elements whose pairs read low but not yet low enough to name, the likeliest first:
+    # more readings through them would decide (a sweep measures their pairs again).
+    leaning: list[str] = field(default_factory=list)
 
     @property
     def blamed_hosts(self) -> list[str]:
@@ -194,6 +207,16 @@ def check_fraction(name: str, value: float | None) -> None:
         raise ValueError(f"{name} {value:g}: a fraction between 0 and 1 (0.1 = 10%)")
 
 
+def low_readings(oriented: Sequence[float | None], healthy: float | None,
+                 min_deficit: float | None) -> Any:
+    """Which readings (higher-is-better) fell at least ``min_deficit`` short of ``healthy``
+    (or failed): not slow by themselves, but worth a look (their elements' other pairs)."""
+    values = np.array([np.nan if v is None else v for v in oriented], dtype=float)
+    if not healthy or not min_deficit:
+        return np.isnan(values)
+    return np.isnan(values) | (values < (1 - min_deficit) * healthy)
+
+
 def slow_cut(values: Sequence[float | None] | Any, healthy: float | None, threshold: float,
              min_deficit: float | None = MIN_DEFICIT) -> tuple[float, float | None, str]:
     """The shortfall below ``healthy`` at which a pair reads slow, the noise it came from,
@@ -238,7 +261,12 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
     out = Localization(ref, how, slow=sum(slow), measured=len(pairs), cut=deficit,
                        cut_from=cut_from, topology=topology.source, inferred=topology.inferred)
     is_slow = np.array(slow, dtype=bool)
-    through, unplaced, candidates = _incidence(pairs, topology, directed, is_slow)
+    # Judged by their readings (a spread of the noise known), the elements of the pairs that
+    # read low (at least min_deficit short) are candidates too: a link at 0.9 whose pairs
+    # scatter about a 10% cut may have had none of them flagged yet.
+    graded = bool(sigma)
+    low = is_slow | (low_readings(oriented, ref, min_deficit) if graded else False)
+    through, unplaced, candidates = _incidence(pairs, topology, directed, low)
     if unplaced:
         out.warnings.append(f"{unplaced} pair(s) have no path in the topology "
                             f"({topology.source}): judged by nothing")
@@ -258,6 +286,11 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
 
     signature = {e: _signature(*flat[e]) for e in candidates}
     chosen: list[str] = []
+    if graded:
+        chosen, out.suspects, out.leaning = _by_readings(
+            flat, through, signature, candidates, is_slow, oriented, ref, sigma,
+            min_deficit or MIN_DEFICIT)
+        candidates = set()
     while candidates and len(chosen) < MAX_SUSPECTS:
         best_gain, best = min(((gain(e), e) for e in candidates), key=lambda t: (-t[0], t[1]))
         if best_gain <= penalty:
@@ -426,3 +459,80 @@ def _suspect(group: list[str], blocks: Blocks, slow: Any, oriented: Sequence[flo
     return Suspect(group, int(slow[inside].sum()), int(inside.sum()), median(inside),
                    median(~inside), pinned=all(share >= 1.0 for _, share in blocks),
                    of_healthy=of_healthy, p=p)
+
+
+def _log_healthy(r: Any, sigma: Any) -> Any:
+    """The log density of a log ratio ``r`` read by a healthy pair: the noise's normal, save
+    EPS of readings that land anywhere (a moment's contention, a stalled host), so that one
+    stray pair cannot outweigh the many beside it."""
+    normal = -0.5 * (r / sigma) ** 2 - np.log(sigma * math.sqrt(2 * math.pi))
+    return np.logaddexp(math.log1p(-EPS) + normal, math.log(EPS / STRAY_RANGE))
+
+
+def _by_readings(flat: dict[str, tuple[Any, Any]], through: dict[str, Blocks],
+                 signature: dict[str, bytes], candidates: set[str], is_slow: Any,
+                 oriented: Sequence[float | None], healthy: float | None, sigma: float,
+                 min_deficit: float) -> tuple[list[str], list[Suspect], list[str]]:
+    """The fewest elements that explain the pairs' readings (not only the slow flags): greedy on
+    the likelihood ratio of "this element runs at exp(-d) of its capacity" against "healthy", d
+    fitted (at least ``min_deficit``). A pair that crosses an element with share s (ECMP: one of
+    its path sets' paths) reads slowed with chance s; a pinned pair always. An element is named
+    while its ratio, without its one most telling pair, beats what noise reaches over all the
+    candidates (ALPHA, Bonferroni); the pairs it then explains (those more likely slowed by it
+    than not) testify for nothing else. Near the cut this sees what flags cannot: a link at 0.9
+    whose pairs scatter across a 10% cut reads as one shift of all of them. Also the elements
+    left leaning (at least LEAN of the evidence naming needs), the likeliest first."""
+    from statistics import NormalDist
+
+    values = np.array([np.nan if v is None else v for v in oriented], dtype=float)
+    ratio = np.where(np.isfinite(values) & (values > 0), values / (healthy or 1.0), FAILED)
+    r = np.log(np.maximum(ratio, FAILED))
+    base = _log_healthy(r, sigma)
+    steps = np.geomspace(-math.log1p(-min_deficit), -math.log(FAILED), 64)
+    # A broken element's pairs scatter more than healthy ones (flows sharing what is left of
+    # it, a shaper's bursts: a link shaped to a tenth read 0.03-0.10 here): wider with d.
+    spread = np.sqrt(sigma ** 2 + (SLOW_SCATTER * steps) ** 2)
+    left = np.ones(len(r), dtype=bool)
+    need = NormalDist().inv_cdf(1 - ALPHA / max(len(candidates), 1)) ** 2 / 2
+    candidates = set(candidates)
+    chosen: list[str] = []
+    suspects: list[Suspect] = []
+
+    def fit(element: str) -> tuple[float, float, Any, Any]:
+        """Its gain without its most telling pair, its gain with it, the pairs it was fitted
+        to, and how much likelier each is slowed by it than not (log)."""
+        idx, share = flat[element]
+        keep = left[idx]
+        idx, share = idx[keep], share[keep]
+        if not len(idx):
+            return 0.0, 0.0, idx, None
+        slowed = np.log(share)[:, None] + _log_healthy(r[idx][:, None] + steps, spread)
+        other = np.log1p(-np.minimum(share, 1.0))[:, None] + base[idx][:, None]
+        mixed = np.logaddexp(slowed, other)
+        each = mixed - base[idx][:, None]
+        # Without its most telling pair: one reading (a collided flow's share misjudged, a
+        # moment's stall) never names an element, however far off it reads.
+        whole = each.sum(axis=0)
+        gains = whole - each.max(axis=0)
+        k = int(np.argmax(gains))
+        return float(gains[k]), float(whole.max()), idx, slowed[:, k] - mixed[:, k]
+
+    leaning: list[str] = []
+    with np.errstate(divide="ignore"):           # log(1 - share) of a pinned pair: -inf
+        while candidates and len(chosen) < MAX_SUSPECTS:
+            fits = {e: fit(e) for e in candidates}
+            best = min(candidates, key=lambda e: (-fits[e][0], e))
+            gain, _, idx, owned = fits[best]
+            if gain <= need:
+                # Two low pairs at least (one is as often noise: a healthy fabric's sweep
+                # would read half its pairs again).
+                ranked = sorted(candidates, key=lambda e: (-fits[e][0], e))
+                leaning = [e for e in ranked if fits[e][0] >= LEAN * need][:MAX_LEANING]
+                break
+            chosen.append(best)
+            group = [e for e in candidates if signature[e] == signature[best]]
+            candidates -= set(group)
+            left[idx[owned > math.log(0.5)]] = False
+            suspects.append(_suspect(sorted(group, key=_order), through[best], is_slow,
+                                     oriented, healthy, sigma))
+    return chosen, suspects, leaning

@@ -10,11 +10,13 @@ takes one of its equal-cost paths, chosen by a hash of the pair (as a switch has
 never sees (unless the sweep traces its flows: ``paths`` says what a tracer would). A fault
 scales an element's capacity: a host's NIC, a link, or a switch (every link through it),
 both ways, or one way (``host:X:send``, ``host:X:recv``, ``link:a->b``). Noise is
-multiplicative, uniform within +-``noise``.
+multiplicative: uniform within +-``noise``, or (``noise_shape="normal"``) normal with the
+same standard deviation (``noise / sqrt(3)``), whose tails reach past it as a real link's do.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import zlib
 from collections.abc import Mapping, Sequence
@@ -23,12 +25,17 @@ from netbench.env.sharing import max_min_fair
 from netbench.env.topology import Topology, link_name
 from netbench.env.tracepath import STEER_TRIES
 
+NOISE_SHAPES = ("uniform", "normal")
+
 
 class FabricSim:
     def __init__(self, topology: Topology, capacity: float = 100.0,
                  faults: Mapping[str, float] | None = None, noise: float = 0.05,
-                 seed: int = 0, salt: int = 0) -> None:
+                 seed: int = 0, salt: int = 0, noise_shape: str = "uniform") -> None:
+        if noise_shape not in NOISE_SHAPES:
+            raise ValueError(f"noise_shape {noise_shape!r}: one of {', '.join(NOISE_SHAPES)}")
         self.topology, self.capacity, self.noise = topology, capacity, noise
+        self.noise_shape = noise_shape
         self.faults = dict(faults or {})
         self.rng = random.Random(seed)
         self.salt = salt          # a new salt is a new set of flows (new ECMP choices)
@@ -85,6 +92,9 @@ class FabricSim:
             self.salt = salt
         flows = [self._path(c, s, w) for (c, s), w in zip(pairs, via or [()] * len(pairs))]
         rates = max_min_fair(flows, self._hop_capacity)
+        if self.noise_shape == "normal":
+            sd = self.noise / math.sqrt(3)
+            return [r * max(0.0, 1 + self.rng.gauss(0.0, sd)) for r in rates]
         return [r * (1 + self.rng.uniform(-self.noise, self.noise)) for r in rates]
 
 
