@@ -19,6 +19,7 @@ import pytest
 from conftest import ROOT, CpuHog, install_plugin, netbench
 from test_netns import _reshape, _veths, shaped_pair  # noqa: F401  (a fixture)
 
+from netbench.analysis.verdict import differently_busy
 from netbench.run.peer import ServerProcess
 
 STREAM = ("tcp.stream", "-p", "msg_size=1M", "-p", "streams=4", "-p", "duration=1",
@@ -91,7 +92,11 @@ def test_a_real_change_beside_a_hog_is_caught_and_unchanged_code_beside_one_is_s
     v = _goodput(verdicts)
     print("-10% beside a hog:", round(v["change"], 4), v["verdict"], v["busy"], v["disturbed"])
     assert v["verdict"] == "regressed" and v["change"] == pytest.approx(-0.10, abs=0.02), v
-    assert "candidate" in v["disturbed"] and "not short of CPU" in v["disturbed"], v
+    # The load is named beside the verdict where the sides' loads differ; on a shared runner
+    # other work may have loaded the baseline as much (busy 1.43 vs 1.73 cores in one CI
+    # run): then no load differs, and there is none to name.
+    if None not in v["busy"] and differently_busy(*v["busy"]):
+        assert "candidate" in v["disturbed"] and "not short of CPU" in v["disturbed"], v
     assert rc == 1
     rc, verdicts = _compare(steps, runs["slow"], runs["fast_hog"], "--no-history")
     v = _goodput(verdicts)
