@@ -17,11 +17,22 @@ from conftest import ROOT
 from test_fabric import _finish, _free_port, _needs_root, _rank, _sh, plug
 
 HOST_MBIT, TRUNK_MBIT = 400, 40
+FAIL_SLOW_MBIT = HOST_MBIT * 85 // 100
 TOPOLOGY = ROOT / "tests" / "fixtures" / "topology" / "two-leaves.conf"
 
 
 @pytest.fixture
 def two_leaves():
+    yield from _two_leaves(TRUNK_MBIT)
+
+
+@pytest.fixture
+def two_leaves_fail_slow():
+    """The trunk at 85% of one host's rate: a pair alone on it reads 0.85 of healthy."""
+    yield from _two_leaves(FAIL_SLOW_MBIT)
+
+
+def _two_leaves(trunk_mbit: int):
     _needs_root()
     tag = f"{os.getpid() % 10000}"
     leaves = {"leafA": f"nblA{tag}", "leafB": f"nblB{tag}"}
@@ -48,7 +59,7 @@ def two_leaves():
             _sh("ip", "-n", ns, "link", "set", end, "master", "br0")
             _sh("ip", "-n", ns, "link", "set", end, "up")
             _sh("tc", "-n", ns, "qdisc", "add", "dev", end, "root", "tbf", "rate",
-                f"{TRUNK_MBIT}mbit", "burst", "256kb", "latency", "200ms")
+                f"{trunk_mbit}mbit", "burst", "256kb", "latency", "200ms")
         addrs = []
         for i, (name, ns) in enumerate(hosts):
             addrs.append(f"10.205.0.{i + 1}")
@@ -135,3 +146,29 @@ def test_an_adaptive_sweep_names_the_trunk_in_fewer_rounds_than_all_pairs(two_le
     assert sorted(shape.hosts) == sorted(name for name, _ in hosts)
     (again,) = analyse(pd.DataFrame(netbench_load(res)), 0.4, topology=shape)
     assert again.faulty_hosts == [] and again.suspects[0].elements == suspect["elements"]
+
+
+@pytest.mark.root
+def test_a_trunk_at_85_percent_of_a_hosts_rate_is_named_and_no_host_blamed(
+        two_leaves_fail_slow, tmp_path):
+    """Fail-slow on real links: the trunk shaped to 85% of one host's rate. The adaptive
+    sweep's cover puts one flow on it a round, which reads about 0.85 of healthy (the
+    intra-leaf pairs beside it read 0.84-1.0 on 2 busy cores): the trunk's path is named with
+    its deficit, no host and no leaf switch."""
+    hosts, addrs = two_leaves_fail_slow
+    port, res = _free_port(), tmp_path / "res"
+    args = ["tcp.stream", "-p", "duration=0.6", "-p", "warmup=0.2", "--timeout", "30",
+            "--topology", str(TOPOLOGY), "--pattern", "adaptive", "--results", str(res),
+            "--json"]
+    procs = [_rank(r, len(hosts), port, args, name, netns=ns, master=addrs[0])
+             for r, (name, ns) in enumerate(hosts)]
+    outs = _finish(procs, timeout=400)
+    assert [o[0] for o in outs[1:]] == [0] * (len(hosts) - 1), outs
+    (m,) = json.loads(outs[0][1])["matrices"]
+    print(outs[0][2][outs[0][2].find("tcp.stream"):])
+    assert m["faulty_hosts"] == [], m
+    (suspect,) = m["suspects"]
+    assert set(suspect["elements"]) >= {"link:core--leafA", "link:core--leafB"}, suspect
+    assert not any(e.startswith(("host:", "switch:leaf")) for e in suspect["elements"])
+    assert 0.7 < suspect["of_healthy"] < 0.92, suspect
+    assert outs[0][0] == 1, outs[0]

@@ -272,7 +272,7 @@ class AdaptivePlanner:
         """Which measurements are slow (against the fast pairs' median, as localize judges),
         and which elements a fast pair has cleared (every element on its one path: a
         capacity fault slows every pair through it, in its direction)."""
-        from netbench.analysis.localize import low_readings, reference, slow_cut
+        from netbench.analysis.localize import low_readings, noise, reference, slow_cut
 
         values = [None if v is None else v / m.share
                   for m, v in ((m, self._oriented(m.value)) for m in self.measured)]
@@ -282,6 +282,7 @@ class AdaptivePlanner:
         alone = [v if m.share >= 1.0 else math.nan for m, v in zip(self.measured, values)]
         self.healthy, self.healthy_from = reference(alone, self.threshold)
         self.cut = slow_cut(alone, self.healthy, self.threshold, self.min_deficit)
+        self._noise_n = noise(alone, self.healthy, self.threshold)[1]
         self.slow_flags = [v is None or (self.healthy is not None and
                                          v < (1 - self.cut[0]) * self.healthy)
                            for v in values]
@@ -354,9 +355,39 @@ class AdaptivePlanner:
                                 f"judged against their fair share; {left} directed "
                                 "inter-switch link(s) not yet seen loaded)" if self.traced
                                 else " (one flow per path set: no two can share a link)"))
+        from netbench.analysis.localize import MIN_NOISE_PAIRS
+
+        more = self._noise_pairs(pairs, busy, loaded)
+        if more:
+            notes.append(f"noise: {more} more pair(s) (a spread of the noise needs "
+                         f"{MIN_NOISE_PAIRS} healthy pairs, {self._noise_n} so far)")
         if not pairs:
             return None
         return Round(pairs, "; ".join(notes), [self._via_now.get(p, ()) for p in pairs])
+
+    def _noise_pairs(self, pairs: list[tuple[int, int]], busy: set[int],
+                     loaded: set[str]) -> int:
+        """Where the noise's spread rests on too few healthy pairs to be known (a small
+        fabric: six hosts' sweep measures 13), pairs not yet measured (then any, again) fill
+        the round until it could be: without it a pair is slow only past the fixed cut, and a
+        link at 85% reads healthy."""
+        from netbench.analysis.localize import MIN_NOISE_PAIRS
+
+        if (self.min_deficit is None or self.cut[1] is not None or not self.healthy
+                or self._noise_n >= MIN_NOISE_PAIRS or len(self.log) < 2):
+            return 0
+        before = len(pairs)
+        tries = [(self.rng.randrange(self.n), self.rng.randrange(self.n))
+                 for _ in range(8 * self.n)]
+        for fresh in (True, False):
+            for pair in tries:
+                if len(pairs) - before >= MIN_NOISE_PAIRS:
+                    return len(pairs) - before
+                if (fresh and pair in self._probed) or not self._fits(pair, busy, loaded):
+                    continue
+                self._take(pair, pairs, busy, loaded)
+                self._probed.add(pair)
+        return len(pairs) - before
 
     def _repeat_leaning(self, pairs: list[tuple[int, int]], busy: set[int],
                         loaded: set[str]) -> list[tuple[int, int]]:
