@@ -41,6 +41,9 @@ from netbench.env.topology import Topology, link_name
 THRESHOLD = 0.4           # a pair below (1 - this) of the healthy rate is slow (as localize)
 MAX_COVER_ROUNDS = 8      # cross-switch cover rounds at most (the rest are for suspects)
 CONFIRM = 3               # slow pairs that convict a thing on their own
+NOISE_MARGIN = 4          # healthy pairs past the noise's minimum a sweep measures (the
+#                           stored matrix judges each pair by its median, and may set aside
+#                           one the planner counted)
 REPEATS = 3               # times a pair through a leaning element is measured again
 PARTNERS = 8              # switches a cover pair's far end is looked for among
 ECMP_MISS = 0.05          # chance a path of an ECMP set is left unloaded by the cover
@@ -282,7 +285,9 @@ class AdaptivePlanner:
         alone = [v if m.share >= 1.0 else math.nan for m, v in zip(self.measured, values)]
         self.healthy, self.healthy_from = reference(alone, self.threshold)
         self.cut = slow_cut(alone, self.healthy, self.threshold, self.min_deficit)
-        self._noise_n = noise(alone, self.healthy, self.threshold)[1]
+        # Distinct pairs: a stored sweep's matrix holds one figure a pair, and judges by it.
+        distinct = {(m.client, m.server): v for m, v in zip(self.measured, alone)}
+        self._noise_n = noise(list(distinct.values()), self.healthy, self.threshold)[1]
         self.slow_flags = [v is None or (self.healthy is not None and
                                          v < (1 - self.cut[0]) * self.healthy)
                            for v in values]
@@ -368,25 +373,27 @@ class AdaptivePlanner:
     def _noise_pairs(self, pairs: list[tuple[int, int]], busy: set[int],
                      loaded: set[str]) -> int:
         """Where the noise's spread rests on too few healthy pairs to be known (a small
-        fabric: six hosts' sweep measures 13), pairs not yet measured (then any, again) fill
-        the round until it could be: without it a pair is slow only past the fixed cut, and a
+        fabric: six hosts' sweep measures 13), pairs not yet measured fill the rounds until
+        it could be: without it a pair is slow only past the fixed cut, and a
         link at 85% reads healthy."""
         from netbench.analysis.localize import MIN_NOISE_PAIRS
 
         if (self.min_deficit is None or self.cut[1] is not None or not self.healthy
-                or self._noise_n >= MIN_NOISE_PAIRS or len(self.log) < 2):
+                or self._noise_n >= MIN_NOISE_PAIRS + NOISE_MARGIN or len(self.log) < 2):
             return 0
         before = len(pairs)
         tries = [(self.rng.randrange(self.n), self.rng.randrange(self.n))
                  for _ in range(8 * self.n)]
-        for fresh in (True, False):
-            for pair in tries:
-                if len(pairs) - before >= MIN_NOISE_PAIRS:
-                    return len(pairs) - before
-                if (fresh and pair in self._probed) or not self._fits(pair, busy, loaded):
-                    continue
-                self._take(pair, pairs, busy, loaded)
-                self._probed.add(pair)
+        # Each alone on its links, even where flows may share (traced): a flow that shared
+        # one reads its share, no evidence of the noise.
+        trunks = set().union(*(self._trunks_of(*p) for p in pairs))
+        for pair in tries:
+            if (pair in self._probed or not self._fits(pair, busy, loaded)
+                    or self._trunks_of(*pair) & trunks):
+                continue
+            self._take(pair, pairs, busy, loaded)
+            self._probed.add(pair)
+            trunks |= self._trunks_of(*pair)
         return len(pairs) - before
 
     def _repeat_leaning(self, pairs: list[tuple[int, int]], busy: set[int],
