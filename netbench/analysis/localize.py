@@ -498,31 +498,30 @@ def _by_readings(flat: dict[str, tuple[Any, Any]], through: dict[str, Blocks],
     chosen: list[str] = []
     suspects: list[Suspect] = []
 
-    def fit(element: str) -> tuple[float, float, Any, Any]:
-        """Its gain without its most telling pair, its gain with it, the pairs it was fitted
-        to, and how much likelier each is slowed by it than not (log)."""
+    def fit(element: str) -> tuple[float, Any, Any]:
+        """Its gain without its most telling pair, the pairs it was fitted to, and how much
+        likelier each is slowed by it than not (log)."""
         idx, share = flat[element]
         keep = left[idx]
         idx, share = idx[keep], share[keep]
         if not len(idx):
-            return 0.0, 0.0, idx, None
+            return 0.0, idx, None
         slowed = np.log(share)[:, None] + _log_healthy(r[idx][:, None] + steps, spread)
         other = np.log1p(-np.minimum(share, 1.0))[:, None] + base[idx][:, None]
         mixed = np.logaddexp(slowed, other)
         each = mixed - base[idx][:, None]
         # Without its most telling pair: one reading (a collided flow's share misjudged, a
         # moment's stall) never names an element, however far off it reads.
-        whole = each.sum(axis=0)
-        gains = whole - each.max(axis=0)
+        gains = each.sum(axis=0) - each.max(axis=0)
         k = int(np.argmax(gains))
-        return float(gains[k]), float(whole.max()), idx, slowed[:, k] - mixed[:, k]
+        return float(gains[k]), idx, slowed[:, k] - mixed[:, k]
 
     leaning: list[str] = []
     with np.errstate(divide="ignore"):           # log(1 - share) of a pinned pair: -inf
         while candidates and len(chosen) < MAX_SUSPECTS:
             fits = {e: fit(e) for e in candidates}
             best = min(candidates, key=lambda e: (-fits[e][0], e))
-            gain, _, idx, owned = fits[best]
+            gain, idx, owned = fits[best]
             if gain <= need:
                 # Two low pairs at least (one is as often noise: a healthy fabric's sweep
                 # would read half its pairs again).
