@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import math
 import random
+import statistics
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -283,11 +284,17 @@ class AdaptivePlanner:
         # share overstates itself wherever the shared link was not the bottleneck after all
         # (a 100G uplink under two 25G hosts).
         alone = [v if m.share >= 1.0 else math.nan for m, v in zip(self.measured, values)]
-        self.healthy, self.healthy_from = reference(alone, self.threshold)
-        self.cut = slow_cut(alone, self.healthy, self.threshold, self.min_deficit)
-        # Distinct pairs: a stored sweep's matrix holds one figure a pair, and judges by it.
-        distinct = {(m.client, m.server): v for m, v in zip(self.measured, alone)}
-        self._noise_n = noise(list(distinct.values()), self.healthy, self.threshold)[1]
+        # One figure a pair and path (its readings' median), as the stored sweep's matrix
+        # judges: a pair measured again is one more reading of it, never one more healthy
+        # pair for the spread of the noise (ten readings of six pairs are six).
+        readings: dict[tuple[int, int, Any], list[float]] = {}
+        for m, v in zip(self.measured, alone):
+            if v is not None and v == v:
+                readings.setdefault((m.client, m.server, m.path), []).append(v)
+        cells = [statistics.median(r) for r in readings.values()]
+        self.healthy, self.healthy_from = reference(cells, self.threshold)
+        self.cut = slow_cut(cells, self.healthy, self.threshold, self.min_deficit)
+        self._noise_n = noise(cells, self.healthy, self.threshold)[1]
         self.slow_flags = [v is None or (self.healthy is not None and
                                          v < (1 - self.cut[0]) * self.healthy)
                            for v in values]

@@ -15,10 +15,11 @@ needs that spread to have at least ``MIN_DF`` degrees of freedom.
 The verdicts:
 - ``lost``: measured on the baseline, skipped or failed (or absent) on the candidate
   (``compare.lost_verdicts``: no test, the reason is the evidence); fails a gate unless allowed;
-- ``unchanged``: within the threshold, unless the change is significant and its own standard
-  error reaches past the threshold (a -5% step measured -4.99% on 5% is the step);
+- ``unchanged``: within the threshold by more than its own standard error (a -5% step
+  measured -4.99% on 5% is judged as a change: the step where significant, else ``noisy``);
 - ``regressed`` / ``improved``: beyond the threshold, and the invocations say it is not noise;
-- ``noisy``: beyond the threshold, within what invocations of this case move;
+- ``noisy``: beyond (or within a standard error of) the threshold, within what invocations of
+  this case move;
 - ``unverified``: beyond the threshold with no invocation-level spread to judge it by (one
   invocation a side, no history), or an extreme (a max, a min, a p99.9 of fewer than 10,000
   samples: fewer than ``EXTREME_SAMPLES`` beyond it) judged by one run's repeats alone: the
@@ -234,11 +235,11 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
                          evidence=evidence, needs=needs, disturbed=disturbed,
                          detectable=detectable if evidence != "none" else None)
 
-    # Within the threshold is unchanged, unless the evidence says the change is real and its
-    # own standard error reaches past the threshold: a -5% step measured -4.99% on a
-    # threshold of 5% is the step, not a coin toss.
-    significant = evidence != "none" and p_adjusted is not None and p_adjusted < alpha
-    if abs(change) <= threshold and not (significant and se is not None
+    # Within the threshold is unchanged only where its own standard error keeps it there: a
+    # -5% step measured -4.99% on a threshold of 5% is the step where the evidence says the
+    # change is real, and asks for more runs where it cannot tell (a history of three runs,
+    # -4.9%, p 0.06 once adjusted), never a coin toss read as "unchanged".
+    if abs(change) <= threshold and not (evidence != "none" and se is not None
                                          and abs(change) > threshold - se):
         return made(UNCHANGED)
     if evidence == "none" or p_adjusted is None:
