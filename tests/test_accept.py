@@ -269,3 +269,82 @@ def test_max_element_deficit_names_a_trunk_running_15_percent_slow(tmp_path):
     assert "HOST" not in out and "240 cases: lowest" in out, out
     assert "no element named short of the healthy rate by more than 5%" in out
 
+
+
+def _rows_of_every_metric(tmp_path, scale: float):
+    """One row for every metric of every shipped benchmark: a rate at ``scale`` of a
+    100 Gbit/s link in the metric's own unit (GB/s: 12.5 is the whole link), anything else
+    at 1."""
+    from netbench.registry import all_benchmarks
+    from netbench.units import from_gbit, is_rate
+
+    store = ResultStore(tmp_path / "res")
+    store.check_writable()
+    rows, checks = [], []
+    for bench, b in sorted(all_benchmarks().items()):
+        for index, m in enumerate(b.metrics):
+            row = {name: None for name, _ in COLUMNS}
+            value = scale * from_gbit(100.0, m.unit) if is_rate(m.unit) else 1.0
+            row.update(schema_version=SCHEMA_VERSION, run_id="run1", label="every",
+                       started_at=datetime.now(UTC), host="h1", benchmark=bench,
+                       metric=m.name, value=value, better=m.better, unit=m.unit, status="ok",
+                       case_index=index, device="mlx5_0:1", params=params_json({}),
+                       env_json=ENV, suite="every")
+            rows.append(row)
+            checks.append((bench, m.name, m.unit))
+    store.write_run(store.path_for("run1", datetime.now(UTC).isoformat()), rows)
+    spec = tmp_path / "every.toml"
+    spec.write_text('[accept]\nline_rate = "probe"\n' + "".join(
+        f'[[check]]\nname = "{b} {m}"\nbenchmark = "{b}"\nmetric = "{m}"\n'
+        'min_line_rate = 0.9\n' for b, m, _ in checks))
+    return spec, tmp_path / "res", checks
+
+
+@pytest.mark.parametrize("scale", [0.95, 0.85])
+def test_every_line_rate_check_on_every_shipped_metric_converts_its_unit(tmp_path, scale):
+    """11.91 GB/s is 95 Gbit/s: a bound in Gbit/s meets a figure in GB/s only converted. A
+    rate at 95% of the probed 100 Gbit/s passes min_line_rate 0.9 in whatever unit it is
+    stored (Gbit/s, GB/s, ...), at 85% fails quoting the bound in its own unit; a metric that
+    is no rate (us, Mpps, cores) fails saying min_line_rate does not apply to it."""
+    from netbench.units import from_gbit, is_rate
+
+    spec, results, checks = _rows_of_every_metric(tmp_path, scale)
+    assert {u for _, _, u in checks} & {"GB/s", "Gbit/s"} == {"GB/s", "Gbit/s"}
+    proc = netbench("accept", str(spec), "--results", str(results), "--junit",
+                    str(tmp_path / "j.xml"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    cases = {c.get("name"): c for c in ElementTree.parse(tmp_path / "j.xml").getroot()
+             .iter("testcase")}
+    for bench, metric, unit in checks:
+        case = cases[f"{bench} {metric}"]
+        failure = case.find("failure")
+        if not is_rate(unit):
+            assert failure is not None and f"is in {unit} (use min/max)" in \
+                failure.get("message"), (bench, metric, unit)
+        elif scale > 0.9:
+            assert failure is None, (bench, metric, unit, failure.get("message"))
+        else:
+            assert failure is not None, (bench, metric, unit)
+            bound = 0.9 * from_gbit(100.0, unit)
+            assert f"< {bound:.4g} {unit} (90% of 100 Gbit/s" in failure.get("message")
+
+
+def test_a_gbyte_metric_against_a_gbit_line_rate_reads_in_its_own_unit(tmp_path):
+    """The walk's case: mem.copy-like 11.91 GB/s on a 100 Gbit/s line with min_line_rate 0.5
+    passes (95 Gbit/s); at 5 GB/s (40 Gbit/s) it fails, the bound in GB/s and in Gbit/s."""
+    for value, rc in ((11.91, 0), (5.0, 1)):
+        store = ResultStore(tmp_path / f"r{rc}")
+        store.check_writable()
+        row = {name: None for name, _ in COLUMNS}
+        row.update(schema_version=SCHEMA_VERSION, run_id="run1", label="m",
+                   started_at=datetime.now(UTC), host="h1", benchmark="mem.copy", metric="bw",
+                   value=value, better="higher", unit="GB/s", status="ok", case_index=0,
+                   params=params_json({}), env_json=ENV, suite="m")
+        store.write_run(store.path_for("run1", datetime.now(UTC).isoformat()), [row])
+        spec = tmp_path / "m.toml"
+        spec.write_text('[accept]\nline_rate = 100\n[[check]]\nbenchmark = "mem.copy"\n'
+                        'metric = "bw"\nmin_line_rate = 0.5\n')
+        proc = netbench("accept", str(spec), "--results", str(tmp_path / f"r{rc}"))
+        assert proc.returncode == rc, proc.stdout + proc.stderr
+        if rc:
+            assert "5 < 6.25 GB/s (50% of 100 Gbit/s = 6.25 GB/s)" in proc.stdout, proc.stdout

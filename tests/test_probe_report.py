@@ -75,7 +75,7 @@ def test_summary_table_pivots_metrics_and_shows_failures():
     assert "12.25" in text and "3.00" in text
     assert "failed: peer vanished" in text
     assert any(line.split()[-1] == "failed" for line in body)  # marked in its row
-    assert text.rstrip().endswith("(per interval, per window or per rank)")
+    assert "(per interval, per window or per rank) within one run" in text
     # No ± shown, no footnote about one.
     assert "±" not in summary_table([r for r in _rows() if r.get("samples") is None])
 
@@ -175,3 +175,33 @@ def test_a_capture_reads_back_as_the_captured_host(tmp_path):
     assert netbench("probe", "--capture", str(again), "--sysfs-root", str(dest)).returncode == 0
     assert json.loads(netbench("probe", "--json", "--sysfs-root",
                                str(again)).stdout)["host"] == "gpu-node-17"
+
+
+def test_the_run_table_prints_each_case_s_median_over_its_repeats(tmp_path):
+    """A real run, three repeats: the end-of-run table's figure is the median of the stored
+    repeats (what compare, history and export read), never the last repeat, and its ± is
+    the repeats' spread, said so under the table."""
+    import re
+
+    import pyarrow.parquet as pq
+    from conftest import netbench
+
+    from netbench import stats
+
+    proc = netbench("run", "tcp.stream", "-p", "duration=0.3", "-p", "msg_size=64K",
+                    "--repeat", "3", "--results", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    (path,) = (tmp_path / "r").glob("*.parquet")
+    rows = pq.read_table(path).to_pandas()
+    goodput = rows[(rows["metric"] == "goodput") & (rows["status"] == "ok")]
+    values = sorted(goodput["value"].astype(float))
+    assert len(values) == 3, values
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("64K"))
+    header = next(ln for ln in proc.stdout.splitlines() if ln.startswith("size"))
+    column = header.split().index("goodput")
+    cells = re.findall(r"-?\d+(?:\.\d+)?(?: ±\d+(?:\.\d+)?)?", line[len("64K"):])
+    figure, half = (float(x) for x in cells[column - 1].split(" ±"))
+    places = len(cells[column - 1].split(" ±")[0].partition(".")[2])
+    assert figure == round(values[1], places), (line, values)
+    assert half == round(stats.ci95_halfwidth(values), places), (line, values)
+    assert "median of the case's repeats" in proc.stdout

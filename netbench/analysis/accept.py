@@ -62,6 +62,7 @@ from netbench.env import counters
 from netbench.errors import NetbenchError, UsageError
 from netbench.store import counters_of, measured_params
 from netbench.textfile import load_toml, printable
+from netbench.units import from_gbit, is_rate
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
                "max", "min_line_rate", "min_host_median", "min_link_median", "min_switch_median",
@@ -371,6 +372,10 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
     measured, failures = [], []
     bound_text = ""
     unknown = 0
+    if check.min_line_rate is not None and check.unit and not is_rate(check.unit):
+        return Outcome(check, False, [], _bounds(check, None),
+                       f"min_line_rate bounds a rate against the link's Gbit/s; "
+                       f"{check.benchmark} {check.metric} is in {check.unit} (use min/max)")
     for row, case in zip(rows, _case_names(check, rows)):
         value = float(row["value"])
         measured.append((case, value))
@@ -381,8 +386,14 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
             if rate is None:
                 unknown += 1
                 continue
-            low = max(low or -math.inf, check.min_line_rate * rate)
-            bound_text = f" ({check.min_line_rate:.0%} of {rate:g} Gbit/s)"
+            # The line rate is Gbit/s; the metric may count bytes (a bus bandwidth in GB/s):
+            # the bound in the metric's own unit.
+            bound = check.min_line_rate * (from_gbit(rate, check.unit) if check.unit
+                                           else rate)
+            low = max(low or -math.inf, bound)
+            bound_text = (f" ({check.min_line_rate:.0%} of {rate:g} Gbit/s"
+                          + (f" = {bound:.4g}{unit}" if check.unit not in ("", "Gbit/s")
+                             else "") + ")")
         if low is not None and value < low:
             failures.append(f"{case}: {value:.4g} < {low:.4g}{unit}{bound_text}")
         if high is not None and value > high:

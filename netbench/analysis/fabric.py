@@ -32,6 +32,7 @@ from netbench.env.counters import by_name, is_error, netns_wide
 from netbench.env.topology import Topology, infer
 from netbench.errors import UsageError
 from netbench.store import counters_of, keyed, params_json, params_of
+from netbench.units import from_gbit, is_rate
 
 THRESHOLD = 0.10          # a pair this far below the healthy rate (above, for latency) is slow
 HOST_SHARE = 0.5          # a host is at fault when more than this share of its pairs is slow
@@ -193,8 +194,11 @@ def analyse(rows: Any, threshold: float = THRESHOLD, metric: str | None = None,
                 if healthy else np.full(len(value), np.nan)
         cells["ratio"] = np.where(np.isfinite(ratio), ratio, np.nan)
         cells["slow"] = cells["ratio"] < 1 - cut[0]
-        rates = _line_rates(measured) if first is not None and first["unit"] == "Gbit/s" \
-            else {}
+        # The probed link rate (Gbit/s) in the metric's own unit: a GB/s bus bandwidth
+        # against a 100 Gbit/s link is out of 12.5.
+        unit = str(first["unit"]) if first is not None else ""
+        rates = ({h: from_gbit(r, unit) for h, r in _line_rates(measured).items()}
+                 if is_rate(unit) else {})
         cells["line_rate"] = cells["client"].map(rates).astype(float)
         cells["of_line"] = cells["value"] / cells["line_rate"]
         if min_line_rate is not None:

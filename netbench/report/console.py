@@ -157,13 +157,15 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
     that vary, the reference tool's own leading columns, then the metrics with their unit
     once under the name, each column with fixed decimals. Skipped and failed cases say so
     in the row. Collectives split into out-of-place and in-place groups with #wrong, as
-    nccl-tests prints them. ± (95% CI of the mean of the samples) only where shown."""
+    nccl-tests prints them. Each figure is the median of the case's repeats; ± (95% CI of the
+    repeats' mean, or of one run's samples) only where shown."""
     varying = _varying_params(rows)
     cases: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for row in rows:
         cases.setdefault((row["benchmark"], row["case_index"]), []).append(row)
     out: list[str] = []
-    shown_pm = False
+    shown_pm = ""
+    many = 0
     for bench in dict.fromkeys(row["benchmark"] for row in rows):
         bench_cases = [v for (b, _), v in cases.items() if b == bench]
         order: list[str] = []          # declared order, merged across cases
@@ -203,14 +205,14 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 if first["status"] == "failed" and note not in notes:
                     notes.append(note)          # skips are listed once, after the tables
                 continue
-            for row in case_rows:
-                line["cells"][(group, row["metric"])] = row
+            for row in case_rows:            # each repeat's row: the case's figure is theirs
+                line["cells"].setdefault((group, row["metric"]), []).append(row)
             line["trail"][group] = dict(columns_of(first.get("trail")))
         groups = (["out-of-place", "in-place"] if placements else [""])
         groups = [g for g in groups if any(g == c[0] for ln in lines.values()
                                           for c in ln["cells"])] or groups[:1]
         columns = [(g, m) for g in groups for m in order]
-        places = {col: decimals(ln["cells"][col]["value"] for ln in lines.values()
+        places = {col: decimals(_figure(ln["cells"][col])[0] for ln in lines.values()
                                 if col in ln["cells"]) for col in columns}
         lead_names = [n for n, _ in next(iter(lines.values()))["lead"]] if lines else []
         # The reference tool's columns after the figures (nccl-tests' #wrong), per group.
@@ -236,12 +238,12 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 continue
             for g, m in columns:
                 row = line["cells"].get((g, m))
-                cell = fixed(row["value"], places[(g, m)]) if row else "-"
-                samples = row.get("samples") if row else None
-                if samples is not None and len(samples) >= 2 and m != "lat_p50":
-                    half = stats.ci95_halfwidth([float(x) for x in samples])
+                value, half, repeats = _figure(row) if row else (None, None, 0)
+                cell = fixed(value, places[(g, m)]) if row else "-"
+                if half is not None and m != "lat_p50":
                     cell += f" ±{fixed(half, places[(g, m)])}"
-                    shown_pm = True
+                    shown_pm = shown_pm or ("repeats" if repeats > 1 else "samples")
+                    many = max(many, repeats)
                 cells.append(cell)
                 if m == order[-1]:
                     shown = line["trail"].get(g, {}) if row else {}
@@ -252,10 +254,31 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         out.extend(_grid(header, body, unit_row))
         out.extend(notes)
         out.append("")
-    if shown_pm:
+    if many > 1:
+        out.append(f"each figure is the median of the case's repeats (the figure compare, "
+                   f"history and export use); ± is the 95% confidence interval of the "
+                   f"repeats' mean (up to {many} a case), where only one ran: of its samples")
+    elif shown_pm:
         out.append("± is the 95% confidence interval of the mean of the stored samples "
-                   "(per interval, per window or per rank)")
+                   "(per interval, per window or per rank) within one run: it understates how "
+                   "far runs move (--repeat 3 measures that)")
     return "\n".join(out).rstrip()
+
+
+def _figure(rows: Sequence[Mapping[str, Any]]) -> tuple[float | None, float | None, int]:
+    """A case metric's figure over its repeats' rows: their median (the case's figure
+    wherever it is read), the half-width of the 95% interval of their mean (of one run's own
+    samples where it ran once), and how many repeats measured it."""
+    values = sorted(float(r["value"]) for r in rows
+                    if r.get("value") is not None and math.isfinite(float(r["value"])))
+    if not values:
+        return None, None, 0
+    if len(values) >= 2:
+        return stats.median_sorted(values), stats.ci95_halfwidth(values), len(values)
+    samples = next((r.get("samples") for r in rows if r.get("value") is not None), None)
+    half = (stats.ci95_halfwidth([float(x) for x in samples])
+            if samples is not None and len(samples) >= 2 else None)
+    return values[0], half, 1
 
 
 def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None = None,

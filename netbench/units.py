@@ -1,0 +1,28 @@
+"""Units of rate: where a figure meets a limit in another unit (a line rate in Gbit/s beside a
+bus bandwidth in GB/s), it is converted here, never compared as it stands (11.91 GB/s is
+95 Gbit/s, not 12% of a 100 Gbit/s link)."""
+from __future__ import annotations
+
+# Gbit/s in one of each rate unit netbench stores (decimal, as NICs and nccl-tests count).
+GBIT_PER = {"Gbit/s": 1.0, "Mbit/s": 1e-3, "Kbit/s": 1e-6, "bit/s": 1e-9,
+            "GB/s": 8.0, "MB/s": 8e-3, "KB/s": 8e-6, "B/s": 8e-9,
+            "GiB/s": 8 * 1.073741824, "MiB/s": 8 * 1.048576e-3}
+
+
+def is_rate(unit: str | None) -> bool:
+    """Whether ``unit`` moves bits or bytes per second (what a line rate bounds)."""
+    return unit in GBIT_PER
+
+
+def from_gbit(gbit: float, unit: str) -> float:
+    """``gbit`` Gbit/s in ``unit`` (a rate unit: ``is_rate``); ValueError naming the unit
+    and what is accepted otherwise."""
+    if unit not in GBIT_PER:
+        raise ValueError(f"{unit!r} is not a rate in bits or bytes per second "
+                         f"({', '.join(GBIT_PER)})")
+    return gbit / GBIT_PER[unit]
+
+
+def to_gbit(value: float, unit: str) -> float:
+    """``value`` in ``unit`` as Gbit/s (the inverse of ``from_gbit``)."""
+    return value * GBIT_PER[unit] if unit in GBIT_PER else from_gbit(value, unit)
