@@ -163,8 +163,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     store = _store(args.results)
     base_sel = resolve(store, args.baseline)
     cand_sel = resolve(store, args.candidate, keep_unmeasured=True)
-    thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds,
-                                     registry.catalog())
+    thresholds, source = cmp.thresholds_of_runs(
+        args.threshold or [], args.thresholds, registry.catalog(), store,
+        [*base_sel.run_ids, *cand_sel.run_ids])
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
     try:
@@ -178,8 +179,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     news = counter_news(base_sel.rows, cand_sel.rows)      # errors quiet before, grown now
     new, unasked = (f(base_sel.rows, cand_sel.rows) for f in (cmp.new_cases, cmp.not_asked))
     print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel}, failed,
-                      news, new, unasked) if args.json else console.compare_text(
-        base_sel, cand_sel, verdicts, failed, changes, args.all, news, new, unasked))
+                      news, new, unasked, (thresholds, source)) if args.json
+          else console.compare_text(base_sel, cand_sel, verdicts, failed, changes, args.all,
+                                    news, new, unasked,
+                                    cmp.thresholds_text(thresholds, source)))
     if any(v.verdict.fails_gate(allow_lost=args.allow_lost) for v in verdicts) or any(
             n.gated for n in news):
         return 1
@@ -195,12 +198,17 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
-    thresholds = cmp.load_thresholds(args.threshold or [], args.thresholds,
-                                     registry.catalog())
-    h = hist.build(_store(args.results), args.label or (), args.benchmark or (),
+    store = _store(args.results)
+    index = store.runs()
+    chosen = index[index["label"].isin(args.label)] if args.label else index
+    thresholds, source = cmp.thresholds_of_runs(args.threshold or [], args.thresholds,
+                                                registry.catalog(), store,
+                                                list(chosen["run_id"]))
+    h = hist.build(store, args.label or (), args.benchmark or (),
                    args.metric or (), args.last, args.window, thresholds, args.alpha,
                    args.host or ())
-    print(hist.to_json(h) if args.json else console.history_text(h, args.window))
+    print(hist.to_json(h) if args.json else
+          cmp.thresholds_text(thresholds, source) + "\n" + console.history_text(h, args.window))
     failing = console.history_gate(h, args.allow_lost)
     if failing and not args.json:
         print(f"netbench: the newest run {failing}", file=sys.stderr)
@@ -307,13 +315,28 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise UsageError("--baseline and --candidate go together")
         base = resolve(store, args.baseline)
         cand = resolve(store, args.candidate, keep_unmeasured=True)
-        verdicts = cmp.judge_selections(store, base, cand, {})
-        print(f"baseline:  {base.describe()}\ncandidate: {cand.describe()}")
-    info = dashboard.render(store, args.output, args.run, args.label, base, cand, verdicts)
+        thresholds, source = cmp.thresholds_of_runs(
+            args.threshold or [], args.thresholds, registry.catalog(), store,
+            [*base.run_ids, *cand.run_ids])
+        verdicts = cmp.judge_selections(store, base, cand, thresholds)
+        print(f"baseline:  {base.describe()}\ncandidate: {cand.describe()}\n"
+              f"{cmp.thresholds_text(thresholds, source)}")
+    # Beside the store it read, never ./results of wherever it was started.
+    output = args.output or str(Path(args.results) / "_dashboard.html")
+    info = dashboard.render(store, output, args.run, args.label, base, cand, verdicts)
     print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB); first view: {info['view']} "
           f"= run {info['run']}; charts: {', '.join(info['charts']) or 'none'}; "
           f"{len(info['views'])} view(s) in the picker")
     return 0
+
+
+def _threshold_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threshold", action="append", metavar="METRIC=VALUE",
+                   help="relative change that counts, e.g. bw_avg=3%% or tcp.rr:lat_p99=0.1 "
+                   "(over the suite's own [thresholds], stored with its runs; else 5%%); "
+                   "repeatable")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML file with a [thresholds] table "
+                   "(instead of the suite's stored with the runs)")
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -519,10 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("baseline", help="a label, a run id, or a results directory")
     p.add_argument("candidate", help="a label, a run id, or a results directory")
     p.add_argument("--results", default="results", help="store holding labels and run ids")
-    p.add_argument("--threshold", action="append", metavar="METRIC=VALUE",
-                   help="relative change that counts, e.g. bw_avg=3%% or tcp.rr:lat_p99=0.1 "
-                   "(default 5%%); repeatable")
-    p.add_argument("--thresholds", metavar="FILE", help="TOML file with a [thresholds] table")
+    _threshold_args(p)
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level of the t test on the invocations (repeats, runs)")
     p.add_argument("--fail-on-noisy", action="store_true", help="exit 3 when nothing "
@@ -549,9 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the newest N runs (default 50)")
     p.add_argument("--window", type=int, default=5, metavar="N",
                    help="judge each run against up to N runs before it (default 5)")
-    p.add_argument("--threshold", action="append", metavar="METRIC=VALUE",
-                   help="relative change that counts, as for compare; repeatable")
-    p.add_argument("--thresholds", metavar="FILE", help="TOML file with a [thresholds] table")
+    _threshold_args(p)
     p.add_argument("--alpha", type=float, default=0.05, help="significance level, as compare")
     p.add_argument("--allow-lost", action="store_true", help="do not fail on cases the newest "
                    "run lost (measured before, not now); still listed")
@@ -570,14 +588,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="one self-contained HTML dashboard (plotly, offline)")
     p.add_argument("--results", default="results", help="results directory (default results/)")
-    p.add_argument("-o", "--output", default="results/_dashboard.html",
-                   help="output file (default results/_dashboard.html: the leading _ keeps "
-                   "pandas.read_parquet('results/') from tripping over it)")
+    p.add_argument("-o", "--output", help="output file (default _dashboard.html in the "
+                   "results directory: the leading _ keeps pandas.read_parquet('results/') "
+                   "from tripping over it)")
     p.add_argument("--run", help="the run to show first (default: the label of the latest "
                    "run that measured something)")
     p.add_argument("--label", help="the label to show first")
     p.add_argument("--baseline", help="with --candidate: add the comparison view")
     p.add_argument("--candidate", help="label, run id or directory of the candidate")
+    _threshold_args(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("export", help="a run's metrics as OpenMetrics text (node_exporter's "

@@ -3,6 +3,9 @@ bus bandwidth in GB/s), it is converted here, never compared as it stands (11.91
 95 Gbit/s, not 12% of a 100 Gbit/s link)."""
 from __future__ import annotations
 
+from netbench.api import finite
+from netbench.errors import UsageError
+
 # Gbit/s in one of each rate unit netbench stores (decimal, as NICs and nccl-tests count).
 GBIT_PER = {"Gbit/s": 1.0, "Mbit/s": 1e-3, "Kbit/s": 1e-6, "bit/s": 1e-9,
             "GB/s": 8.0, "MB/s": 8e-3, "KB/s": 8e-6, "B/s": 8e-9,
@@ -26,3 +29,17 @@ def from_gbit(gbit: float, unit: str) -> float:
 def to_gbit(value: float, unit: str) -> float:
     """``value`` in ``unit`` as Gbit/s (the inverse of ``from_gbit``)."""
     return value * GBIT_PER[unit] if unit in GBIT_PER else from_gbit(value, unit)
+
+
+def parse_threshold(text: str | float) -> float:
+    """A relative threshold as written in a suite, a file or a flag: 0.05 or "5%"; a
+    UsageError naming it and what is accepted otherwise."""
+    text = str(text).strip()
+    try:
+        value = finite(float(text[:-1]) / 100 if text.endswith("%") else float(text))
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise UsageError(f"threshold {text!r}: use a finite, non-negative fraction (0.05) or "
+                         "percentage (5%)")
+    return value

@@ -348,3 +348,21 @@ def test_a_gbyte_metric_against_a_gbit_line_rate_reads_in_its_own_unit(tmp_path)
         assert proc.returncode == rc, proc.stdout + proc.stderr
         if rc:
             assert "5 < 6.25 GB/s (50% of 100 Gbit/s = 6.25 GB/s)" in proc.stdout, proc.stdout
+
+
+def test_a_params_filter_reads_sizes_as_the_suite_writes_them_and_says_what_it_missed(
+        tmp_path):
+    """``params = { msg_size = "1M" }`` chooses the 1048576 case (as msg_size_min = "1M"
+    does), never silently nothing; a filter that matches no case fails naming the values the
+    run has."""
+    results = _store(tmp_path, {65536: 50.0, 1 << 20: 95.0})
+    for wanted, rc in (('"1M"', 0), ("1048576", 0), ('"2M"', 1)):
+        spec = tmp_path / "p.toml"
+        spec.write_text('[accept]\nline_rate = "probe"\n[[check]]\nname = "bw"\n'
+                        'benchmark = "rdma.write_bw"\nmetric = "bw_avg"\n'
+                        f'params = {{ msg_size = {wanted} }}\nmin_line_rate = 0.9\n')
+        proc = netbench("accept", str(spec), "--results", str(results))
+        assert proc.returncode == rc, (wanted, proc.stdout + proc.stderr)
+        if rc == 0:
+            assert "PASS  bw" in proc.stdout and "95 Gbit/s" in proc.stdout, proc.stdout
+    assert "params msg_size = '2M': the run has 1048576, 65536" in proc.stdout, proc.stdout

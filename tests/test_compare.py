@@ -379,3 +379,44 @@ def test_pool_reads_nullable_columns_and_keeps_the_fewest_samples(tmp_path):
     rr["n_samples"] = pd.array([pd.NA, 0, 5000, 20000, 3000, pd.NA], dtype="Int64")
     (entry,) = pool(rr).values()
     assert entry["n_samples"] == 0 and entry["statistic"] == "max"
+
+
+def test_a_suites_own_thresholds_judge_its_runs_in_compare_history_and_report(tmp_path):
+    """README's compare names no thresholds file: the suite's [thresholds] ride with its runs
+    (stored in each run's footer), so compare, history and the dashboard judge by its 3%,
+    say which thresholds judged and whence, and --threshold / --thresholds still override."""
+    suite = tmp_path / "s.toml"
+    suite.write_text('[suite]\nname = "gate"\n[[case]]\nbenchmark = "tcp.stream"\n'
+                     'duration = 0.2\nmsg_size = "64K"\n[thresholds]\ngoodput = "3%"\n'
+                     '"tcp.stream:cpu_client" = 0.3\n')
+    results = tmp_path / "r"
+    for label in ("before", "after"):
+        run = netbench("run", str(suite), "--label", label, "--results", str(results))
+        assert run.returncode == 0, run.stderr
+    proc = netbench("compare", "before", "after", "--results", str(results), "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["thresholds"]["values"] == {"goodput": 0.03, "tcp.stream:cpu_client": 0.3}
+    assert "suite gate's [thresholds]" in out["thresholds"]["source"]
+    by_metric = {v["metric"]: v["threshold"] for v in out["verdicts"]}
+    assert by_metric["goodput"] == 0.03 and by_metric["cpu_client"] == 0.3, by_metric
+    text = netbench("compare", "before", "after", "--results", str(results)).stdout
+    assert "thresholds: goodput 3%, tcp.stream:cpu_client 30%; 5% for the rest (suite gate's" \
+        in text, text
+    flag = json.loads(netbench("compare", "before", "after", "--results", str(results),
+                               "--threshold", "goodput=7%", "--json").stdout)
+    assert {v["metric"]: v["threshold"] for v in flag["verdicts"]}["goodput"] == 0.07
+    assert "--threshold" in flag["thresholds"]["source"]
+    own = tmp_path / "t.toml"
+    own.write_text("[thresholds]\ndefault = 0.2\n")
+    file = json.loads(netbench("compare", "before", "after", "--results", str(results),
+                               "--thresholds", str(own), "--json").stdout)
+    assert {v["metric"]: v["threshold"] for v in file["verdicts"]}["goodput"] == 0.2
+    hist = netbench("history", "--results", str(results))
+    assert "thresholds: goodput 3%" in hist.stdout, hist.stdout
+    # The dashboard judges as compare does, and lands beside the store it read.
+    report = netbench("report", "--results", str(results), "--baseline", "before",
+                      "--candidate", "after", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "thresholds: goodput 3%" in report.stdout
+    assert (results / "_dashboard.html").exists() and not (tmp_path / "results").exists()

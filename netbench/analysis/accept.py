@@ -301,7 +301,7 @@ def evaluate(spec: Spec, rows: Any, topology: Any = None,
         mine = rows[rows["benchmark"] == check.benchmark]
         skipped = mine[mine["status"] != "ok"]
         ok = mine[(mine["status"] == "ok") & (mine["metric"] == check.metric)]
-        selected = []
+        selected, seen = [], []
         for _, row in ok.iterrows():
             size = row["msg_size"]
             size = None if size is None or (isinstance(size, float) and math.isnan(size)) \
@@ -313,15 +313,44 @@ def evaluate(spec: Spec, rows: Any, topology: Any = None,
             # What the case ran with: a check on data_plane = "compiled" matches auto rows
             # that became compiled.
             params = measured_params(row)
-            if any(params.get(k) != v for k, v in check.params.items()):
+            seen.append(params)
+            if not all(_param_matches(params.get(k), v) for k, v in check.params.items()):
                 continue
             selected.append(row)
         units = ok["unit"].dropna() if "unit" in ok else ()
         if len(units):                  # the unit the measured rows were stored in
             check = replace(check, unit=str(units.iloc[0]))
         outcomes.append(_judge(check, spec, selected, skipped, topology,
-                               counters_read or set()))
+                               counters_read or set(), _unmatched(check, seen)))
     return outcomes
+
+
+def _param_matches(measured: Any, wanted: Any) -> bool:
+    """A params filter's value against what the case ran with: equal, or a size written as
+    the suite writes sizes (``msg_size = "1M"`` is 1048576, as ``msg_size_min`` reads it)."""
+    if measured == wanted:
+        return True
+    if isinstance(wanted, str) and isinstance(measured, int) and not isinstance(measured, bool):
+        try:
+            return parse_size(wanted) == measured
+        except ValueError:
+            return False
+    return False
+
+
+def _unmatched(check: Check, seen: list[Mapping[str, Any]]) -> str:
+    """Why a check's params filter chose no row of those the size bounds left: each key's
+    values the run has, so a typo or another spelling is plain."""
+    if not check.params or not seen:
+        return ""
+    parts = []
+    for key, wanted in check.params.items():
+        have = sorted({str(p.get(key)) for p in seen if key in p})
+        if not any(_param_matches(p.get(key), wanted) for p in seen):
+            parts.append(f"params {key} = {wanted!r}: the run has "
+                         + (", ".join(have[:8]) + (" ..." if len(have) > 8 else "")
+                            if have else f"no case with {key}"))
+    return "; ".join(parts)
 
 
 def _unit(check: Check) -> str:
@@ -362,12 +391,14 @@ def _case_names(check: Check, rows: list[Any]) -> list[str]:
 
 
 def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
-           topology: Any = None, counters_read: set[str] | None = None) -> Outcome:
+           topology: Any = None, counters_read: set[str] | None = None,
+           unmatched: str = "") -> Outcome:
     unit = _unit(check)
     if not rows:
         why = (f"{check.benchmark} was {skipped['status'].iloc[0]}: "
                f"{printable(skipped['reason'].iloc[0])}" if not skipped.empty
-               else f"no {check.benchmark} {check.metric} row in this run matches the check")
+               else f"no {check.benchmark} {check.metric} row in this run matches the check"
+               + (f" ({printable(unmatched)})" if unmatched else ""))
         return Outcome(check, False, [], _bounds(check, None), why)
     measured, failures = [], []
     bound_text = ""

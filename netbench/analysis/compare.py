@@ -28,11 +28,12 @@ from netbench.analysis.verdict import (
     invocation_test,
     judge,
 )
-from netbench.api import finite, json_safe
+from netbench.api import json_safe
 from netbench.errors import NetbenchError, UsageError
 from netbench.stats import median_sorted
 from netbench.store import env_of, keyed
 from netbench.textfile import load_toml
+from netbench.units import parse_threshold
 
 DEFAULT_THRESHOLD = 0.05
 KEY = ["benchmark", "params", "metric"]
@@ -66,18 +67,6 @@ class MetricVerdict(Judgement):
 
 # --- thresholds ----------------------------------------------------------------------------------
 
-def parse_threshold(text: str) -> float:
-    text = str(text).strip()
-    try:
-        value = finite(float(text[:-1]) / 100 if text.endswith("%") else float(text))
-    except ValueError:
-        value = -1.0
-    if value < 0:
-        raise UsageError(f"threshold {text!r}: use a finite, non-negative fraction (0.05) or "
-                         "percentage (5%)")
-    return value
-
-
 def load_thresholds(flags: Sequence[str], path: str | None,
                     known: Mapping[str, Sequence[str]] | None = None) -> dict[str, float]:
     """``metric=5%`` or ``benchmark:metric=0.1`` flags, and a TOML ``[thresholds]`` table;
@@ -99,6 +88,52 @@ def load_thresholds(flags: Sequence[str], path: str | None,
     if known is not None:
         _check_threshold_keys(out, known)
     return out
+
+
+def thresholds_of_runs(flags: Sequence[str], path: str | None,
+                       known: Mapping[str, Sequence[str]] | None, store: Any,
+                       run_ids: Sequence[str]) -> tuple[dict[str, float], str]:
+    """The thresholds a judgement of these runs uses, and where they came from: ``path``
+    (--thresholds FILE) where given, else the suite's own ``[thresholds]`` stored with the
+    newest of ``run_ids`` that has them (a driver-regression run is judged by its 3% without
+    being told), then ``flags`` (--threshold M=V) over either. "" where none apply: the
+    default 5% everywhere."""
+    if path:
+        return load_thresholds(flags, path, known), f"{path} [thresholds]"
+    stored, source = {}, ""
+    index = store.runs()
+    if "thresholds" in index and len(index):
+        chosen = index[index["run_id"].isin(list(run_ids))
+                       & (index["thresholds"].fillna("") != "")]
+        if len(chosen):
+            row = chosen.iloc[-1]
+            try:
+                table = json.loads(row["thresholds"])
+                stored = {str(k): parse_threshold(v) for k, v in table.items()}
+            except (ValueError, AttributeError, UsageError):
+                stored = {}     # a footer hand-edited: the defaults, never a traceback
+            else:
+                source = (f"suite {row['suite'] or '?'}'s [thresholds], stored with run "
+                          f"{row['run_id']}")
+    out = {**stored, **load_thresholds(flags, None, None)}
+    if known is not None:
+        try:
+            _check_threshold_keys(out, known)
+        except UsageError as exc:
+            raise UsageError(f"{exc} ({source or '--threshold'})") from None
+    if flags:
+        source = f"{source} and --threshold" if source else "--threshold"
+    return out, source
+
+
+def thresholds_text(thresholds: Mapping[str, float], source: str) -> str:
+    """One line saying which thresholds judged, so a verdict is never read against the wrong
+    line: "thresholds: goodput 3%, ... (suite driver-regression's ...); default 5%"."""
+    if not source:
+        return "thresholds: 5% for every metric (the default; --thresholds FILE sets them)"
+    shown = ", ".join(f"{k} {v * 100:.4g}%" for k, v in sorted(thresholds.items()))
+    rest = "" if "default" in thresholds else "; 5% for the rest"
+    return f"thresholds: {shown}{rest} ({source})"
 
 
 def _check_threshold_keys(thresholds: Mapping[str, float],
@@ -615,11 +650,13 @@ def to_json(verdicts: Sequence[MetricVerdict], changes: Sequence[tuple[str, Any,
             sides: Mapping[str, Any] | None = None,
             failed: Sequence[tuple[str, str, str, str]] = (), news: Sequence[Any] = (),
             new: Sequence[tuple[str, str]] = (),
-            unasked: Sequence[tuple[str, str]] = ()) -> str:
+            unasked: Sequence[tuple[str, str]] = (),
+            thresholds: tuple[Mapping[str, float], str] | None = None) -> str:
     """Verdicts (lost cases first), environment changes, and (``sides``: name -> Selection)
     the runs chosen; ``news``: error counters quiet before and grown now
     (analysis.counter_news); ``new``: cases only the candidate measured; ``unasked``: cases
-    only the baseline measured, which no candidate run was asked to run."""
+    only the baseline measured, which no candidate run was asked to run; ``thresholds``:
+    those that judged and their source (``thresholds_of_runs``)."""
     chosen = {name: {"what": sel.what, "run_ids": sel.run_ids,
                      "left_out": [{"run_id": r, "why": w} for r, w in sel.left_out]}
               for name, sel in (sides or {}).items()}
@@ -634,5 +671,8 @@ def to_json(verdicts: Sequence[MetricVerdict], changes: Sequence[tuple[str, Any,
                                  "new_cases": [{"benchmark": b, "params": p}
                                                for b, p in new],
                                  "not_asked_cases": [{"benchmark": b, "params": p}
-                                                     for b, p in unasked]}),
+                                                     for b, p in unasked],
+                                 "thresholds": {"values": dict(thresholds[0]),
+                                                "source": thresholds[1] or "default 5%"}
+                                 if thresholds is not None else None}),
                       indent=2, allow_nan=False)

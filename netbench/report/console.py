@@ -582,14 +582,16 @@ def compare_text(baseline: Any, candidate: Any, verdicts: Sequence[Any],
                  failed: Sequence[tuple[str, str, str, str]],
                  changes: Sequence[tuple[str, Any, Any]], everything: bool = False,
                  news: Sequence[Any] = (), new: Sequence[tuple[str, str]] = (),
-                 unasked: Sequence[tuple[str, str]] = ()) -> str:
-    """`netbench compare`: the two sides (selections), the verdicts (``compare_summary``),
+                 unasked: Sequence[tuple[str, str]] = (), thresholds: str = "") -> str:
+    """`netbench compare`: the two sides (selections), which thresholds judged, the verdicts
+    (``compare_summary``),
     the cases no side could judge, error counters quiet before and grown now, and what
     changed in the environment."""
     from netbench.analysis.cases import headlines
 
     lines = [f"baseline:  {printable(baseline.describe())}",
              f"candidate: {printable(candidate.describe())}",
+             *([printable(thresholds)] if thresholds else []),
              compare_summary(verdicts, {**headlines(baseline.rows),
                                         **headlines(candidate.rows)}, everything=everything)]
     lost = {(v.benchmark, v.params) for v in verdicts if v.verdict == Verdict.LOST}

@@ -320,6 +320,8 @@ class Runner:
         kept = self.counters_kept()
         if kept is not None:        # what is read around each case: a 0 later is a 0
             extra["netbench_counters"] = kept
+        if plan.thresholds:         # the suite's: compare, history and report judge by them
+            extra["netbench_thresholds"] = json.dumps(plan.thresholds, sort_keys=True)
         if self.env.get("resumes"):
             extra["netbench_resumes"] = json.dumps(self.env["resumes"], default=str)
         writer = self.store.open_run(path, extra)

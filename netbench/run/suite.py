@@ -30,6 +30,7 @@ from netbench import registry
 from netbench.api import Benchmark, Case
 from netbench.errors import NetbenchError, UsageError
 from netbench.textfile import load_toml
+from netbench.units import parse_threshold
 
 DEFAULT_TIMEOUT = 300.0
 # Cases one plan may hold: a 2,000-case run is the largest measured (bench/store_append.py);
@@ -54,6 +55,9 @@ class Plan:
     # The [suite] table's options for the families' run set-up (Benchmark.prepare_run), e.g.
     # softroce = "auto": the RDMA family makes an rxe device when there is none.
     options: dict[str, Any] = field(default_factory=dict)
+    # The suite's [thresholds] (metric or benchmark:metric -> a fraction): stored with the
+    # run, so compare, history and report judge its runs by them unless told otherwise.
+    thresholds: dict[str, float] = field(default_factory=dict)
 
 
 def plan_single(name: str, raw_params: Mapping[str, Any],
@@ -170,7 +174,17 @@ def load_suite(path: str | Path, timeout: float | None = None,
     override, repeat = repeat, meta.get("repeat", 1)
     if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 1000:
         fail(f"repeat must be a whole number 1..1000, not {repeat!r}", None, "repeat")
-    plan = Plan(name, planned, {"softroce": softroce} if softroce else {})
+    table = data.get("thresholds", {})
+    if not isinstance(table, dict):
+        fail("'thresholds' must be a table (goodput = \"3%\", \"tcp.rr:lat_p99\" = 0.1)", None,
+             "thresholds")
+    thresholds = {}
+    for key, value in table.items():
+        try:
+            thresholds[str(key)] = parse_threshold(value)
+        except UsageError as exc:
+            fail(f"[thresholds] {key}: {exc}", None, key)
+    plan = Plan(name, planned, {"softroce": softroce} if softroce else {}, thresholds)
     return repeated(plan, repeat if override is None else override)
 
 
@@ -181,4 +195,5 @@ def repeated(plan: Plan, times: int) -> Plan:
         return plan
     _check_size(len(plan.cases) * times, f"{plan.suite}: {len(plan.cases):,} cases x {times} "
                 "repeats")
-    return Plan(plan.suite, [c for _ in range(times) for c in plan.cases], plan.options)
+    return Plan(plan.suite, [c for _ in range(times) for c in plan.cases], plan.options,
+                plan.thresholds)

@@ -365,7 +365,8 @@ class ResultStore:
                     "ok_benchmarks": set(), "ok": 0, "skipped": 0, "failed": 0,
                     "state": state, "plan": info.get("netbench_plan", ""),
                     "topology": info.get("netbench_topology", ""),
-                    "counters": info.get("netbench_counters", "")}
+                    "counters": info.get("netbench_counters", ""),
+                    "thresholds": info.get("netbench_thresholds", "")}
             run["benchmarks"] |= benchmarks
             run["ok_benchmarks"] |= ok_benchmarks
             for key in ("ok", "skipped", "failed"):
@@ -376,7 +377,7 @@ class ResultStore:
                   "ok_benchmarks": sorted(r["ok_benchmarks"])} for r in merged.values()]
         columns = ["path", "run_id", "label", "started_at", "suite", "host", "benchmarks",
                    "ok_benchmarks", "ok", "skipped", "failed", "state", "plan", "topology",
-                   "counters"]
+                   "counters", "thresholds"]
         frame = pd.DataFrame(index, columns=columns)
         frame = frame.sort_values("started_at", ignore_index=True) if index else frame
         self._index = (signature, frame)
