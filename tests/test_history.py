@@ -70,8 +70,9 @@ def test_history_bad_input_is_one_clear_error(tmp_path):
                        "label 'nope' names no run", "nightly")
     assert_clean_error(netbench("history", "--results", res, "--last", "1"), "at least 2 runs")
     assert_clean_error(netbench("history", "--results", res, "--window", "0"), "--window 0")
-    assert_clean_error(netbench("history", "--results", res, "--benchmark", "rdma.write_bw"),
-                       "no stored run measured rdma.write_bw")
+    typo = netbench("history", "--results", res, "--benchmark", "rdma.write_bw")
+    assert_clean_error(typo, "no stored run measured rdma.write_bw; benchmarks there: ")
+    assert typo.returncode == 2          # bad input, never read as "the newest regressed" (1)
     assert_clean_error(netbench("history", "--results", res, "--metric", "bw"),
                        "no chosen case has metric bw")
     assert_clean_error(netbench("history", "--results", str(tmp_path / "none")),

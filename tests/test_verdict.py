@@ -289,3 +289,21 @@ def test_a_step_at_the_threshold_is_the_step_not_a_coin_toss():
     j = _verdict(base, at)
     assert j.verdict == REGRESSED and j.detectable is not None and 0 < j.detectable < 0.01, j
     assert _verdict(base, Side([v * 0.97 for v in base.values], 0.0, 1)).verdict == UNCHANGED
+
+
+def test_noisy_asks_for_more_invocations_than_it_had_and_a_near_threshold_change_is_no_pass():
+    """Three wide repeats a side, -7% on 5%: noisy, asking for more than the three it had
+    (never "about 3 repeats a side" beside three). A -4.9% step on 5% whose standard error
+    reaches past the threshold and whose test cannot call it is noisy too, never unchanged;
+    -1% with the same spread stays unchanged."""
+    base = Side([100.0, 108.0, 92.0], 0.0, runs=1)
+    cand = Side([93.0, 101.0, 85.0], 0.0, runs=1)
+    v = _verdict(base, cand)
+    assert v.verdict == "noisy" and v.needs.endswith("repeats a side (it had 3)"), v
+    assert int(v.needs.split()[1]) >= 4
+    near = _verdict(Side([100.0, 103.0, 97.0], 0.0, runs=1), Side([95.1, 98.1, 92.1], 0.0,
+                                                                   runs=1), threshold=0.05)
+    assert near.verdict == "noisy" and near.p_adjusted > 0.05, near
+    far = _verdict(Side([100.0, 101.0, 99.0], 0.0, runs=1), Side([99.0, 100.0, 98.0], 0.0,
+                                                                  runs=1))
+    assert far.verdict == UNCHANGED, far

@@ -135,8 +135,12 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
     if lost:        # the newest run is the candidate: its cases are lost, not left out
         left_out = [(r, w) for r, w in left_out if r != index["run_id"].iloc[-1]]
     if usable.empty:
-        raise NetbenchError("no stored run measured "
-                            + (", ".join(sorted(wanted)) if wanted else "anything")
+        if wanted:          # the filter named nothing stored: a typo is bad input (exit 2)
+            there = sorted({b for bs in index["ok_benchmarks"] for b in bs})
+            raise UsageError("no stored run measured " + ", ".join(sorted(wanted))
+                             + (f" with label {', '.join(labels)}" if labels else "")
+                             + f"; benchmarks there: {', '.join(there) or 'none'}")
+        raise NetbenchError("no stored run measured anything"
                             + (f" with label {', '.join(labels)}" if labels else ""))
     # Error counters' metrics are derived from the rows' counters (analysis.error_metrics):
     # asked for one, every metric's rows are read.

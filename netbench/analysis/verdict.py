@@ -245,7 +245,13 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     if evidence == "none" or p_adjusted is None:
         return made(UNVERIFIED, evidence="none", needs=needs_text(base, cand, history_runs))
     if p_adjusted >= alpha:
-        return made(NOISY, needs=f"about {repeats_needed(sd, change, alpha)} repeats a side")
+        # More than it had: "about 3 repeats a side" beside three a side asks for nothing.
+        had = max(base.n, cand.n) if evidence == "repeats" else max(base.n_runs, cand.n_runs)
+        more = max(repeats_needed(sd, change, alpha), had + 1)
+        return made(NOISY, needs=(f"about {more} repeats a side (it had {had})"
+                                  if evidence == "repeats" else
+                                  f"about {more} runs a side (it had {had}), or more of this "
+                                  "case's earlier runs on this host in the store"))
     worse = change < 0 if better == "higher" else change > 0
     verdict = REGRESSED if worse else IMPROVED
     if counts:
