@@ -420,3 +420,29 @@ def test_a_suites_own_thresholds_judge_its_runs_in_compare_history_and_report(tm
     assert report.returncode == 0, report.stderr
     assert "thresholds: goodput 3%" in report.stdout
     assert (results / "_dashboard.html").exists() and not (tmp_path / "results").exists()
+
+
+def test_only_the_cases_own_interfaces_are_environment_changes(tmp_path):
+    """Another program's temporary veth (nbct0) present on one side is no environment change
+    of an RDMA case on mlx5_0; that device's firmware changing is."""
+    store = ResultStore(tmp_path)
+    for run_id, label, fw, nics in (
+            ("a", "before", "28.39", [{"name": "nbct0", "driver": "veth", "mtu": 1500}]),
+            ("b", "after", "28.40", [])):
+        env = json.dumps({"kernel": "6.1.0", "nics": nics, "rdma_devices": [
+            {"name": "mlx5_0", "fw_ver": fw, "ports": [{"port": 1, "rate": "100 Gb/sec"}]},
+            {"name": "mlx5_1", "fw_ver": fw, "ports": []}]})
+        rows = []
+        for i in range(3):
+            row = {name: None for name, _ in COLUMNS}
+            row.update(schema_version=SCHEMA_VERSION, run_id=run_id, label=label, host="h1",
+                       started_at=datetime.now(UTC), benchmark="rdma.write_bw", family="rdma",
+                       metric="bw_avg", value=90.0 + i, better="higher", unit="Gbit/s",
+                       status="ok", case_index=0, msg_size=65536, env_json=env,
+                       device="mlx5_0:1", params=params_json({"msg_size": 65536}))
+            rows.append(row)
+        store.write_run(store.path_for(run_id, datetime.now(UTC).isoformat()), rows)
+    out = json.loads(netbench("compare", "before", "after", "--results", str(tmp_path),
+                              "--json").stdout)
+    changed = {c["what"] for c in out["environment_changes"]}
+    assert changed == {"mlx5_0 firmware"}, changed

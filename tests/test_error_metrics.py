@@ -161,6 +161,19 @@ def test_the_netdev_under_an_rdma_port_is_the_cases_own_for_news_too(tmp_path):
     assert "err.rx_errors" not in verdicts
 
 
+def test_an_interface_that_carried_none_of_the_cases_traffic_is_not_its_news(tmp_path):
+    """A collective names no interface ("2 ranks"): the interfaces whose bytes grew with its
+    traffic are its own (loopback's errors are shown); another program's temporary veth that
+    flapped beside it, moving no bytes of it, is no news of the case at all."""
+    store = ResultStore(tmp_path)
+    _run(store, "a", "before", [{"net/lo/rx_bytes": 10**9, "net/lo/tx_bytes": 10**9}], START)
+    _run(store, "b", "after", [{"net/lo/rx_bytes": 10**9, "net/lo/tx_bytes": 10**9,
+                                "net/lo/rx_dropped": 7, "net/nbfbr/carrier_changes": 1,
+                                "net/nbfbr/tx_bytes": 90}], START + timedelta(hours=1))
+    _, _, news = _verdicts(tmp_path)
+    assert {n["name"] for n in news} == {"rx_dropped"}, news
+
+
 def test_a_few_errors_after_runs_of_none_are_not_certainty_but_thousands_are(tmp_path):
     """One invocation a side, eight earlier runs of the case in the store that grew nothing:
     their spread is 0, yet 3 retransmits is within what counting events moves (a count's

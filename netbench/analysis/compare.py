@@ -617,7 +617,9 @@ def _env(rows: Any) -> dict[str, Any]:
     return envs[-1] if envs else {}
 
 
-def _flatten(env: Mapping[str, Any]) -> dict[str, str]:
+def _flatten(env: Mapping[str, Any], used: set[str] | None = None) -> dict[str, str]:
+    """The fingerprint's facts a change of could move a figure; ``used``: the interfaces and
+    RDMA devices the cases ran on (None: every one the host had)."""
     flat: dict[str, str] = {}
     for key in ("kernel", "os", "cpu_model"):
         if env.get(key):
@@ -626,10 +628,14 @@ def _flatten(env: Mapping[str, Any]) -> dict[str, str]:
         if version:
             flat[f"{name} version"] = str(version)
     for nic in env.get("nics") or []:
+        if used is not None and nic.get("name") not in used:
+            continue
         for field in ("driver", "driver_version", "firmware", "speed_mbps", "mtu", "model"):
             if nic.get(field) is not None:
                 flat[f"{nic['name']} {field}"] = str(nic[field])
     for dev in env.get("rdma_devices") or []:
+        if used is not None and dev.get("name") not in used:
+            continue
         if dev.get("fw_ver"):
             flat[f"{dev['name']} firmware"] = str(dev["fw_ver"])
         for port in dev.get("ports") or []:
@@ -641,8 +647,24 @@ def _flatten(env: Mapping[str, Any]) -> dict[str, str]:
     return flat
 
 
+def devices_used(*sides: Any) -> set[str] | None:
+    """The interfaces and RDMA devices the sides' cases ran on (their rows' device and
+    peer_device: "mlx5_0:1" is mlx5_0), or None where no row names one (files from before
+    netbench recorded it)."""
+    used: set[str] = set()
+    for rows in sides:
+        for column in ("device", "peer_device"):
+            if column in rows:
+                used |= {str(d).partition(":")[0] for d in rows[column].dropna() if str(d)}
+    return used or None
+
+
 def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]]:
-    a, b = _flatten(_env(base)), _flatten(_env(cand))
+    """What changed in the environment between the sides: the host's kernel, versions and
+    collective settings, and only the interfaces the cases ran on (another program's
+    temporary veth coming and going is no change of the case's)."""
+    used = devices_used(base, cand)
+    a, b = _flatten(_env(base), used), _flatten(_env(cand), used)
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 

@@ -9,8 +9,10 @@ the far end's), the most it grew in any one invocation: where every baseline inv
 0 and a candidate invocation read more, that is news. A far end's counters count only where
 both sides read them (an older server says nothing, which is not 0). News on the case's own
 device (its interface or RDMA port, the far end's where the row names it) fails the gate;
-another interface's (a management NIC's, docker0's) and the kernel's TCP counters, which count
-the whole network namespace, are shown, not gated.
+another interface that carried the case's traffic (its bytes grew as the busiest's did: a
+collective's loopback) and the kernel's TCP counters, which count the whole network
+namespace, are shown, not gated; an interface that carried none of it (another program's
+temporary veth) is not the case's news at all.
 """
 
 from __future__ import annotations
@@ -45,6 +47,33 @@ def _own(key: str, device: Any, peer_device: Any, netdev: str | None = None) -> 
                                 or (not far and parts[1] == netdev))
 
 
+def _iface(key: str) -> str | None:
+    """The interface a counter is of ("net/eth0/rx_errors" -> "eth0"; far end's alike), or
+    None for what is no interface's (the kernel's TCP counters, an RDMA port's)."""
+    parts = key.removeprefix("far/").split("/")
+    return parts[1] if len(parts) >= 3 and parts[0] == "net" else None
+
+
+CARRIED = 0.1   # an interface moved this share of the busiest one's bytes: the case's traffic
+
+
+def _carriers(deltas: dict[str, int]) -> set[str] | None:
+    """The interfaces that carried the case's traffic, measured: those whose bytes grew by at
+    least ``CARRIED`` of the busiest one's during it. A collective's "2 ranks" names no
+    interface; loopback carried its gigabytes, and another program's temporary veth that
+    flapped beside it carried none: its carrier_changes are no news of the case. None where
+    no interface's bytes were read (then every interface's counters stay)."""
+    moved: dict[str, int] = {}
+    for key, value in deltas.items():
+        iface = _iface(key)
+        if iface is not None and key.rsplit("/", 1)[-1] in ("rx_bytes", "tx_bytes"):
+            moved[iface] = moved.get(iface, 0) + int(value)
+    top = max(moved.values(), default=0)
+    if not top:
+        return None
+    return {i for i, v in moved.items() if v >= CARRIED * top}
+
+
 def _grown(rows: Any) -> dict[tuple[str, str], dict[str, tuple[int, set[str], bool]]]:
     """(benchmark, params) -> error name -> (the most it grew in one invocation, where, on
     the case's own device); only cases whose counters were read. A name that grew only at a
@@ -72,6 +101,10 @@ def _grown(rows: Any) -> dict[tuple[str, str], dict[str, tuple[int, set[str], bo
         case = out.setdefault((str(bench), str(params)), {})
         if counters.FAR_UNREAD in deltas:
             case.setdefault("", (0, set(), False))       # marks: a far end went unread
+        carried = _carriers(deltas)
+        deltas = {k: v for k, v in deltas.items()
+                  if carried is None or _iface(k) is None or _iface(k) in carried
+                  or _own(k, device, peer_device, netdev)}
         for name, (total, where) in counters.by_name(deltas, counters.is_error).items():
             most, places, own = case.get(name, (0, set(), False))
             case[name] = (max(most, total), places | set(where),
