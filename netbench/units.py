@@ -43,3 +43,17 @@ def parse_threshold(text: str | float) -> float:
         raise UsageError(f"threshold {text!r}: use a finite, non-negative fraction (0.05) or "
                          "percentage (5%)")
     return value
+
+
+# Microseconds in one of each time unit netbench stores (a latency's canonical unit is us).
+US_PER = {"us": 1.0, "ms": 1e3, "s": 1e6, "ns": 1e-3}
+
+
+def canonical(value: float, unit: str) -> tuple[float, str]:
+    """``value`` in one unit per quantity, where one family of figures must not mix units
+    (an exported gauge): rates in Gbit/s, times in us; anything else as it is."""
+    if unit in GBIT_PER:
+        return value * GBIT_PER[unit], "Gbit/s"
+    if unit in US_PER:
+        return value * US_PER[unit], "us"
+    return value, unit

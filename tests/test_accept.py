@@ -366,3 +366,20 @@ def test_a_params_filter_reads_sizes_as_the_suite_writes_them_and_says_what_it_m
         if rc == 0:
             assert "PASS  bw" in proc.stdout and "95 Gbit/s" in proc.stdout, proc.stdout
     assert "params msg_size = '2M': the run has 1048576, 65536" in proc.stdout, proc.stdout
+
+
+def test_many_cases_read_as_a_summary_and_junit_never_says_measured_nothing_measured(
+        tmp_path):
+    """Six sizes on one PASS line are their count, lowest, median and highest, not a list;
+    a check nothing measured says so once in JUnit ("nothing measured")."""
+    results = _store(tmp_path, {1 << s: 95.0 + s / 10 for s in range(20, 26)})
+    spec = tmp_path / "s.toml"
+    spec.write_text(SPEC + '[[check]]\nname = "gone"\nbenchmark = "rdma.read_bw"\n'
+                    'metric = "bw_avg"\nmin = 1\n')
+    proc = netbench("accept", str(spec), "--results", str(results), "--junit",
+                    str(tmp_path / "j.xml"))
+    (line,) = [ln for ln in proc.stdout.splitlines() if "PASS  bw" in ln]
+    assert "6 cases: lowest msg_size=1M: 97 Gbit/s, median" in line, line
+    (failure,) = ElementTree.parse(tmp_path / "j.xml").getroot().iter("failure")
+    assert failure.text.endswith("; nothing measured"), failure.text
+    assert "measured nothing measured" not in failure.text

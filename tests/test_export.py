@@ -2,6 +2,7 @@
 own parsers (the strict OpenMetrics one, and the text-format one node_exporter speaks)."""
 
 import pandas as pd
+import pytest
 from conftest import assert_clean_error, netbench
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as prom_parse
@@ -30,8 +31,9 @@ def test_export_parses_as_openmetrics_and_carries_the_stored_values(tmp_path):
     for size, case in ((1 << 20, "msg_size=1M"), (4 << 20, "msg_size=4M")):
         (sample,) = [s for s in families["netbench_bw"].samples if s.labels["case"] == case]
         want = stored[(stored.metric == "bw") & (stored.msg_size == size)]["value"].median()
-        assert sample.value == want                       # two repeats: their median
-        assert sample.labels["benchmark"] == "mem.copy" and sample.labels["unit"] == "GB/s"
+        # Two repeats: their median, in the family's one unit (GB/s stored, 8x in Gbit/s).
+        assert sample.value == pytest.approx(want * 8, rel=1e-12)
+        assert sample.labels["benchmark"] == "mem.copy" and sample.labels["unit"] == "Gbit/s"
         assert sample.labels["better"] == "higher" and sample.labels["label"] == "nightly"
     counts = {s.labels["status"]: s.value for s in families["netbench_run_cases"].samples}
     assert counts == {"ok": 6, "skipped": 2, "failed": 0}
@@ -40,6 +42,10 @@ def test_export_parses_as_openmetrics_and_carries_the_stored_values(tmp_path):
             for s in f.samples]
     assert len(keys) == len(set(keys))
     assert {f.name for f in prom_parse(text)} >= {"netbench_bw", "netbench_lat_p50"}
+    # One unit per family: a gauge's series add up as alike (bw_peak of mem.copy in GB/s and
+    # of a stream in Gbit/s are both Gbit/s here).
+    for f in families.values():
+        assert len({s.labels.get("unit") for s in f.samples}) == 1, f.name
 
 
 def test_export_bad_input_is_one_clear_error(tmp_path):

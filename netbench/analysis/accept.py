@@ -610,8 +610,9 @@ def junit(spec: Spec, outcomes: list[Outcome], path: str | Path) -> None:
         if not outcome.passed:
             failure = ElementTree.SubElement(case, "failure",
                                              message=printable(outcome.message))
-            failure.text = printable(f"expected {outcome.expected}; measured "
-                                     f"{outcome.measured_text()}")
+            failure.text = printable(f"expected {outcome.expected}; "
+                                     + (f"measured {outcome.measured_text()}"
+                                        if outcome.measured else "nothing measured"))
     try:
         ElementTree.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
     except OSError as exc:

@@ -338,7 +338,12 @@ def _why(v: Any) -> str:
         basis = f"{n_base} vs {n_cand} repeats"
     else:
         basis = "within the threshold" if v.verdict == Verdict.UNCHANGED else ""
-    p = "" if v.p_adjusted is None else f", p {_p_text(v.p_adjusted)}"
+    # The p that decided is adjusted for the many metrics tested at once: said so, with the
+    # test's own beside it where they differ.
+    p = "" if v.p_adjusted is None else (
+        f", p {_p_text(v.p_adjusted)} adjusted"
+        + (f" ({_p_text(v.p_value)} alone)" if v.p_value is not None
+           and _p_text(v.p_value) != _p_text(v.p_adjusted) else ""))
     extra = f"; {v.needs}" if v.verdict == Verdict.NOISY and v.needs else ""
     # What this evidence could have told apart: the smallest change it detects.
     sees = (f"; detects {v.detectable:.1%}" if getattr(v, "detectable", None) is not None
@@ -718,7 +723,7 @@ def accept_text(spec: Any, chosen: Any, outcomes: Sequence[Any]) -> str:
              f"{printable(repr(rows['label'].iloc[0]))})"]
     for o in outcomes:
         lines.append(f"  {'PASS' if o.passed else 'FAIL'}  {printable(o.check.name)}: "
-                     f"expected {o.expected}; {o.measured_text()}"
+                     f"expected {o.expected}; {o.measured_text(most=4)}"
                      + ("" if o.passed else f"\n        {o.message}"))
     failed = sum(not o.passed for o in outcomes)
     lines.append(f"{len(outcomes) - failed} passed, {failed} failed")

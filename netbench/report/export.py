@@ -2,7 +2,8 @@
 
 node_exporter's textfile collector reads ``*.prom`` files from a directory; Prometheus-format
 parsers take the same text (``# EOF`` is a comment to them). One gauge family per metric
-(``netbench_goodput``, ``netbench_lat_p99_9``), one series per case, labelled by benchmark,
+(``netbench_goodput``, ``netbench_lat_p99_9``) in one unit (rates in Gbit/s, times in us:
+``netbench.units.canonical``), one series per case, labelled by benchmark,
 case (the params that name it), host, peer, device, unit, direction and label (not the run id:
 a series stays one series from run to run); repeats of a case are their median, so a series
 is never duplicated. No sample timestamps (the textfile collector
@@ -20,6 +21,7 @@ from typing import Any
 
 from netbench.analysis.cases import case_names
 from netbench.stats import median_sorted
+from netbench.units import canonical
 
 PREFIX = "netbench_"
 
@@ -61,12 +63,15 @@ def openmetrics(rows: Iterable[Mapping[str, Any]]) -> str:
     for r in ok:
         family = metric_name(str(r["metric"]))
         case = names[(r["benchmark"], r["params"])][len(str(r["benchmark"])) + 1:]
+        # One unit per family: mem.copy's bw_peak in GB/s and a stream's in Gbit/s would
+        # otherwise share a gauge that sum() and max() add up as if alike.
+        value, unit = canonical(float(r["value"]), str(r.get("unit") or ""))
         labels = (("benchmark", r["benchmark"]), ("case", case), ("host", r.get("host")),
                   ("peer", r.get("peer")), ("device", r.get("device")),
-                  ("unit", r.get("unit")), ("better", r.get("better")),
+                  ("unit", unit or None), ("better", r.get("better")),
                   ("label", r.get("label")))     # no run id: one series per case over runs
         key = tuple((k, _label_value(v)) for k, v in labels)
-        series.setdefault(family, {}).setdefault(key, []).append(float(r["value"]))
+        series.setdefault(family, {}).setdefault(key, []).append(value)
         helps.setdefault(family, set()).add(str(r["metric"]))
     out: list[str] = []
     for family in sorted(series):
