@@ -591,3 +591,36 @@ def test_a_case_shorter_than_the_far_ends_shared_read_still_gets_a_read_after_it
     grown = json.loads(row["counters"])
     # The before-read's own reply crossed lo after it was read: a read after the case sees it.
     assert any(k.startswith("far/net/lo/") for k in grown), grown
+
+
+def test_loopback_retransmits_are_one_quiet_line_and_bytes_read_as_bytes():
+    """make bench's loopback streams retransmit (the kernel's own queueing): one line for all
+    of them, saying so, never a line a case; a NIC's carrier change keeps its own line. In
+    the dashboard the loopback's are not shaded as errors, bytes read as GB and the case by
+    its name, not its JSON params. (Counters as a loopback tcp.stream here read them.)"""
+    from netbench.report.console import counter_lines
+    from netbench.report.dashboard import counters_panel
+
+    lo = {"net/lo/rx_bytes": 1317240291, "net/lo/tx_bytes": 6006204515,
+          "tcp/RetransSegs": 6, "tcp/InSegs": 55985}
+    rows = [{"benchmark": "tcp.stream", "params": json.dumps({"msg_size": 65536 << i}),
+             "run_id": "r", "host": "h", "peer": "loopback", "device": "lo", "case_index": i,
+             "counters": json.dumps(lo)} for i in range(20)]
+    rows.append({"benchmark": "tcp.stream", "params": json.dumps({"msg_size": 65536}),
+                 "run_id": "r", "host": "h", "peer": "b", "device": "veth0", "case_index": 20,
+                 "counters": json.dumps({"net/veth0/carrier_changes": 2})})
+    lines = counter_lines(rows)
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("counters: tcp.stream (case 21) h -> b: "
+                               "net/veth0/carrier_changes +2")
+    assert lines[1].startswith("counters: 20 loopback case(s) retransmitted "
+                               "(tcp/RetransSegs +120 in all): normal over lo"), lines[1]
+    import pandas as pd
+
+    panel = counters_panel(pd.DataFrame(rows))
+    body = panel.split("<tbody>", 1)[1]
+    first, second = body.split("</tr>")[:2]
+    assert '<td class="err">net/veth0/carrier_changes +2' in first, first
+    assert '<td class="note">tcp/RetransSegs +6 (loopback: normal)' in second, second
+    assert "net/lo/tx_bytes +6.01 GB" in second and "6006204515" not in panel
+    assert "{&quot;msg_size" not in panel and '{"msg_size' not in panel     # named, not JSON

@@ -25,6 +25,7 @@ from netbench import stats
 from netbench.analysis.cases import case_names, case_text, is_headline, param_text
 from netbench.analysis.verdict import Verdict
 from netbench.errors import NetbenchError, UsageError
+from netbench.report.console import counter_growth, loopback_errors
 from netbench.stats import median_sorted
 from netbench.store import env_of
 from netbench.textfile import write_atomic
@@ -722,15 +723,22 @@ def counters_panel(rows: Any) -> str:
         return head + ("<p>No case's counters grew (or none were read: --no-counters, "
                        "an older netbench).</p>")
     found.sort(key=lambda t: t[0])
+    names = dict(zip([(r["benchmark"], r["params"]) for _, r, _, _ in found],
+                     case_names([(r["benchmark"], r["params"]) for _, r, _, _ in found])))
     cells = []
     for _, r, errors, others in found[:MAX_COUNTER_ROWS]:
-        case = f"{r['benchmark']} {r['params']}" + (
+        case = names[(r["benchmark"], r["params"])] + (
             f" ({r['host']} -> {r['peer']})" if r.get("peer") else "")
-        err = ", ".join(f"{k} +{v}" for k, v in sorted(errors.items()))
-        rest = ", ".join(f"{k} +{v}" for k, v in others)
+        err = ", ".join(counter_growth(k, v) for k, v in sorted(errors.items()))
+        rest = ", ".join(counter_growth(k, v) for k, v in others)
+        # A loopback case's TCP retransmits are the kernel's queueing, normal there: shown,
+        # never shaded as a device's errors are.
+        normal = loopback_errors(r, errors)
+        kind = "note" if normal else "err" if err else ""
+        err += " (loopback: normal)" if normal else ""
         cells.append(f"<tr><td>{html.escape(visible(r['run_id']))}</td>"
                      f"<td>{html.escape(visible(case))}</td>"
-                     f"<td class=\"{'err' if err else ''}\">{html.escape(visible(err or '-'))}"
+                     f"<td class=\"{kind}\">{html.escape(visible(err or '-'))}"
                      f"</td><td>{html.escape(visible(rest))}</td></tr>")
     more = (f"<p class=\"note\">{len(found) - MAX_COUNTER_ROWS} more case(s) not shown.</p>"
             if len(found) > MAX_COUNTER_ROWS else "")
