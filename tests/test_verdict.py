@@ -307,3 +307,14 @@ def test_noisy_asks_for_more_invocations_than_it_had_and_a_near_threshold_change
     far = _verdict(Side([100.0, 101.0, 99.0], 0.0, runs=1), Side([99.0, 100.0, 98.0], 0.0,
                                                                   runs=1))
     assert far.verdict == UNCHANGED, far
+
+
+def test_demand_beyond_the_hosts_cpus_is_said_to_be_queued_work():
+    """hostload counts running plus waiting: 6.4 "cores busy" on a 2-CPU host is a queue,
+    said so beside the figure."""
+    from netbench.analysis.verdict import load_differs
+
+    text = load_differs(Side([1.0], 0.0, cpus=2), Side([1.0], 6.4, cpus=2))
+    assert text.startswith("candidate: 6.4 cores busy outside netbench (the other side 0)")
+    assert "more than the host's 2 CPUs: other work queued for them" in text
+    assert "queued" not in load_differs(Side([1.0], 0.0, cpus=2), Side([1.0], 1.5, cpus=2))

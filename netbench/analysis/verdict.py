@@ -487,8 +487,13 @@ def load_differs(base: Side, cand: Side) -> str:
     if a is None or b is None or not _states_differ(a, b):
         return ""
     name, busier, other = (("candidate", b, a) if b[0] > a[0] else ("baseline", a, b))
+    # Demand, not a count of cores: running plus waiting for a CPU, so a 2-CPU host under a
+    # queue of work reads 6.4 (said with the host's CPUs, where recorded).
+    cpus = (cand if name == "candidate" else base).cpus
     text = (f"{name}: {busier[0]:.2g} cores busy outside netbench "
-            f"(the other side {other[0]:.2g})")
+            f"(the other side {other[0]:.2g})"
+            + (f"; more than the host's {cpus} CPUs: other work queued for them"
+               if cpus and busier[0] > cpus else ""))
     if a[2] or b[2]:
         text += f"; stolen by the hypervisor: baseline {a[2]:.2g}, candidate {b[2]:.2g}"
     return text
