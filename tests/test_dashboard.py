@@ -119,13 +119,15 @@ def test_h2d_view_draws_each_gpus_bound_or_says_why_it_cannot(tmp_path):
     assert lines["gpu.loader_feed cuda:0 (gpu-acceptance)"]["x"] == [256 * 3 * 224 * 224]
 
 
-def _facts(tmp_path, page, view=""):
+def _facts(tmp_path, page, view="", width=None):
     """What Chromium drew: the page's own record of each chart (ticks, traces, bars, error
-    bars, hover templates, ranges), read from the rendered DOM after plotly finished."""
+    bars, hover templates, ranges, where each label landed), read from the rendered DOM after
+    plotly finished; ``width``: the window's, in pixels."""
     import html as html_
 
     url = page.as_uri() + (f"#view={view}" if view else "")
-    dom = _chromium(tmp_path, "--dump-dom", url).stdout
+    size = [f"--window-size={width},3000"] if width else []
+    dom = _chromium(tmp_path, *size, "--dump-dom", url).stdout
     body = re.search(r"<body[^>]*>", dom).group(0)
     assert 'data-status="rendered"' in body and 'data-errors="0"' in body, body[:300]
     attrs = {k: html_.unescape(v) for k, v in re.findall(r'data-(\w+)="([^"]*)"', body)}
@@ -189,8 +191,10 @@ def test_dashboard_never_misleads(tmp_path):
     # (The axis follows the bulk of the measured changes: beside other work a CPU figure of
     # the real runs moved enough to put it at 538% once; 2,500% must stay far off it.)
     assert comparison["xrange"][1] < 2500 / 3
-    texts = [t for trace in comparison["texts"] for t in trace]
-    assert any(t.startswith("+2500.0% (off scale)") for t in texts), texts
+    # A derived metric (cpu_per_gbit) unverified is folded into the count under the chart,
+    # as compare folds it, never a row of its own beside the headlines.
+    assert not any("cpu_per_gbit" in t for t in comparison["yticks"]), comparison["yticks"]
+    assert any(n[0].startswith("other metrics folded: ") for n in comparison["boxes"]["notes"])
     # Size axes tick at powers of two, written as sizes.
     from netbench.api import parse_size
     ticks = facts["bandwidth"]["xticks"]
@@ -246,3 +250,76 @@ def test_the_comparison_axis_stops_near_minus_100_whatever_rises_beside_it():
                             verdict("goodput_fwd", 0.3, Verdict.IMPROVED)])
     low, _ = fig["layout"]["xaxis"]["range"]
     assert -30 < low < -20                           # a small fall keeps its margin
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+@pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium (apt-get install chromium)")
+def test_the_comparison_chart_reads_as_a_verdict_at_800_and_1400_px(tmp_path):
+    """Real loopback runs; a candidate derived from the second, tcp.stream's goodput at
+    0.639 of it (-36.1%) and tcp.rr's lat_p50 at 1.5x (+50%). In what Chromium drew at 800
+    and 1400 px: every row's change is written whole, sign and size ("-36.1%", "+50.0%"), inside
+    the window and clear of every row name; the worst rows come first; the derived metrics
+    (cpu_client, lat_stdev, ...) are folded into one line, not a row each."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from netbench.store import arrow_schema
+
+    store = tmp_path / "res"
+    suite = tmp_path / "s.toml"
+    suite.write_text('[[case]]\nbenchmark = "tcp.stream"\nmsg_size = ["16K", "1M"]\n'
+                     'duration = 0.3\n[[case]]\nbenchmark = "tcp.rr"\niterations = 300\n')
+    for label in ("before", "after"):
+        run = netbench("run", str(suite), "--results", str(store), "--label", label)
+        assert run.returncode == 0, run.stderr
+    index = ResultStore(store).runs()
+    before_id, after_id = index["run_id"].iloc[0], index["run_id"].iloc[1]
+    before = ResultStore(store).read([before_id])
+    after = ResultStore(store).read([after_id])
+    for metric, factor in (("goodput", 0.639), ("lat_p50", 1.5)):
+        for params in set(after.loc[after["metric"] == metric, "params"]):
+            was = before[(before["metric"] == metric) & (before["params"] == params)]
+            now = (after["metric"] == metric) & (after["params"] == params)
+            after.loc[now, "value"] = float(was["value"].median()) * factor
+            after.loc[now, "samples"] = None
+    after["run_id"], after["label"] = "derived00001", "after-x"
+    after["started_at"] = after["started_at"] + pd.Timedelta(minutes=5)
+    pq.write_table(pa.Table.from_pandas(after, schema=arrow_schema(), preserve_index=False),
+                   store / "20991231T000000-derived00001.parquet")
+    page = tmp_path / "d.html"
+    proc = netbench("report", "--results", str(store), "-o", str(page), "--baseline", "before",
+                    "--candidate", "after-x")
+    assert proc.returncode == 0, proc.stderr
+    ARTIFACTS.mkdir(exist_ok=True)
+    for width in (800, 1400):
+        _, facts = _facts(tmp_path, page, width=width)
+        chart = facts["comparison"]
+        boxes = chart["boxes"]
+        rows = [n for n in boxes["notes"] if "%" in n[0] or n[0].startswith("LOST")]
+        texts = [n[0] for n in rows]
+        assert any(t.startswith("-36.1% ") for t in texts), (width, texts)
+        assert any(t.startswith("+50.0% ") for t in texts), (width, texts)
+        for text, *note in rows:
+            assert note[2] <= width and note[0] >= 0, (width, text, note)     # whole, inside
+            for tick in boxes["yticks"]:
+                assert not _overlap(note, tick), (width, text, note, tick)
+            assert not _overlap(note, boxes["plot"]), (width, text)
+        # Worst first: all three unverified (one run a side), the largest change on top.
+        order = [n[0] for n in sorted(rows, key=lambda n: n[2])]
+        assert order[0].startswith("+50.0% ") and len(order) == 3, order
+        assert not any(m in t for t in chart["yticks"] for m in ("cpu_client", "lat_stdev"))
+        assert any(n[0].startswith("other metrics folded: ") for n in boxes["notes"])
+        # Every chart's title is whole, inside the window and clear of plotly's toolbar.
+        for name, drawn in facts.items():
+            title, bar = drawn["boxes"]["title"], drawn["boxes"]["modebar"]
+            if title is None:
+                continue
+            assert title[0] >= 0 and title[2] <= width, (width, name, title)
+            assert bar is None or bar[2] - bar[0] == 0 or not _overlap(title, bar), \
+                (width, name, drawn["title"], title, bar)
+        _chromium(tmp_path, f"--window-size={width},1400",
+                  f"--screenshot={ARTIFACTS / f'comparison-{width}.png'}", page.as_uri())

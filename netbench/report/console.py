@@ -281,34 +281,51 @@ def _figure(rows: Sequence[Mapping[str, Any]]) -> tuple[float | None, float | No
     return values[0], half, 1
 
 
+# Beside its case's headline, a derived metric is shown only where it moved with evidence or
+# the host disturbed it; the rest are folded into counts.
+NOTED = (Verdict.LOST, Verdict.REGRESSED, Verdict.IMPROVED, Verdict.DISTURBED)
+
+
+def headline_first(verdicts: Sequence[Any], headlines: Mapping[str, str] | None = None,
+                   everything: bool = False) -> tuple[list[tuple[str, bool, Any]],
+                                                      dict[str, int]]:
+    """The verdicts a reader sees, case by case: (the case's name, whether this is its
+    headline metric, the verdict), the headline first and then only the other metrics in
+    ``NOTED`` (``everything``: all of them); and how many of each verdict were folded."""
+    by_case: dict[tuple[str, str], list[Any]] = {}
+    for v in verdicts:
+        by_case.setdefault((v.benchmark, v.params), []).append(v)
+    names = dict(zip(by_case, case_names(list(by_case))))
+    shown: list[tuple[str, bool, Any]] = []
+    folded: dict[str, int] = {}
+    for key, group in by_case.items():
+        wanted = (headlines or {}).get(key[0]) or group[0].metric
+        head = next((v for v in group if v.metric == wanted), group[0])
+        for v in [head, *[v for v in group if v is not head]]:
+            if v is not head and not everything and v.verdict not in NOTED:
+                folded[v.verdict] = folded.get(v.verdict, 0) + 1
+                continue
+            shown.append((names[key], v is head, v))
+    return shown, folded
+
+
 def compare_summary(verdicts: Sequence[Any], headlines: Mapping[str, str] | None = None,
                     everything: bool = False) -> str:
     """compare's console view, read as a verdict: one line per case (its headline metric, the
     verdict and why), then under it only the other metrics that changed with evidence or ran
     disturbed; the rest folded into one count line. ``everything``: every metric's row."""
-    by_case: dict[tuple[str, str], list[Any]] = {}
-    for v in verdicts:
-        by_case.setdefault((v.benchmark, v.params), []).append(v)
-    names = dict(zip(by_case, case_names(list(by_case))))
     lines = []
     header = ("case", "metric", "baseline", "candidate", "change", "verdict", "why")
     body: list[tuple[str, ...]] = []
-    folded: dict[str, int] = {}
-    noted = (Verdict.REGRESSED, Verdict.IMPROVED, Verdict.DISTURBED)
-    for key, group in by_case.items():
-        wanted = (headlines or {}).get(key[0]) or group[0].metric
-        head = next((v for v in group if v.metric == wanted), group[0])
-        for v in [head, *[v for v in group if v is not head]]:
-            if v is not head and not everything and v.verdict not in noted:
-                folded[v.verdict] = folded.get(v.verdict, 0) + 1
-                continue
-            lost = v.verdict == Verdict.LOST
-            body.append((printable(names[key]) if v is head else "",
-                         printable(f"{v.metric} [{v.unit}]"),
-                         format_value(v.baseline), "-" if lost else format_value(v.candidate),
-                         "-" if lost or not math.isfinite(v.change) else f"{v.change:+.1%}",
-                         v.verdict.display,
-                         printable(_why(v))))
+    shown, folded = headline_first(verdicts, headlines, everything)
+    for name, is_head, v in shown:
+        lost = v.verdict == Verdict.LOST
+        body.append((printable(name) if is_head else "",
+                     printable(f"{v.metric} [{v.unit}]"),
+                     format_value(v.baseline), "-" if lost else format_value(v.candidate),
+                     "-" if lost or not math.isfinite(v.change) else f"{v.change:+.1%}",
+                     v.verdict.display,
+                     printable(_why(v))))
     widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
     for row in (header, *body):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())

@@ -16,16 +16,22 @@ import html
 import json
 import math
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from netbench import stats
-from netbench.analysis.cases import case_names, case_text, is_headline, param_text
+from netbench.analysis.cases import (
+    case_names,
+    case_text,
+    headlines,
+    is_headline,
+    param_text,
+)
 from netbench.analysis.verdict import Verdict
 from netbench.errors import NetbenchError, UsageError
-from netbench.report.console import counter_growth, loopback_errors
+from netbench.report.console import counter_growth, headline_first, loopback_errors
 from netbench.stats import median_sorted
 from netbench.store import env_of
 from netbench.textfile import write_atomic
@@ -35,6 +41,10 @@ VERDICT_COLOURS = {Verdict.LOST: "#1a1a1a", Verdict.REGRESSED: "#d62728",
                    Verdict.IMPROVED: "#2ca02c", Verdict.UNCHANGED: "#7f7f7f",
                    Verdict.NOISY: "#ff7f0e",
                    Verdict.UNVERIFIED: "#c7c7c7", Verdict.DISTURBED: "#9467bd"}
+
+
+# A verdict's colour as text on white: the light greys of the bars darkened to be read.
+TEXT_COLOURS = {**VERDICT_COLOURS, Verdict.UNVERIFIED: "#6b6b6b", Verdict.UNCHANGED: "#595959"}
 
 
 # Series colours: none of them a verdict's, so a trend's verdict marker never reads as a series.
@@ -82,7 +92,30 @@ def _safe(fig: dict[str, Any] | None) -> dict[str, Any] | None:
         if key.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
             layout[key] = {**axis, **{k: _escaped(axis[k]) for k in ("categoryarray",
                                                                      "ticktext") if k in axis}}
+    title = layout.get("title") or {}
+    if title.get("text"):
+        # Left, in lines short enough to end before plotly's toolbar (top right) at 800 px,
+        # the top margin grown to hold them: a long title never runs under it or off the page.
+        lines = _wrapped(str(title["text"]), TITLE_CHARS)
+        layout["title"] = {**title, "text": "<br>".join(lines), "x": 0.0, "xanchor": "left",
+                           "xref": "container", "y": 1.0, "yanchor": "bottom", "yref": "paper",
+                           "automargin": True, "pad": {"b": 8, "l": 10},
+                           "font": {"size": 15}}
     return {**fig, "data": data, "layout": layout}
+
+
+TITLE_CHARS = 52    # a 15 px title's line that ends left of the toolbar in a 735 px chart
+
+
+def _wrapped(text: str, most: int) -> list[str]:
+    """``text`` in lines of at most ``most`` characters, broken between words."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= most:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
 
 
 def _tick(value: float) -> str:
@@ -507,14 +540,28 @@ def h2d_missing(rows: Any) -> str:
     return text + ("; GPU links found by the probe: " + "; ".join(links) if links else "")
 
 
-def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
-    """One horizontal bar per verdict (case and metric named in full, never two on one row),
-    one trace per verdict kind so the legend explains the colours. The axis holds the bulk
-    of the changes: a bar beyond it stops at the edge, its true change written on it."""
+# The order a reader meets verdicts in: what fails the gate, then what nearly does.
+WORST_FIRST = (Verdict.LOST, Verdict.REGRESSED, Verdict.DISTURBED, Verdict.NOISY,
+               Verdict.UNVERIFIED, Verdict.IMPROVED, Verdict.UNCHANGED)
+CHAR_PX = 7.2       # a 12 px label's average character width: the right margin's text column
+
+
+def comparison_chart(verdicts: Sequence[Any],
+                     headline: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """A verdict, read at a glance: one horizontal bar per case's headline metric (and per
+    other metric that moved with evidence, as compare prints them; the rest folded into a
+    count under the chart), worst first: lost, regressed, then what nearly fails. Each row's
+    change and verdict are written in a column of their own right of the plot, never on the
+    bar, so a fall's sign and size stay legible at any width. The axis holds the bulk of the
+    changes: a bar beyond it stops at the edge, its true change in the column."""
     if not verdicts:
         return None
-    labels = [f"{name} {v.metric}" for name, v in zip(
-        case_names([(v.benchmark, v.params) for v in verdicts]), verdicts)]
+    shown, folded = headline_first(verdicts, headline)
+    shown.sort(key=lambda t: (WORST_FIRST.index(t[2].verdict) if t[2].verdict in WORST_FIRST
+                              else len(WORST_FIRST),
+                              -abs(t[2].change) if math.isfinite(t[2].change) else -math.inf))
+    chosen = [v for _, _, v in shown]
+    labels = [f"{name} {v.metric}" for name, _, v in shown]
     seen: dict[str, int] = {}
     for i, label in enumerate(labels):           # identical names would share a row
         seen[label] = seen.get(label, 0) + 1
@@ -522,14 +569,14 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
             labels[i] = f"{label} #{seen[label]}"
     # A lost case measured nothing on the candidate: drawn as all of it gone (-100%).
     changes = [-100.0 if v.verdict == Verdict.LOST else 100 * v.change
-               if math.isfinite(v.change) else math.copysign(1e9, v.change) for v in verdicts]
+               if math.isfinite(v.change) else math.copysign(1e9, v.change) for v in chosen]
     ordered = sorted(abs(c) for c in changes)
     # The scale comes from the measured figures: a count's relative change (an error counter
     # from 3 to 30: +900%, from 0: infinite) says nothing of how far the others moved.
-    scaled = sorted(abs(c) for c, v in zip(changes, verdicts)
+    scaled = sorted(abs(c) for c, v in zip(changes, chosen)
                     if math.isfinite(v.change) and v.unit != "count") or ordered
     bulk = scaled[min(int(0.9 * len(scaled)), len(scaled) - 1)]
-    limit = max(1.5 * bulk, 4 * 100 * max(v.threshold for v in verdicts), 1.0)
+    limit = max(1.5 * bulk, 4 * 100 * max(v.threshold for v in chosen), 1.0)
     limit = min(limit, max(ordered) * 1.05) if max(ordered) > 0 else 1.0
     # The axis spans the changes drawn (zero always in view), so a rise alone never opens an
     # empty -limit side, and a fall (at most -100%) never runs the axis to -200%.
@@ -539,42 +586,55 @@ def comparison_chart(verdicts: Sequence[Any]) -> dict[str, Any] | None:
     # A fall stops at -100%: its margin never runs the axis past -110%, however far a rise
     # on the other side stretched the span (a -100% beside +700% padded it to -117%).
     left = max(low - pad, -110.0) if low >= -100.0 else low - pad
+    column = [f"LOST: {_short(v.reason, 28)}" if v.verdict == Verdict.LOST else
+              f"{c:+.1f}% {v.verdict}{' (off scale)' if abs(c) > limit else ''}"
+              for c, v in zip(changes, chosen)]
     traces = []
     for kind, colour in VERDICT_COLOURS.items():
-        picked = [i for i, v in enumerate(verdicts) if v.verdict == kind]
+        picked = [i for i, v in enumerate(chosen) if v.verdict == kind]
         if not picked:
             continue
-        shown = [max(min(changes[i], limit), -limit) for i in picked]
-        # A lost bar's text is short enough to stay legible inside it at 800 px (plotly
-        # shrinks a long one to nothing); the whole reason is in its hover.
-        texts = [f"LOST: {_short(verdicts[i].reason, 48)}" if kind == Verdict.LOST else
-                 f"{changes[i]:+.1f}%{' (off scale)' if abs(changes[i]) > limit else ''} "
-                 f"{kind}" for i in picked]
         traces.append({
             "type": "bar", "orientation": "h", "name": kind, "y": [labels[i] for i in picked],
-            "x": shown, "marker": {"color": colour}, "text": texts, "textposition": "auto",
-            "customdata": [[verdicts[i].unit, _fmt(verdicts[i].baseline),
-                            _fmt(verdicts[i].candidate), verdicts[i].evidence,
-                            "-" if verdicts[i].p_adjusted is None
-                            else f"{verdicts[i].p_adjusted:.3g}",
-                            verdicts[i].reason if kind == Verdict.LOST
-                            else _load_text(verdicts[i])]
+            "x": [max(min(changes[i], limit), -limit) for i in picked],
+            "marker": {"color": colour}, "text": [column[i] for i in picked],
+            "textposition": "none",
+            "customdata": [[chosen[i].unit, _fmt(chosen[i].baseline),
+                            _fmt(chosen[i].candidate), chosen[i].evidence,
+                            "-" if chosen[i].p_adjusted is None
+                            else f"{chosen[i].p_adjusted:.3g} adjusted",
+                            chosen[i].reason if kind == Verdict.LOST
+                            else _load_text(chosen[i])]
                            for i in picked],
-            **({"textfont": {"color": "#ffffff"}, "insidetextanchor": "start"}
-               if kind == Verdict.LOST else {}),
             "hovertemplate": "%{y}<br>%{text}<br>%{customdata[1]} -> %{customdata[2]} "
                              "%{customdata[0]}<br>evidence %{customdata[3]}, p "
                              "%{customdata[4]}<br>%{customdata[5]}<extra></extra>"})
+    # The change and verdict of each row, in a column right of the plot in its verdict's
+    # colour: a fall's label never runs into the row names, whatever the width.
+    notes = [{"xref": "paper", "x": 1.0, "xanchor": "left", "xshift": 8, "yref": "y",
+              "y": label, "text": html.escape(text), "showarrow": False,
+              "font": {"size": 12, "color": TEXT_COLOURS.get(v.verdict, "#333333")},
+              "align": "left"}
+             for label, text, v in zip(labels, column, chosen)]
+    if folded:
+        notes.append({"xref": "paper", "yref": "paper", "x": 0.0, "y": 0.0, "xanchor": "left",
+                      "yanchor": "top", "yshift": -58, "showarrow": False, "align": "left",
+                      "font": {"size": 12, "color": "#555555"},
+                      "text": "other metrics folded: " + ", ".join(
+                          f"{n} {k}" for k, n in sorted(folded.items()))
+                      + " (netbench compare --all lists each)"})
+    right = int(min(max(len(t) for t in column) * CHAR_PX + 20, 320))
     return {"data": traces, "layout": {
-        "title": {"text": "Baseline vs candidate: relative change per case and metric"},
-        "height": 120 + 22 * len(verdicts), "barmode": "overlay",
-        "uniformtext": {"minsize": 10, "mode": "show"},
-        "margin": {"l": 20, "r": 20, "t": 50, "b": 40},
+        "title": {"text": "Baseline vs candidate: change per case, worst first", "x": 0.0,
+                  "xanchor": "left"},
+        "height": 150 + 24 * len(chosen), "barmode": "overlay", "annotations": notes,
+        "margin": {"l": 20, "r": right, "t": 40, "b": 90},
         "xaxis": {"title": {"text": "% change (candidate vs baseline)"},
                   "range": [left, high + pad], "zeroline": True},
         "yaxis": {"type": "category", "automargin": True, "categoryorder": "array",
-                  "categoryarray": labels[::-1]}, "legend": {"orientation": "h", "y": 1.0,
-                                                            "yanchor": "bottom"}}}
+                  "categoryarray": labels[::-1]},
+        # The column names each row's verdict in its colour: a legend would only repeat it.
+        "showlegend": False}}
 
 
 def _short(text: str, most: int) -> str:
@@ -902,7 +962,9 @@ def _view(title: str, rows: Any, latest: Any, runs: list[str], base: Any = None,
     for name in _WITH_BASELINE:
         figures[name] = _with_baseline(figures[name], based.get(name))
     figures = {k: single_size(v) if k in _WITH_BASELINE else v for k, v in figures.items()}
-    figures["comparison"] = comparison_chart(verdicts)
+    figures["comparison"] = comparison_chart(
+        verdicts, {**headlines(base), **headlines(rows)} if base is not None
+        else headlines(rows))
     figures["trend"] = trend_chart(trend)
     missing = _missing(rows)
     labels = sorted({str(x) or "(no label)" for x in rows["label"].fillna("")})
@@ -1041,6 +1103,11 @@ td.err {{ color: #b00020; font-weight: bold; background: #fde8eb; }}
 const NB = {data};
 function facts() {{
   const out = {{}};
+  const box = e => {{
+    if (!e) return null;
+    const b = e.getBoundingClientRect();
+    return [b.left, b.top, b.right, b.bottom];
+  }};
   for (const div of document.querySelectorAll(".chart")) {{
     if (div.style.display === "none" || !div.data) continue;
     const texts = sel => Array.from(div.querySelectorAll(sel)).map(t => t.textContent);
@@ -1055,7 +1122,16 @@ function facts() {{
       legend: texts(".legend .legendtext"), notes: texts(".annotation-text"),
       points: Array.from(div.querySelectorAll(".scatterlayer .trace")).map(g =>
         Array.from(g.querySelectorAll(".point")).map(p => p.getAttribute("transform"))),
-      texts: div.data.map(t => Array.isArray(t.text) ? t.text : [])}};
+      texts: div.data.map(t => Array.isArray(t.text) ? t.text : []),
+      // Where things were drawn (page pixels: left, top, right, bottom), so a test reads
+      // overlaps and clipping as a user would see them.
+      width: div.getBoundingClientRect().width,
+      boxes: {{yticks: Array.from(div.querySelectorAll(".ytick text")).map(box),
+               notes: Array.from(div.querySelectorAll(".annotation")).map(a =>
+                 [a.textContent, ...box(a.querySelector(".annotation-text") || a)]),
+               title: box(div.querySelector(".gtitle")),
+               modebar: box(div.querySelector(".modebar")),
+               plot: box(div.querySelector(".nsewdrag"))}}}};
   }}
   return out;
 }}
