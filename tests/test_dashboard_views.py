@@ -96,7 +96,10 @@ def test_the_baseline_sits_beside_its_candidate_in_its_colour(compare, tmp_path)
         for t in base:
             twin = own[t["legendgroup"]]           # the memcpy bound's value differs: group
             assert t["line"]["color"] == twin["line"]["color"], t["name"]
-            assert t["line"]["dash"] == "dot"
+            # The dash is the series' own (a latency's percentile), never the side's too.
+            assert t["line"].get("dash") == twin["line"].get("dash"), t["name"]
+            assert t["opacity"] < 1 and "[before] (baseline)" in t["name"], t["name"]
+            assert twin["name"].endswith("[after]"), twin["name"]
             if "symbol" in twin.get("marker", {}):
                 assert t["marker"]["symbol"].endswith("-open")
                 assert t["marker"]["size"] > twin["marker"]["size"]
@@ -333,3 +336,19 @@ def test_labels_and_hosts_with_escapes_and_html_show_as_text(store, tmp_path):
     dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
     assert "<img" not in dom and "<b>bold" not in dom and "<i>node" not in dom
     assert "\\x1b[31mred\\n&lt;b&gt;bold" in dom
+
+
+def test_the_trend_reads_up_as_better_for_every_series(compare):
+    """goodput (higher is better) and lat_p50 (lower is better) share the trend's one axis:
+    a latency is drawn as first / value, so up means better for both, and its name says so."""
+    _, data = compare
+    trend = data["views"]["compare"]["figures"]["trend"]
+    series = [t for t in trend["data"] if t.get("legendgroup") != "verdict"]
+    latency = [t for t in series if " lat_p" in t["name"]]
+    assert latency and all(t["name"].endswith("(first / value)") for t in latency)
+    for t in series:
+        values = [float(c[0]) for c in t["customdata"]]
+        want = ([values[0] / v for v in values] if t in latency
+                else [v / values[0] for v in values])
+        assert t["y"] == pytest.approx(want, rel=1e-3), t["name"]
+    assert "up: better" in trend["layout"]["yaxis"]["title"]["text"]

@@ -1,7 +1,7 @@
 """One self-contained HTML dashboard (plotly.js inlined: works offline, no CDN).
 
 Charts, from whatever families the store holds (stays generic over the schema): bandwidth vs
-message size per transport with the TCP baseline overlaid, latency percentiles vs size, CPU
+message size per transport with the TCP reference overlaid, latency percentiles vs size, CPU
 cost per Gbit/s for RDMA and TCP, collective busbw vs size, host-to-GPU vs the link bound,
 baseline vs candidate coloured by verdict, and an environment panel with what was skipped and
 why. It draws the latest run (or the one asked for); values only, never raw samples, so the
@@ -365,7 +365,7 @@ def bandwidth_chart(rows: Any) -> dict[str, Any] | None:
     traces = []
     for name, g in _series(rows, None, "bw_avg").items():
         traces.append(_line(g, f"{name} (Gbit/s)"))
-    # The TCP baseline: each TCP bandwidth case's headline, one line per shape of the params
+    # The TCP reference: each TCP bandwidth case's headline, one line per shape of the params
     # that vary besides the size (streams, direction), so cases are never mixed on one line.
     ok = _ok(rows)
     tcp = ok[(ok["transport"] == "tcp") & is_headline(ok) & (ok["unit"] == "Gbit/s")]
@@ -375,13 +375,13 @@ def bandwidth_chart(rows: Any) -> dict[str, Any] | None:
         shape = g["params"].map(lambda p, keys=keys: " ".join(
             f"{k}={param_text(k, _parsed(p).get(k))}" for k in keys))
         for text, sub in g.sort_values("msg_size").groupby(shape):
-            traces.append(_line(sub, " ".join(filter(None, ["TCP baseline", name, text]))
+            traces.append(_line(sub, " ".join(filter(None, ["TCP reference", name, text]))
                                 + " (Gbit/s)", dash="dash"))
     if not traces:
         return None
     # Loopback TCP cannot beat host memcpy: draw that bound (the memory's copy, in Gbit/s).
     found = memory_bound(rows)
-    title = "Bandwidth vs message size (" + ("TCP baseline dashed, " if any(
+    title = "Bandwidth vs message size (" + ("TCP reference dashed, " if any(
         t["line"]["dash"] == "dash" for t in traces) else "")
     if found is not None:
         bound, where = found
@@ -672,9 +672,15 @@ def trend_chart(history: Any) -> dict[str, Any] | None:
         first = s.steps[0].value or 1.0
         colour = PALETTE[i % len(PALETTE)]
         kinds |= {st.verdict for st in s.steps if st.verdict in VERDICT_COLOURS}
+        # Up is better on the one axis: a latency (lower is better) as first / value, so a
+        # slower link and a longer round trip both fall, never one rising beside the other.
+        lower = s.better == "lower"
         traces.append({
-            "type": "scatter", "mode": "lines+markers", "name": f"{name} {s.metric}",
-            "x": [str(st.started_at) for st in s.steps], "y": [st.value / first for st in s.steps],
+            "type": "scatter", "mode": "lines+markers",
+            "name": f"{name} {s.metric}" + (" (first / value)" if lower else ""),
+            "x": [str(st.started_at) for st in s.steps],
+            "y": [(first / st.value if st.value else None) if lower else st.value / first
+                  for st in s.steps],
             "line": {"color": colour, "width": round(1 + 2 * (n - i) / n, 2)},
             # Every series starts at 1: the later drawn smaller, so none hides another.
             "marker": {"size": round(7 + 7 * (n - i) / n, 1), "symbol": SYMBOLS[i % len(SYMBOLS)],
@@ -709,16 +715,18 @@ def trend_chart(history: Any) -> dict[str, Any] | None:
                       "bgcolor": "rgba(255,255,255,0.85)"})
         lines += len(what)
     return {"data": traces, "layout": {
-        "title": {"text": "Trend across runs: each value / its first run's (dotted: the "
-                          "environment changed)"},
+        "title": {"text": "Trend across runs against each series' first run, up is better "
+                          "(dotted: the environment changed)"},
         "height": 460 + 14 * lines, "margin": {"l": 70, "r": 20, "t": 60 + 14 * lines, "b": 60},
         "xaxis": {"title": {"text": "run started (UTC)"}, "type": "date"},
-        "yaxis": {"title": {"text": "relative to first run"}}, "shapes": shapes,
+        "yaxis": {"title": {"text": "vs first run (up: better)"}}, "shapes": shapes,
         "annotations": notes, "showlegend": True, "legend": {"orientation": "h", "y": -0.25}}}
 
 
 def _was(value: Any) -> str:
-    return "(not recorded)" if value is None or value == "" else str(value)
+    missing = value is None or value == "" or (isinstance(value, float) and value != value) \
+        or str(value) in ("nan", "None")
+    return "(not recorded)" if missing else str(value)
 
 
 def latest_per_benchmark(index: Any) -> dict[str, str]:
@@ -921,15 +929,23 @@ def _missing(rows: Any) -> dict[str, str]:
                      "label(s)"}
 
 
-def _with_baseline(fig: dict[str, Any] | None, base: dict[str, Any] | None) -> Any:
+def _with_baseline(fig: dict[str, Any] | None, base: dict[str, Any] | None,
+                   sides: tuple[str, str] = ("", "")) -> Any:
     """The candidate's chart with the baseline's curves drawn beside it: each in its
-    candidate twin's colour, dotted and faded, its markers open and larger, so it shows
-    around the candidate's even where the two are equal."""
+    candidate twin's colour and dash (a latency's dash is its percentile), faded, its markers
+    open and larger, so it shows around the candidate's even where the two are equal. Each
+    series' name says its side by its labels (``sides``: the candidate's, the baseline's):
+    "TCP reference ... [after]" beside "... [before] (baseline)"."""
     if fig is None and base is None:
         return None
+    cand_side, base_side = sides
     own = [dict(t) for t in (fig or {"data": []})["data"]]
     _style(own)
     twins = {t.get("legendgroup", t["name"]): t for t in own}
+    if base is not None and cand_side:
+        for t in own:
+            t["legendgroup"] = t.get("legendgroup", t["name"])
+            t["name"] = f"{t['name']} [{cand_side}]"
     theirs = [dict(t) for t in (base or {"data": []})["data"]]
     _style(theirs)
     faded = []
@@ -937,8 +953,10 @@ def _with_baseline(fig: dict[str, Any] | None, base: dict[str, Any] | None) -> A
         twin = twins.get(t.get("legendgroup", t["name"]))
         colour = (twin or t)["line"]["color"] if twin else PALETTE[(len(own) + i) % len(PALETTE)]
         marker = {**(twin or t).get("marker", {})}
-        faded.append({**t, "name": f"{t['name']} (baseline)", "opacity": 0.6,
-                      "line": {**t.get("line", {}), "dash": "dot", "color": colour,
+        name = f"{t['name']} [{base_side}] (baseline)" if base_side else \
+            f"{t['name']} (baseline)"
+        faded.append({**t, "name": name, "opacity": 0.6,
+                      "line": {**t.get("line", {}), "color": colour,
                                "width": (twin or t)["line"]["width"]},
                       "marker": {**marker, "color": colour,
                                  "symbol": f"{marker.get('symbol', 'circle')}-open",
@@ -954,13 +972,20 @@ def _with_baseline(fig: dict[str, Any] | None, base: dict[str, Any] | None) -> A
     return {**shape, "data": own + faded, "layout": layout}
 
 
+def _side(rows: Any) -> str:
+    """A side's name in a legend: its labels (or its runs where unlabelled)."""
+    labels = sorted({str(x) for x in rows["label"].fillna("") if str(x)})
+    return ", ".join(labels) or ", ".join(sorted(set(rows["run_id"].astype(str))))[:40]
+
+
 def _view(title: str, rows: Any, latest: Any, runs: list[str], base: Any = None,
           verdicts: Sequence[Any] = (), trend: Any = None,
           topology: Any = None) -> dict[str, Any]:
     figures = _charts(rows, topology)
     based = _charts(base) if base is not None else {}
+    sides = (_side(rows), _side(base)) if base is not None else ("", "")
     for name in _WITH_BASELINE:
-        figures[name] = _with_baseline(figures[name], based.get(name))
+        figures[name] = _with_baseline(figures[name], based.get(name), sides)
     figures = {k: single_size(v) if k in _WITH_BASELINE else v for k, v in figures.items()}
     figures["comparison"] = comparison_chart(
         verdicts, {**headlines(base), **headlines(rows)} if base is not None
