@@ -57,3 +57,18 @@ def canonical(value: float, unit: str) -> tuple[float, str]:
     if unit in US_PER:
         return value * US_PER[unit], "us"
     return value, unit
+
+
+# A smaller unit for a rate under one of its own (0.1909 Gbit/s reads 190.9 Mbit/s, as iperf3
+# writes it).
+SMALLER = {"Gbit/s": ("Mbit/s", 1e3), "GB/s": ("MB/s", 1e3)}
+
+
+def readable(values: list[float], unit: str) -> tuple[float, str]:
+    """The factor and unit a column of ``values`` in ``unit`` reads best in: Mbit/s where
+    every one is under 1 Gbit/s (one unit a column, never mixed)."""
+    finite = [abs(v) for v in values if v == v]
+    if unit in SMALLER and finite and max(finite) < 1.0:
+        smaller, factor = SMALLER[unit]
+        return factor, smaller
+    return 1.0, unit

@@ -205,3 +205,15 @@ def test_the_run_table_prints_each_case_s_median_over_its_repeats(tmp_path):
     assert figure == round(values[1], places), (line, values)
     assert half == round(stats.ci95_halfwidth(values), places), (line, values)
     assert "median of the case's repeats" in proc.stdout
+
+
+def test_a_column_under_one_gbit_reads_in_mbit_as_iperf3_writes_it():
+    """0.1909 Gbit/s is 190.9 Mbit/s: a column whose every figure is under one Gbit/s is
+    written in Mbit/s (one unit a column); a column reaching past it stays in Gbit/s."""
+    rows = [{**r, "value": r["value"] / 50 if r["value"] else r["value"],
+             "samples": None} for r in _rows()]
+    text = summary_table(rows)
+    units = next(ln for ln in text.splitlines() if "bit/s" in ln)
+    assert units.split() == ["Mbit/s", "Mbit/s"], text
+    assert "190.0" in text and "245.0" in text and "60.00" in text, text
+    assert "Gbit/s" in summary_table(_rows())

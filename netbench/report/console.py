@@ -28,6 +28,7 @@ from netbench.api import Case, format_size, json_safe
 from netbench.env import counters
 from netbench.store import columns_of, counters_of
 from netbench.textfile import printable  # stored params and hosts may hold escapes
+from netbench.units import readable
 
 
 def format_value(value: float | None) -> str:
@@ -98,7 +99,10 @@ class Reporter:
         if status == "ok":
             wanted = getattr(getattr(planned, "bench", None), "headline", None)
             first = next((r for r in rows if r["metric"] == wanted), rows[0])
-            outcome = f"ok  {first['metric']} {format_value(first['value'])} {first['unit']}"
+            value = first["value"]
+            factor, unit = readable([value] if value is not None else [], str(first["unit"]))
+            outcome = (f"ok  {first['metric']} "
+                       f"{format_value(None if value is None else value * factor)} {unit}")
         else:
             # A reason whole the first time (never cut mid-word), then by reference: a suite
             # of twenty skipped GPU cases says its 400-character reason once, not twenty times.
@@ -212,8 +216,14 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         groups = [g for g in groups if any(g == c[0] for ln in lines.values()
                                           for c in ln["cells"])] or groups[:1]
         columns = [(g, m) for g in groups for m in order]
-        places = {col: decimals(_figure(ln["cells"][col])[0] for ln in lines.values()
-                                if col in ln["cells"]) for col in columns}
+        # Each column in the unit it reads best in: 0.1909 Gbit/s as 190.9 Mbit/s.
+        scale = {col: readable([v for ln in lines.values() if col in ln["cells"]
+                                for v in [_figure(ln["cells"][col])[0]] if v is not None],
+                               units[col[1]]) for col in columns}
+        places = {col: decimals(_figure(ln["cells"][col])[0] * scale[col][0]
+                                for ln in lines.values() if col in ln["cells"]
+                                and _figure(ln["cells"][col])[0] is not None)
+                  for col in columns}
         lead_names = [n for n, _ in next(iter(lines.values()))["lead"]] if lines else []
         # The reference tool's columns after the figures (nccl-tests' #wrong), per group.
         trail = list(dict.fromkeys(name for c in bench_cases if c[0]["status"] == "ok"
@@ -225,7 +235,7 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
             unit_row.append("")
         for g, m in columns:
             header.append(f"{g + ' ' if g and m == order[0] else ''}{m}")
-            unit_row.append(units[m])
+            unit_row.append(scale[(g, m)][1])
             if m == order[-1]:
                 header.extend(trail)
                 unit_row.extend([""] * len(trail))
@@ -239,9 +249,11 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
             for g, m in columns:
                 row = line["cells"].get((g, m))
                 value, half, repeats = _figure(row) if row else (None, None, 0)
-                cell = fixed(value, places[(g, m)]) if row else "-"
+                factor = scale[(g, m)][0]
+                cell = fixed(None if value is None else value * factor,
+                             places[(g, m)]) if row else "-"
                 if half is not None and m != "lat_p50":
-                    cell += f" ±{fixed(half, places[(g, m)])}"
+                    cell += f" ±{fixed(half * factor, places[(g, m)])}"
                     shown_pm = shown_pm or ("repeats" if repeats > 1 else "samples")
                     many = max(many, repeats)
                 cells.append(cell)
