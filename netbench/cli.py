@@ -120,12 +120,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from netbench.env.launch import launch_info
     from netbench.env.probe import probe
     from netbench.report import console
-    from netbench.run import session
+    from netbench.run import estimate, session
     from netbench.run.wire import parse_hostport
 
     plan = session.plan_target(args.target, args.param or [], args.timeout, args.repeat)
     if args.dry_run:
-        print(console.plan_text(plan, probe(args.sysfs_root)))
+        env = probe(args.sysfs_root)
+        print(console.plan_text(plan, env, estimate.case_seconds(args.results, plan, env)))
         return 0
     launched = launch_info()
     quiet = launched is not None and not launched.is_writer   # rank 0 stores and reports
@@ -140,6 +141,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                 args.label, parquet=not (quiet or args.jsonl))
         print(console.resuming(resume), file=sys.stderr)
     events = console.Reporter(open(os.devnull, "w")) if quiet else console.Reporter()
+    if not quiet and not args.jsonl:
+        events.estimates = estimate.case_seconds(args.results, plan, env)
     result = session.measure(plan, store, env, resume, label=args.label or "",
                              peer=args.peer, events=events)
     again = session.resume_command(result.run_id, args.target, args.param or [],
@@ -163,9 +166,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     store = _store(args.results)
     base_sel = resolve(store, args.baseline)
     cand_sel = resolve(store, args.candidate, keep_unmeasured=True)
-    thresholds, source = cmp.thresholds_of_runs(
-        args.threshold or [], args.thresholds, registry.catalog(), store,
-        [*base_sel.run_ids, *cand_sel.run_ids])
+    thresholds, source = _thresholds(args, store, [*base_sel.run_ids, *cand_sel.run_ids])
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
     try:
@@ -199,11 +200,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
     store = _store(args.results)
-    index = store.runs()
-    chosen = index[index["label"].isin(args.label)] if args.label else index
-    thresholds, source = cmp.thresholds_of_runs(args.threshold or [], args.thresholds,
-                                                registry.catalog(), store,
-                                                list(chosen["run_id"]))
+    thresholds, source = _thresholds(args, store, None, args.label)
     h = hist.build(store, args.label or (), args.benchmark or (),
                    args.metric or (), args.last, args.window, thresholds, args.alpha,
                    args.host or ())
@@ -315,19 +312,23 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise UsageError("--baseline and --candidate go together")
         base = resolve(store, args.baseline)
         cand = resolve(store, args.candidate, keep_unmeasured=True)
-        thresholds, source = cmp.thresholds_of_runs(
-            args.threshold or [], args.thresholds, registry.catalog(), store,
-            [*base.run_ids, *cand.run_ids])
+        thresholds, source = _thresholds(args, store, [*base.run_ids, *cand.run_ids])
         verdicts = cmp.judge_selections(store, base, cand, thresholds)
         print(f"baseline:  {base.describe()}\ncandidate: {cand.describe()}\n"
               f"{cmp.thresholds_text(thresholds, source)}")
-    # Beside the store it read, never ./results of wherever it was started.
-    output = args.output or str(Path(args.results) / "_dashboard.html")
-    info = dashboard.render(store, output, args.run, args.label, base, cand, verdicts)
+    info = dashboard.render(store, args.output or str(Path(args.results) / "_dashboard.html"),
+                            args.run, args.label, base, cand, verdicts)   # beside its store
     print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB); first view: {info['view']} "
           f"= run {info['run']}; charts: {', '.join(info['charts']) or 'none'}; "
           f"{len(info['views'])} view(s) in the picker")
     return 0
+
+
+def _thresholds(args: argparse.Namespace, store: Any, run_ids: list[str] | None,
+                labels: list[str] | None = None) -> tuple[dict[str, float], str]:
+    from netbench.analysis.compare import thresholds_of_runs as of_runs
+    return of_runs(args.threshold or [], args.thresholds, registry.catalog(), store, run_ids,
+                   labels)
 
 
 def _threshold_args(p: argparse.ArgumentParser) -> None:

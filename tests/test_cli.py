@@ -1,6 +1,7 @@
 """The real CLI in subprocesses: happy paths and every kind of bad input."""
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -184,3 +185,24 @@ def test_rr_python_fallback_loops_agree_with_c_loops():
     assert sum(c_rtts) <= c_elapsed * 1e9 * 1.01
     d_count, (rtts_dur, _) = rounds_echoed(lambda s: python.client(s, 100, 0, 5, int(0.2e9)))
     assert d_count == len(rtts_dur) + 5 and len(rtts_dur) > 10   # duration mode: all timed
+
+
+def test_dry_run_estimates_the_wall_time_and_a_run_shows_what_is_left(tmp_path):
+    """How long a plan takes comes from how long its cases took in the store's earlier runs
+    on this host: --dry-run sums them (and names the cases never timed), and a running suite
+    prints the time left on each case's line."""
+    res = str(tmp_path / "r")
+    args = ("tcp.stream", "-p", "duration=0.2", "-p", "msg_size=16K,64K")
+    fresh = netbench("run", *args, "--results", res, "--dry-run")
+    assert fresh.returncode == 0 and "no time estimate" in fresh.stdout, fresh.stdout
+    assert netbench("run", *args, "--results", res).returncode == 0
+    dry = netbench("run", "tcp.stream", "-p", "duration=0.2", "-p", "msg_size=16K,64K,1M",
+                   "--results", res, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert re.search(r"about \d+ s for the 2 case\(s\) timed in the store's earlier runs on "
+                     r"this host; 1 never timed here", dry.stdout), dry.stdout
+    stored = [p for p in (tmp_path / "r").glob("*.parquet") if not p.name.startswith("_")]
+    assert len(stored) == 1                                         # the dry run stored none
+    run = netbench("run", *args, "--results", res)
+    lines = [ln for ln in run.stderr.splitlines() if ln.startswith("[")]
+    assert "left)" not in lines[0] and re.search(r"\(about \d+ s left\)$", lines[1]), lines

@@ -92,19 +92,21 @@ def load_thresholds(flags: Sequence[str], path: str | None,
 
 def thresholds_of_runs(flags: Sequence[str], path: str | None,
                        known: Mapping[str, Sequence[str]] | None, store: Any,
-                       run_ids: Sequence[str]) -> tuple[dict[str, float], str]:
+                       run_ids: Sequence[str] | None,
+                       labels: Sequence[str] | None = None) -> tuple[dict[str, float], str]:
     """The thresholds a judgement of these runs uses, and where they came from: ``path``
     (--thresholds FILE) where given, else the suite's own ``[thresholds]`` stored with the
-    newest of ``run_ids`` that has them (a driver-regression run is judged by its 3% without
-    being told), then ``flags`` (--threshold M=V) over either. "" where none apply: the
-    default 5% everywhere."""
+    newest of ``run_ids`` (None: of the runs with ``labels``, or of all) that has them (a
+    driver-regression run is judged by its 3% without being told), then ``flags``
+    (--threshold M=V) over either. "" where none apply: the default 5% everywhere."""
     if path:
         return load_thresholds(flags, path, known), f"{path} [thresholds]"
     stored, source = {}, ""
     index = store.runs()
     if "thresholds" in index and len(index):
-        chosen = index[index["run_id"].isin(list(run_ids))
-                       & (index["thresholds"].fillna("") != "")]
+        mine = (index["run_id"].isin(list(run_ids)) if run_ids is not None
+                else index["label"].isin(list(labels)) if labels else index["run_id"].notna())
+        chosen = index[mine & (index["thresholds"].fillna("") != "")]
         if len(chosen):
             row = chosen.iloc[-1]
             try:

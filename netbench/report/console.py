@@ -54,6 +54,10 @@ class Reporter:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self._said: dict[str, int] = {}       # each skip or failure reason: the case it was at
+        # Each planned case's seconds from the store's earlier runs (run.estimate), None where
+        # unknown: the ETA a case line shows; and what the cases finished so far took.
+        self.estimates: list[float | None] = []
+        self._took: list[float] = []
 
     def _write(self, text: str) -> None:
         self.stream.write(text)
@@ -66,7 +70,9 @@ class Reporter:
 
     def start_case(self, index: int, case: Case, description: str | None = None) -> None:
         text = description or case.describe()
-        self._label = f"[{index + 1:>{len(str(self._total))}}/{self._total}] {text}"
+        left = remaining(self.estimates, self._took, index) if self.estimates else None
+        eta = f" (about {duration_text(left)} left)" if left and index else ""
+        self._label = f"[{index + 1:>{len(str(self._total))}}/{self._total}] {text}{eta}"
         self._fraction = None
         self._started = time.monotonic()
         if self.interactive:
@@ -90,6 +96,7 @@ class Reporter:
 
     def end_case(self, index: int, planned: Any, rows: Sequence[Mapping[str, Any]]) -> None:
         elapsed = time.monotonic() - self._started
+        self._took.append(elapsed)
         if self._ticker is not None:
             self._stop.set()
             self._ticker.join()
@@ -412,16 +419,55 @@ def relative(first: float | None, newest: float | None) -> str:
     return f"{(newest - first) / abs(first):+.1%}"
 
 
-def plan_text(plan: Any, env: Mapping[str, Any]) -> str:
-    """`run --dry-run`: the cases a run would measure, each validated, and what would be
-    skipped here and why; nothing is measured or stored."""
+def plan_text(plan: Any, env: Mapping[str, Any],
+              estimates: Sequence[float | None] = ()) -> str:
+    """`run --dry-run`: the cases a run would measure, each validated, what would be skipped
+    here and why, and how long it should take (``estimates``: each case's seconds in the
+    store's earlier runs, run.estimate); nothing is measured or stored."""
     lines = [f"{plan.suite}: {len(plan.cases)} case(s)"]
-    for index, planned in enumerate(plan.cases, 1):
+    estimates = list(estimates) or [None] * len(plan.cases)
+    skipped = 0
+    for index, (planned, seconds) in enumerate(zip(plan.cases, estimates), 1):
         reason = planned.bench.available_for(planned.case, env)
-        lines.append(f"  [{index}] {planned.bench.describe(planned.case)} (timeout "
+        skipped += bool(reason)
+        took = f"about {duration_text(seconds)}, " if seconds is not None and not reason else ""
+        lines.append(f"  [{index}] {planned.bench.describe(planned.case)} ({took}timeout "
                      f"{planned.timeout:g} s)"
                      + (f"\n      would be skipped: {reason}" if reason else ""))
+    known = [s for s, p in zip(estimates, plan.cases) if s is not None]
+    unknown = len(plan.cases) - len(known) - skipped
+    if known:
+        lines.append(f"about {duration_text(sum(known))} for the {len(known)} case(s) timed "
+                     "in the store's earlier runs on this host"
+                     + (f"; {unknown} never timed here (each at most its timeout)"
+                        if unknown > 0 else ""))
+    else:
+        lines.append("no time estimate: no case of this plan ran on this host before "
+                     "(the store's earlier runs time each case)")
     return "\n".join(lines)
+
+
+def remaining(estimates: Sequence[float | None], done: Sequence[float],
+              start: int) -> float | None:
+    """Seconds left for the cases from ``start`` on: their estimates, an unknown one at the
+    mean of ``done`` (the seconds the cases finished so far took); None while nothing can
+    stand in for an unknown one."""
+    ahead = estimates[start:]
+    unknown = sum(e is None for e in ahead)
+    if unknown and not done:
+        return None
+    fill = sum(done) / len(done) if done else 0.0
+    return sum(e for e in ahead if e is not None) + unknown * fill
+
+
+def duration_text(seconds: float) -> str:
+    """12 s, 4 min 10 s, 2 h 05 min."""
+    seconds = max(int(round(seconds)), 0)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def resuming(resume: Any) -> str:
