@@ -134,6 +134,26 @@ def _facts(tmp_path, page, view="", width=None):
     return attrs, __import__("json").loads(attrs["facts"])
 
 
+def _report_against(store, after, run_id, tmp_path):
+    """``after`` (a run's rows, changed) stored as run ``run_id`` labelled after-x, five
+    minutes later; the dashboard of label 'before' against it."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from netbench.store import arrow_schema
+
+    after["run_id"], after["label"] = run_id, "after-x"
+    after["started_at"] = after["started_at"] + pd.Timedelta(minutes=5)
+    pq.write_table(pa.Table.from_pandas(after, schema=arrow_schema(), preserve_index=False),
+                   store / f"20991231T000000-{run_id}.parquet")
+    page = tmp_path / "d.html"
+    proc = netbench("report", "--results", str(store), "-o", str(page), "--baseline", "before",
+                    "--candidate", "after-x")
+    assert proc.returncode == 0, proc.stderr
+    return page, proc
+
+
 @pytest.mark.skipif(not CHROMIUM, reason="needs Debian's chromium (apt-get install chromium)")
 def test_dashboard_never_misleads(tmp_path):
     """One assertion per defect a new user found, each on what Chromium rendered."""
@@ -158,21 +178,10 @@ def test_dashboard_never_misleads(tmp_path):
     same = (before["metric"] == "cpu_per_gbit") & (before["msg_size"] == 16384) & (
         before["params"].str.contains('"streams":1'))
     after.loc[outlier, "value"] = float(before.loc[same, "value"].iloc[0]) * 26   # +2,500%
-    after["run_id"], after["label"] = "outlier00001", "after-x"
-    after["started_at"] = after["started_at"] + pd.Timedelta(minutes=5)
     env = json.loads(after["env_json"].iloc[0])
     env["kernel"] = "9.9.9-updated"
     after["env_json"] = json.dumps(env)
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from netbench.store import arrow_schema
-    pq.write_table(pa.Table.from_pandas(after, schema=arrow_schema(), preserve_index=False),
-                   store / "20991231T000000-outlier00001.parquet")
-    page = tmp_path / "d.html"
-    proc = netbench("report", "--results", str(store), "-o", str(page), "--baseline", "before",
-                    "--candidate", "after-x")
-    assert proc.returncode == 0, proc.stderr
+    page, proc = _report_against(store, after, "outlier00001", tmp_path)
     # Run selection is printed: which runs each side resolved to.
     assert "baseline:  label 'before' -> run " in proc.stdout, proc.stdout
     attrs, facts = _facts(tmp_path, page)
@@ -263,11 +272,7 @@ def test_the_comparison_chart_reads_as_a_verdict_at_800_and_1400_px(tmp_path):
     and 1400 px: every row's change is written whole, sign and size ("-36.1%", "+50.0%"), inside
     the window and clear of every row name; the worst rows come first; the derived metrics
     (cpu_client, lat_stdev, ...) are folded into one line, not a row each."""
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from netbench.store import arrow_schema
 
     store = tmp_path / "res"
     suite = tmp_path / "s.toml"
@@ -286,14 +291,7 @@ def test_the_comparison_chart_reads_as_a_verdict_at_800_and_1400_px(tmp_path):
             now = (after["metric"] == metric) & (after["params"] == params)
             after.loc[now, "value"] = float(was["value"].median()) * factor
             after.loc[now, "samples"] = None
-    after["run_id"], after["label"] = "derived00001", "after-x"
-    after["started_at"] = after["started_at"] + pd.Timedelta(minutes=5)
-    pq.write_table(pa.Table.from_pandas(after, schema=arrow_schema(), preserve_index=False),
-                   store / "20991231T000000-derived00001.parquet")
-    page = tmp_path / "d.html"
-    proc = netbench("report", "--results", str(store), "-o", str(page), "--baseline", "before",
-                    "--candidate", "after-x")
-    assert proc.returncode == 0, proc.stderr
+    page, _ = _report_against(store, after, "derived00001", tmp_path)
     ARTIFACTS.mkdir(exist_ok=True)
     for width in (800, 1400):
         _, facts = _facts(tmp_path, page, width=width)
