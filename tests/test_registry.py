@@ -120,3 +120,29 @@ def test_hooks_extend_the_fingerprint_and_see_stored_rows(tmp_path):
     assert json.loads(stored["env_json"].iloc[0])["site"] == {"rack": "r42",
                                                               "switch_fw": "3.12.1"}
     assert json.loads(netbench("probe", "--json", env=env).stdout)["site"]["rack"] == "r42"
+
+
+def test_a_plugins_rows_are_charted_and_what_is_not_drawn_is_said_once(tmp_path):
+    """A plugin's rows, stored by a real run, get the dashboard's "other benchmarks" chart
+    (never "charts: none"), and the page names what it does not draw in one list after the
+    charts, by what a reader calls them (no "fabric_graph")."""
+    import re
+
+    env = _install_plugin(tmp_path)
+    res = str(tmp_path / "r")
+    suite = tmp_path / "s.toml"
+    suite.write_text('[[case]]\nbenchmark = "demo.echo"\nlevel = 3\n'
+                     '[[case]]\nbenchmark = "demo.echo"\nlevel = 7\n')
+    run = netbench("run", str(suite), "--results", res, env=env)
+    assert run.returncode == 0, run.stderr
+    page = tmp_path / "d.html"
+    report = netbench("report", "--results", res, "-o", str(page), env=env)
+    assert report.returncode == 0, report.stderr
+    assert "charts: other" in report.stdout, report.stdout
+    text = page.read_text()
+    data = json.loads(re.search(r"const NB = (.*?);\nfunction facts", text, re.S).group(1))
+    other = data["views"][data["chosen"]]["figures"]["other"]
+    (trace,) = other["data"]
+    assert trace["name"] == "demo.echo (x)" and sorted(trace["x"]) == [3.0, 7.0]
+    assert data["names"]["fabric_graph"] == "Switch graph"
+    assert text.count('id="missing"') == 1 and 'id="empty-' not in text

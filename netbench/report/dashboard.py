@@ -407,6 +407,37 @@ def latency_chart(rows: Any) -> dict[str, Any] | None:
                    log_y=True)
 
 
+def other_chart(rows: Any, drawn: dict[str, Any]) -> dict[str, Any] | None:
+    """Every benchmark no other chart drew (a plugin's, say): its headline metric per case,
+    one dot each on a log axis, a series per benchmark, so nothing stored goes uncharted."""
+    ok = _ok(rows)
+    if ok.empty:
+        return None
+    names = " ".join(str(t.get("name", "")) for fig in drawn.values() if fig
+                     for t in fig["data"])
+    left = [b for b in dict.fromkeys(ok["benchmark"]) if str(b) not in names]
+    traces = []
+    for bench in left:
+        mine = ok[(ok["benchmark"] == bench) & is_headline(ok[ok["benchmark"] == bench])]
+        if mine.empty:
+            continue
+        cases = case_names([(bench, p) for p in mine["params"]])
+        unit = str(mine["unit"].iloc[0])
+        traces.append({"type": "scatter", "mode": "markers", "name": f"{bench} ({unit})",
+                       "x": [float(v) for v in mine["value"]], "y": cases,
+                       "hovertemplate": "%{y}: %{x:.4g} " + html.escape(unit)
+                                        + "<extra></extra>"})
+    if not traces:
+        return None
+    return {"data": traces, "layout": {
+        "title": {"text": "Other benchmarks: each case's headline figure"},
+        "height": 160 + 22 * sum(len(t["y"]) for t in traces),
+        "margin": {"l": 20, "r": 20, "t": 50, "b": 60},
+        "xaxis": {"title": {"text": "value (unit in the legend)"}, "type": "log"},
+        "yaxis": {"type": "category", "automargin": True}, "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.25}}}
+
+
 def cpu_chart(rows: Any) -> dict[str, Any] | None:
     """CPU-seconds per Gbit moved, one dot per case (never two cases on one bar): TCP's own
     metric, RDMA's from its CPU share and bandwidth. A log axis of dots, not bars: a bar's
@@ -863,7 +894,13 @@ def environment_panel(rows: Any, latest: Any = None, base: Any = None) -> str:
 
 
 CHARTS = ("comparison", "trend", "fabric", "fabric_graph", "bandwidth", "latency", "cpu",
-          "busbw", "h2d")
+          "busbw", "h2d", "other")
+# What a reader calls each chart (the ids are the page's own).
+CHART_NAMES = {"comparison": "Comparison", "trend": "Trend across runs",
+               "fabric": "Fabric pair matrix", "fabric_graph": "Switch graph",
+               "bandwidth": "Bandwidth vs message size", "latency": "Latency vs message size",
+               "cpu": "CPU cost per Gbit/s", "busbw": "Collective bus bandwidth",
+               "h2d": "Host-to-GPU feed", "other": "Other benchmarks"}
 _WITH_BASELINE = ("bandwidth", "latency", "busbw", "h2d")
 MAX_VIEWS = 8           # the picker's labels, newest first (each is a page of charts)
 TREND_RUNS = 30
@@ -895,10 +932,12 @@ def _charts(rows: Any, topology: Any = None) -> dict[str, dict[str, Any] | None]
     from netbench.report.switchgraph import switch_graph
 
     matrix = _fabric(rows, topology)
-    return {"bandwidth": bandwidth_chart(rows), "latency": latency_chart(rows),
-            "cpu": cpu_chart(rows), "busbw": busbw_chart(rows), "h2d": h2d_chart(rows),
-            "fabric": fabric_chart(matrix) if matrix is not None else None,
-            "fabric_graph": switch_graph(matrix) if matrix is not None else None}
+    charts = {"bandwidth": bandwidth_chart(rows), "latency": latency_chart(rows),
+              "cpu": cpu_chart(rows), "busbw": busbw_chart(rows), "h2d": h2d_chart(rows),
+              "fabric": fabric_chart(matrix) if matrix is not None else None,
+              "fabric_graph": switch_graph(matrix) if matrix is not None else None}
+    charts["other"] = other_chart(rows, charts)
+    return charts
 
 
 def _fabric(rows: Any, topology: Any = None) -> Any:
@@ -926,7 +965,8 @@ def _missing(rows: Any) -> dict[str, str]:
             "comparison": "no comparison asked for (netbench report --baseline A "
                           "--candidate B)",
             "trend": "a trend needs a case measured in at least two runs of this view's "
-                     "label(s)"}
+                     "label(s)",
+            "other": ""}      # every benchmark is drawn above: nothing to say
 
 
 def _with_baseline(fig: dict[str, Any] | None, base: dict[str, Any] | None,
@@ -1073,15 +1113,18 @@ def render(store: Any, out: str | Path, run: str | None = None, label: str | Non
                            rows, newest, list(dict.fromkeys(rows["run_id"])),
                            trend=_trend(store, list(dict.fromkeys(every["label"]))),
                            topology=_topology(index, list(dict.fromkeys(rows["run_id"]))))
-    blocks = [f'<div class="empty" id="empty-{name}"></div><div class="chart" '
-              f'id="chart-{name}"></div>' for name in CHARTS]
+    blocks = [f'<div class="chart" id="chart-{name}"></div>' for name in CHARTS]
+    # What a view does not draw, and why, in one list after what it draws: placeholders
+    # between the charts pushed the first chart down the page.
+    blocks.append('<div class="empty" id="missing"></div>')
     picker = "".join(f'<option value="{html.escape(k)}"{" selected" if k == chosen else ""}>'
                      f'{html.escape(v["title"])}</option>' for k, v in views.items())
     page = _PAGE.format(
         title=html.escape("netbench dashboard"), plotly=get_plotlyjs(), blocks="\n".join(blocks),
         picker=picker,
         # No "<" at all inside the script: no label can close it or open a comment there.
-        data=json.dumps({"views": views, "chosen": chosen, "charts": CHARTS},
+        data=json.dumps({"views": views, "chosen": chosen, "charts": CHARTS,
+                         "names": CHART_NAMES},
                         default=_json_default).replace("<", "\\u003c"))
     out = Path(out)
     try:
@@ -1166,18 +1209,23 @@ function show(key) {{
   document.getElementById("note").textContent = "";
   document.getElementById("note").innerHTML = view.note;
   document.getElementById("env").innerHTML = view.env;
+  const missing = [];
   const done = NB.charts.map(name => {{
     const div = document.getElementById("chart-" + name);
-    const empty = document.getElementById("empty-" + name);
     const fig = view.figures[name];
     if (!fig) {{
-      Plotly.purge(div); div.style.display = "none"; empty.style.display = "";
-      empty.innerHTML = "<b>" + name + "</b>: " + view.missing[name];
+      Plotly.purge(div); div.style.display = "none";
+      if (view.missing[name])
+        missing.push("<li><b>" + NB.names[name] + "</b>: " + view.missing[name] + "</li>");
       return Promise.resolve();
     }}
-    empty.style.display = "none"; div.style.display = "";
+    div.style.display = "";
     return Plotly.react(div, fig.data, fig.layout, {{displaylogo: false}});
   }});
+  const list = document.getElementById("missing");
+  list.style.display = missing.length ? "" : "none";
+  list.innerHTML = missing.length ? "<b>Not drawn in this view</b><ul>" + missing.join("")
+    + "</ul>" : "";
   return Promise.all(done).then(() => {{
     const drawn = Array.from(document.querySelectorAll(".chart"))
       .filter(d => d.style.display !== "none" && d.querySelector(".main-svg")).length;
