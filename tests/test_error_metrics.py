@@ -190,3 +190,15 @@ def test_a_few_errors_after_runs_of_none_are_not_certainty_but_thousands_are(tmp
                         "--json")
         v = {v["metric"]: v for v in json.loads(proc.stdout)["verdicts"]}["err.port_rcv_errors"]
         assert (v["verdict"], v["evidence"]) == (verdict, "history"), v
+
+
+def test_compare_names_a_news_case_by_its_name_not_its_json(tmp_path):
+    """Counter news on the console: "rdma.write_bw msg_size=64K: rx_dropped 0 -> 1,200",
+    never the case's raw JSON params."""
+    store = ResultStore(tmp_path)
+    _run(store, "a", "before", [{}], START)
+    _run(store, "b", "after", [{"net/ens1f0/rx_dropped": 1200}], START + timedelta(hours=1))
+    text = netbench("compare", "before", "after", "--results", str(tmp_path)).stdout
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("counters: news: ")]
+    assert line.startswith("counters: news: rdma.write_bw msg_size=64K: rx_dropped 0 -> 1,200")
+    assert "{" not in line, line

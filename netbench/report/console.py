@@ -724,11 +724,14 @@ def compare_text(baseline: Any, candidate: Any, verdicts: Sequence[Any],
             continue                    # a lost verdict above, with its reason
         lines.append(f"not judged: {side_name}: every invocation of {printable(bench)} "
                      f"{printable(params)} failed: {printable(reason[:200])}")
-    for n in news:
-        lines.append(f"counters: news: {printable(n.benchmark)} {printable(n.params)}: "
-                     f"{printable(n.name)} 0 -> {n.candidate} in one invocation "
+    named = dict(zip([(n.benchmark, n.params) for n in news],
+                     case_names([(n.benchmark, n.params) for n in news])))
+    for n in news:          # the case by its name (tcp.stream msg_size=64K), not its JSON
+        lines.append(f"counters: news: {printable(named[(n.benchmark, n.params)])}: "
+                     f"{printable(n.name)} 0 -> {n.candidate:,} in one invocation "
                      f"({', '.join(printable(w) for w in n.where[:4])})"
-                     + ("" if n.gated else "; the namespace's TCP, any traffic's: not gated"))
+                     + ("" if n.gated else "; not the case's own device (the namespace's "
+                        "TCP, or another interface that carried its traffic): not gated"))
     lines.append("environment changes:" if changes else "environment: no differences recorded")
     lines.extend(f"  {env_change(what, a, b)}" for what, a, b in changes)
     return "\n".join(lines)
