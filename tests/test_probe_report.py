@@ -217,3 +217,29 @@ def test_a_column_under_one_gbit_reads_in_mbit_as_iperf3_writes_it():
     assert units.split() == ["Mbit/s", "Mbit/s"], text
     assert "190.0" in text and "245.0" in text and "60.00" in text, text
     assert "Gbit/s" in summary_table(_rows())
+
+
+def test_a_tcp_table_has_iperf3s_retransmits_and_tcp_rr_fits_a_terminal(tmp_path):
+    """Real loopback runs: tcp.stream's table carries a retr column, the retransmits its
+    stored counters read (tcp/RetransSegs, the median of its repeats); tcp.rr's table says
+    its unit's qualifier once ("us: half RTT") and fits 120 columns (it was 149)."""
+    import pyarrow.parquet as pq
+    from conftest import netbench
+
+    from netbench.store import counters_of
+
+    res = tmp_path / "r"
+    proc = netbench("run", "tcp.stream", "-p", "duration=0.2", "-p", "msg_size=64K",
+                    "--results", str(res))
+    assert proc.returncode == 0, proc.stderr
+    header = next(ln for ln in proc.stdout.splitlines() if ln.startswith("size"))
+    assert header.split()[-1] == "retr", header
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("64K"))
+    (path,) = res.glob("2*.parquet")
+    grown = counters_of(pq.read_table(path).to_pandas()["counters"].dropna().iloc[0])
+    assert line.split()[-1] == f"{grown.get('tcp/RetransSegs', 0):,}", (line, grown)
+    rr = netbench("run", "tcp.rr", "-p", "iterations=300", "--results", str(res))
+    assert rr.returncode == 0, rr.stderr
+    table = rr.stdout.split("stored ")[0].splitlines()
+    assert table[0].startswith("tcp.rr") and "us: half RTT" in table[0]
+    assert max(len(ln) for ln in table) <= 120, "\n".join(table)

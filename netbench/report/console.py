@@ -27,6 +27,7 @@ from netbench.analysis.verdict import VERDICTS, Verdict
 from netbench.api import Case, format_size, json_safe
 from netbench.env import counters
 from netbench.store import columns_of, counters_of
+from netbench.store.schema import split_unit
 from netbench.textfile import printable  # stored params and hosts may hold escapes
 from netbench.units import readable
 
@@ -160,7 +161,24 @@ def _grid(header: Sequence[str], body: Sequence[Sequence[str]],
 
 # What a reference tool's column means, said once under the table that shows it.
 COLUMN_NOTES = {"#wrong": "nccl-tests columns; #wrong: result elements checked wrong, a row "
-                "with any fails"}
+                "with any fails",
+                "retr": "retr: TCP segments retransmitted while it ran, iperf3's Retr"}
+
+
+def _retransmits(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """A TCP case's retransmits (tcp/RetransSegs while it ran), the median over its
+    invocations whose counters were read; None for other transports or none read."""
+    counts: dict[Any, int] = {}
+    for row in rows:
+        if row.get("transport") != "tcp":
+            return None
+        grown = counters_of(row.get("counters"))
+        if grown is not None:       # one invocation's rows share its counters
+            counts.setdefault(row.get("case_started_at") or len(counts),
+                              int(grown.get("tcp/RetransSegs", 0)))
+    if not counts:
+        return None
+    return f"{int(stats.median_sorted(sorted(counts.values()))):,}"
 
 
 def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -181,6 +199,7 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         bench_cases = [v for (b, _), v in cases.items() if b == bench]
         order: list[str] = []          # declared order, merged across cases
         units: dict[str, str] = {}
+        qualified: dict[str, str] = {}
         for case_rows in bench_cases:
             previous = None
             for row in case_rows:
@@ -188,7 +207,12 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
                     continue
                 name = row["metric"]
                 if name not in units:
-                    units[name] = row["unit"]
+                    # The unit once in its column ("us"), its qualifier once under the table
+                    # ("us: half RTT"): eight columns of "us (half RTT)" made tcp.rr 149 wide.
+                    spelled = split_unit(row["unit"])
+                    units[name] = spelled["unit"]
+                    if spelled.get("unit_note"):
+                        qualified[str(spelled["unit"])] = str(spelled["unit_note"])
                     order.insert(order.index(previous) + 1 if previous else 0, name)
                 previous = name
         # Cases that differ in in_place are one line in two groups, as nccl-tests prints them.
@@ -219,6 +243,9 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
             for row in case_rows:            # each repeat's row: the case's figure is theirs
                 line["cells"].setdefault((group, row["metric"]), []).append(row)
             line["trail"][group] = dict(columns_of(first.get("trail")))
+            retr = _retransmits(case_rows)
+            if retr is not None:
+                line["trail"][group]["retr"] = retr
         groups = (["out-of-place", "in-place"] if placements else [""])
         groups = [g for g in groups if any(g == c[0] for ln in lines.values()
                                           for c in ln["cells"])] or groups[:1]
@@ -235,6 +262,8 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
         # The reference tool's columns after the figures (nccl-tests' #wrong), per group.
         trail = list(dict.fromkeys(name for c in bench_cases if c[0]["status"] == "ok"
                                    for name, _ in columns_of(c[0].get("trail"))))
+        if any("retr" in t for ln in lines.values() for t in ln["trail"].values()):
+            trail.append("retr")
         header = ["size", *keys, *lead_names]
         unit_row = [""] * len(header)
         if not order:                           # nothing measured: a column for why
@@ -269,6 +298,7 @@ def summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
                     cells.extend(shown.get(name, "-") for name in trail)
             body.append(cells)
         notes_here = [COLUMN_NOTES[name] for name in trail if name in COLUMN_NOTES]
+        notes_here += [f"{u}: {q}" for u, q in sorted(qualified.items())]
         out.append(bench + "".join(f"  ({n})" for n in notes_here))
         out.extend(_grid(header, body, unit_row))
         out.extend(notes)
