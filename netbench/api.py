@@ -433,6 +433,17 @@ class Context(Protocol):
 
     def progress(self, fraction: float) -> None: ...
 
+    # Seconds between the interval lines the user asked for (``netbench run --interval``, as
+    # iperf3 prints one a second); 0: none. A benchmark that can read its rate while it runs
+    # reports each interval with ``interval``; one that cannot ignores both.
+    every: float
+
+    def interval(self, start: float, end: float,
+                 values: Mapping[str, tuple[float, str]]) -> None:
+        """One interval's readings, ``start``-``end`` seconds into the case: metric ->
+        (value, unit), shown as they come (never stored: the samples are)."""
+        ...
+
 
 @dataclass
 class RunSetup:

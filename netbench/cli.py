@@ -144,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not quiet and not args.jsonl:
         events.estimates = estimate.case_seconds(args.results, plan, env)
     result = session.measure(plan, store, env, resume, label=args.label or "",
-                             peer=args.peer, events=events)
+                             peer=args.peer, events=events, every=args.interval)
     again = session.resume_command(result.run_id, args.target, args.param or [],
                                    results=args.results, repeat=args.repeat,
                                    timeout=args.timeout, peer=args.peer,
@@ -463,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")
     p.add_argument("--jsonl", metavar="FILE", help="write rows as JSON lines instead of Parquet "
                    "(lean: no pyarrow); store them later with `netbench import`")
+    p.add_argument("--interval", type=float, default=0.0, metavar="SECONDS", help="a line "
+                   "each SECONDS while a case runs, as iperf3 prints (default none)")
     p.add_argument("--dry-run", action="store_true", help="validate and print the cases, and "
                    "what would be skipped here; measure nothing")
     p.add_argument("--repeat", type=int, metavar="N", help="run every case N times, "

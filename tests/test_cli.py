@@ -206,3 +206,22 @@ def test_dry_run_estimates_the_wall_time_and_a_run_shows_what_is_left(tmp_path):
     run = netbench("run", *args, "--results", res)
     lines = [ln for ln in run.stderr.splitlines() if ln.startswith("[")]
     assert "left)" not in lines[0] and re.search(r"\(about \d+ s left\)$", lines[1]), lines
+
+
+def test_interval_lines_as_iperf3_prints_them(tmp_path):
+    """--interval 0.5 on a 1.5 s stream: a line each half second with the rate the far end
+    acknowledged and the retransmits, before the case's result; a negative interval is bad
+    input."""
+    proc = netbench("run", "tcp.stream", "-p", "duration=1.5", "-p", "warmup=0",
+                    "--interval", "0.5", "--results", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines()
+             if re.match(r"\s+\[\s*[\d.]+-\s*[\d.]+ s\]  goodput ", ln)]
+    assert len(lines) >= 2, proc.stderr
+    assert all(re.search(r"goodput [\d,.]+ [GM]bit/s  retr [\d,]+$", ln) for ln in lines), lines
+    result = next(i for i, ln in enumerate(proc.stderr.splitlines()) if "-> ok" in ln)
+    assert proc.stderr.splitlines().index(lines[-1]) < result
+    quiet = netbench("run", "tcp.stream", "-p", "duration=0.3", "--results", str(tmp_path / "r"))
+    assert "goodput" in quiet.stderr and not re.search(r"\[\s*[\d.]+-", quiet.stderr)
+    assert_clean_error(netbench("run", "tcp.stream", "--interval", "-1", "--results",
+                                str(tmp_path / "r")), "--interval -1")

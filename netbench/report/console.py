@@ -86,6 +86,19 @@ class Reporter:
     def progress(self, fraction: float) -> None:
         self._fraction = min(max(fraction, 0.0), 1.0)
 
+    def interval(self, start: float, end: float,
+                 values: Mapping[str, tuple[float, str]]) -> None:
+        """One interval of the running case, as iperf3 prints it:
+        ``    [  1.0-  2.0 s]  goodput 9.41 Gbit/s  retr 0`` (over the progress line)."""
+        parts = []
+        for name, (value, unit) in values.items():
+            factor, shown = readable([value], unit) if unit else (1.0, "")
+            text = (f"{int(value):,}" if not unit and float(value).is_integer()
+                    else format_value(value * factor))
+            parts.append(f"{name} {text}{' ' + shown if shown else ''}")
+        line = f"    [{start:6.1f}-{end:6.1f} s]  " + "  ".join(parts)
+        self._write(("\r\x1b[K" if self.interactive else "") + line + "\n")
+
     def _tick(self) -> None:
         while not self._stop.wait(0.2):
             elapsed = time.monotonic() - self._started

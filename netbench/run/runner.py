@@ -39,11 +39,14 @@ class _CaseContext:
     def __init__(self, env: Mapping[str, Any], peer: str | None,
                  connect: Callable[[float], ClientSession], deadline: float,
                  progress: Callable[[float], None], shared: dict[str, Any],
-                 trace: bool = False) -> None:
+                 trace: bool = False, every: float = 0.0,
+                 on_interval: Callable[..., None] | None = None) -> None:
         self.env = env
         self.peer = peer
         self.shared = shared
         self.trace = trace
+        self.every = every
+        self._on_interval = on_interval
         self.cancelled = threading.Event()
         self._connect = connect
         self._deadline = deadline
@@ -72,6 +75,11 @@ class _CaseContext:
     def progress(self, fraction: float) -> None:
         self._progress(fraction)
 
+    def interval(self, start: float, end: float,
+                 values: Mapping[str, tuple[float, str]]) -> None:
+        if self._on_interval is not None and self.every > 0:
+            self._on_interval(start, end, values)
+
     def cancel(self) -> None:
         with self._lock:
             self.cancelled.set()
@@ -93,6 +101,9 @@ class RunEvents(Protocol):
 
     def progress(self, fraction: float) -> None: ...
 
+    def interval(self, start: float, end: float,
+                 values: Mapping[str, tuple[float, str]]) -> None: ...
+
     def end_case(self, index: int, planned: Any, rows: Any) -> None: ...
 
 
@@ -106,6 +117,10 @@ class SilentEvents:
         pass
 
     def progress(self, fraction: float) -> None:
+        pass
+
+    def interval(self, start: float, end: float,
+                 values: Mapping[str, tuple[float, str]]) -> None:
         pass
 
     def end_case(self, index: int, planned: Any, rows: Any) -> None:
@@ -258,6 +273,7 @@ class Runner:
                  peer: str | None = None, reporter: RunEvents | None = None) -> None:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.trace = False        # trace each data connection's routers (fabric --trace)
+        self.every = 0.0          # seconds between a case's interval lines (run --interval)
         # Steer traced connections through these switches (each as its addresses): a
         # fabric sweep's pair meant to load one link.
         self.steer: tuple[frozenset[str], ...] = ()
@@ -541,7 +557,8 @@ class Runner:
             return self.status_rows(index, planned, base, "skipped", reason)
         ctx = _CaseContext(self.env, self.peer, self._connect,
                            time.monotonic() + planned.timeout, self.reporter.progress,
-                           self._shared, self.trace)
+                           self._shared, self.trace, self.every,
+                           getattr(self.reporter, "interval", None))
         outcome: dict[str, Any] = {}
 
         def work() -> None:

@@ -83,9 +83,15 @@ def resume_run(store: Any, run_id: str, plan: Plan, host: str | None, label: str
 
 
 def measure(plan: Plan, store: Any, env: dict[str, Any], resume: Resume | None, *,
-            label: str, peer: str | None, events: RunEvents) -> RunResult:
-    """Run the plan, SIGTERM and SIGHUP stopping it as Ctrl-C does."""
+            label: str, peer: str | None, events: RunEvents,
+            every: float = 0.0) -> RunResult:
+    """Run the plan, SIGTERM and SIGHUP stopping it as Ctrl-C does; ``every``: seconds
+    between a case's interval lines (0: none)."""
+    if not every >= 0:
+        raise UsageError(f"--interval {every:g}: seconds between a case's lines, 0 or more "
+                         "(0: none)")
     runner = Runner(store, env, label=label, peer=peer, reporter=events)
+    runner.every = every
     with stop_on_signals():
         return runner.run(plan, resume)
 

@@ -132,9 +132,15 @@ class _Transfer:
 
     def __init__(self, receive_socks: Sequence[socket.socket],
                  send_socks: Sequence[socket.socket], msg_size: int, seconds: float,
-                 interval: float) -> None:
+                 interval: float, every: float = 0.0,
+                 announce: Callable[[float, float, dict[str, tuple[float, str]]], None]
+                 | None = None) -> None:
         self.receive_socks, self.send_socks = list(receive_socks), list(send_socks)
         self.msg_size, self.seconds, self.interval = msg_size, seconds, interval
+        # The user's interval lines (run --interval), as iperf3's: each ``every`` seconds the
+        # bytes the far end acknowledged (TCP_INFO) plus those received here, and the
+        # senders' retransmits.
+        self.every, self.announce = every, announce
         self.loop = StreamLoop()
         # One int64 a receiver: its running total, written by the loop, summed by _sample.
         self.counters = [array("q", [0]) for _ in self.receive_socks]
@@ -155,6 +161,8 @@ class _Transfer:
                     for i, sock in enumerate(self.receive_socks)]
         sampler = threading.Thread(target=self._sample, daemon=True)
         sampler.start()
+        if self.every > 0 and self.announce is not None:
+            threading.Thread(target=self._announce_intervals, daemon=True).start()
         for thread in threads:
             thread.start()
         limit = stop_at + 2 * STALL_TIMEOUT
@@ -200,9 +208,49 @@ class _Transfer:
             series.append((time.monotonic() - t0, self.received()))
         series.append((max(self.ends, default=0.0), self.received()))
 
+    def _moved(self) -> tuple[int, int | None]:
+        """Bytes the far end acknowledged of this end's sends plus bytes received here, and
+        the senders' retransmitted segments (None with no sender here, or no TCP_INFO)."""
+        acked, retrans = 0, None
+        for sock in self.send_socks:
+            info = _tcp_info(sock)
+            if info is not None:
+                acked += info[1]
+                retrans = (retrans or 0) + info[0]
+        return acked + self.received(), retrans
+
+    def _announce_intervals(self) -> None:
+        before, retr_before, at = *self._moved(), 0.0
+        while not self._done.wait(max(at + self.every - (time.monotonic() - self.t0), 0.0)):
+            now = time.monotonic() - self.t0
+            moved, retr = self._moved()
+            values: dict[str, tuple[float, str]] = {
+                "goodput": ((moved - before) * 8 / max(now - at, 1e-9) / 1e9, "Gbit/s")}
+            if retr is not None and retr_before is not None:
+                values["retr"] = (float(retr - retr_before), "")
+            assert self.announce is not None
+            self.announce(at, now, values)
+            before, retr_before, at = moved, retr, now
+
     def report(self) -> dict[str, Any]:
         return {"bytes": self.received(), "t_end": max(self.ends, default=0.0),
                 "series": [[round(t, 6), c] for t, c in self.series]}
+
+
+_TCP_INFO = struct.Struct("=100xI16xQ")   # tcpi_total_retrans (100), tcpi_bytes_acked (120)
+
+
+def _tcp_info(sock: socket.socket) -> tuple[int, int] | None:
+    """A connection's (retransmitted segments, bytes acknowledged) from the kernel's
+    TCP_INFO (Linux 4.1+), or None where it cannot say."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 192)
+    except (OSError, AttributeError):
+        return None
+    if len(raw) < _TCP_INFO.size:
+        return None
+    retrans, acked = _TCP_INFO.unpack_from(raw)
+    return int(retrans), int(acked)
 
 
 def goodput_from(report: Mapping[str, Any], warmup: float) -> tuple[float, list[float]]:
@@ -326,7 +374,7 @@ class TcpStream(_TcpBenchmark):
                 session.channel.expect(SETUP_TIMEOUT)            # "go": the far end is ready
                 meter = CpuMeter()
                 transfer = _Transfer(socks[fwd:], socks[:fwd], params["msg_size"], seconds,
-                                     params["interval"])
+                                     params["interval"], ctx.every, ctx.interval)
                 transfer.run()
                 client_cpu = meter.stop()
                 far = session.channel.expect(seconds + 3 * STALL_TIMEOUT)
