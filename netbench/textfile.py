@@ -80,6 +80,9 @@ PROBE_BYTES = 1 << 20        # a writability check writes this much: a full disk
 STALE_TMP = 3600.0           # seconds after which a leftover ".name.*.tmp" is a killed writer's
 
 
+_TEMP_NAME = re.compile(r"^\..+\.\d+-[0-9a-f]{8}\.tmp$")    # what temp_name makes
+
+
 def temp_name(path: Path, kind: str = "") -> Path:
     """A temp file beside ``path`` that no other writer shares: two processes writing one file
     at once (two readers refreshing the footer cache) each write their own and the last
@@ -104,11 +107,17 @@ def check_writable(directory: Path, what: str) -> None:
     now = time.time()
     for stale in directory.glob(".*.tmp"):
         try:
-            if now - stale.stat().st_mtime > STALE_TMP:
-                if stale.is_dir() and not stale.is_symlink():   # a killed import's batches
-                    shutil.rmtree(stale)
-                else:
-                    stale.unlink()
+            # Only what a netbench writer of this user left: its name (temp_name's pid and
+            # token), its owner; a results directory others share (--results /tmp) holds
+            # their files too.
+            info = os.lstat(stale)
+            if (info.st_uid != os.geteuid() or not _TEMP_NAME.match(stale.name)
+                    or now - info.st_mtime <= STALE_TMP):
+                continue
+            if stat.S_ISDIR(info.st_mode):              # a killed import's batches
+                shutil.rmtree(stale)
+            elif stat.S_ISREG(info.st_mode):
+                stale.unlink()
         except OSError:
             pass
 
@@ -118,7 +127,17 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     a regular file is replaced (through a symlink, its target): renamed over a device node
     (``-o /dev/null``, ``/dev/stdout``) or a FIFO, a file would take its place, and as root
     that is the host's /dev/null gone."""
-    given, path = path, Path(os.path.realpath(path)) if os.path.islink(path) else path
+    given = path
+    if os.path.islink(path):
+        # A link someone else planted (in /tmp, a shared results directory) must not steer a
+        # write, least of all root's, onto a file it could not write itself: a link is
+        # followed only where this user made it.
+        owner = os.lstat(path).st_uid
+        if owner != os.geteuid():
+            raise NetbenchError(f"cannot write {path}: it is a symbolic link owned by uid "
+                                f"{owner}, not this user ({os.geteuid()}); name the file "
+                                "itself")
+        path = Path(os.path.realpath(path))
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -129,6 +148,9 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
                             "file (or a new one)")
     tmp = temp_name(path)
     try:
+        # The temp file made here first, exclusively and never through a link, so the
+        # writer fills a file of ours whatever was planted beside it.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
         write(tmp)
         os.replace(tmp, path)
     except OSError as exc:

@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import assert_clean_error, netbench
 
 from netbench.api import Case
@@ -243,3 +244,32 @@ def test_a_tcp_table_has_iperf3s_retransmits_and_tcp_rr_fits_a_terminal(tmp_path
     table = rr.stdout.split("stored ")[0].splitlines()
     assert table[0].startswith("tcp.rr") and "us: half RTT" in table[0]
     assert max(len(ln) for ln in table) <= 120, "\n".join(table)
+
+
+@pytest.mark.root
+def test_capture_never_writes_through_what_was_planted_in_its_directory(tmp_path):
+    """probe --capture as root into a directory holding a planted _proc/cpuinfo -> victim:
+    refused (a new or empty directory only), the victim untouched; a sysfs entry linking
+    outside its root is left out of the capture, never a traceback."""
+    victim = tmp_path / "victim"
+    victim.write_text("root's\n")
+    dest = tmp_path / "cap"
+    (dest / "_proc").mkdir(parents=True)
+    (dest / "_proc" / "cpuinfo").symlink_to(victim)
+    assert_clean_error(netbench("probe", "--capture", str(dest)), "not empty")
+    assert victim.read_text() == "root's\n"
+    tree = tmp_path / "sys"
+    eth = tree / "devices" / "virtual" / "net" / "eth9"
+    eth.mkdir(parents=True)
+    (eth / "mtu").write_text("1500\n")
+    (tree / "class" / "net").mkdir(parents=True)
+    outside = tmp_path / "elsewhere" / "net" / "evil"
+    outside.mkdir(parents=True)
+    (outside / "mtu").write_text("9000\n")
+    (tree / "class" / "net" / "evil").symlink_to(outside)
+    (tree / "class" / "net" / "eth9").symlink_to(eth)
+    proc = netbench("probe", "--capture", str(tmp_path / "new"), "--sysfs-root", str(tree))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert not list((tmp_path / "new").rglob("*9000*"))
+    assert not any(p.read_text() == "9000\n" for p in (tmp_path / "new").rglob("mtu")
+                   if p.is_file())

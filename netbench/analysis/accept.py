@@ -59,9 +59,9 @@ from xml.etree import ElementTree
 from netbench.analysis.cases import flow_of, probed_line_rate, roles
 from netbench.api import finite, parse_size
 from netbench.env import counters
-from netbench.errors import NetbenchError, UsageError
+from netbench.errors import UsageError
 from netbench.store import counters_of, measured_params
-from netbench.textfile import load_toml, printable
+from netbench.textfile import load_toml, printable, write_atomic
 from netbench.units import from_gbit, is_rate
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
@@ -613,7 +613,7 @@ def junit(spec: Spec, outcomes: list[Outcome], path: str | Path) -> None:
             failure.text = printable(f"expected {outcome.expected}; "
                                      + (f"measured {outcome.measured_text()}"
                                         if outcome.measured else "nothing measured"))
-    try:
-        ElementTree.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
-    except OSError as exc:
-        raise NetbenchError(f"cannot write {path}: {exc.strerror}") from None
+    # Atomic, a regular file only (a FIFO named by --junit hung the gate), never through a
+    # link another user planted.
+    write_atomic(Path(path), lambda tmp: ElementTree.ElementTree(suite).write(
+        tmp, encoding="unicode", xml_declaration=True))

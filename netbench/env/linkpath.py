@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from netbench.errors import UsageError
+
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # Line-code efficiency per signalling rate: 8b/10b up to Gen2, 128b/130b Gen3-5, FLIT at Gen6.
 ENCODING = {2.5: 8 / 10, 5.0: 8 / 10, 8.0: 128 / 130, 16.0: 128 / 130, 32.0: 128 / 130,
@@ -385,15 +387,22 @@ def capture(sysfs: Path, dest: Path, proc: Path | None = None) -> int:
     names. Returns files copied."""
     copied = 0
     root = sysfs.resolve()
+    # Into a new or empty directory only: a link planted in an existing one
+    # (_proc/cpuinfo -> a file of root's) would steer root's writes onto its target.
+    if dest.is_dir() and any(dest.iterdir()):
+        raise UsageError(f"--capture {dest}: not empty; capture into a new or empty "
+                         "directory")
     if proc is not None:
         copied += _capture_proc(proc, dest / CAPTURED_PROC)
 
     def copy_file(src: Path) -> None:
         nonlocal copied
+        if not Path(os.path.abspath(src)).is_relative_to(root):
+            return            # a sysfs entry linking outside the tree: not the tree's
         text = read_attr(src)
         if text is None:
             return
-        target = dest / src.relative_to(root)
+        target = dest / Path(os.path.abspath(src)).relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text + "\n")
         copied += 1
