@@ -446,3 +446,17 @@ def test_only_the_cases_own_interfaces_are_environment_changes(tmp_path):
                               "--json").stdout)
     changed = {c["what"] for c in out["environment_changes"]}
     assert changed == {"mlx5_0 firmware"}, changed
+
+
+def test_figures_at_a_floats_edge_are_judged_without_a_traceback(tmp_path):
+    """Stored values of +-1e308 (a forged or broken file): compare and history answer, one
+    verdict each, no OverflowError."""
+    store = ResultStore(tmp_path)
+    for i in range(3):
+        _run(store, f"a{i}", "a", {"bw_avg": (1e308, "higher")}, n=0)
+        _run(store, f"b{i}", "b", {"bw_avg": (-1e308, "higher")}, n=0)
+    proc = netbench("compare", "a", "b", "--results", str(tmp_path), "--json")
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    assert len(json.loads(proc.stdout)["verdicts"]) == 1
+    hist = netbench("history", "--results", str(tmp_path))
+    assert hist.returncode in (0, 1) and "Traceback" not in hist.stderr, hist.stderr

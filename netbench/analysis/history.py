@@ -295,11 +295,13 @@ SPARKS = "▁▂▃▄▅▆▇█"
 
 
 def sparkline(values: Sequence[float]) -> str:
-    low, high = min(values), max(values)
-    if high <= low:
+    # At a scale where no difference overflows (1e308 beside -1e308 made NaN of it).
+    scale = max((abs(v) for v in values), default=0.0) or 1.0
+    low, high = min(values) / scale, max(values) / scale
+    if not high > low:
         return SPARKS[3] * len(values)
-    return "".join(SPARKS[min(int((v - low) / (high - low) * len(SPARKS)), len(SPARKS) - 1)]
-                   for v in values)
+    return "".join(SPARKS[min(int((v / scale - low) / (high - low) * len(SPARKS)),
+                              len(SPARKS) - 1)] for v in values)
 
 
 def to_json(history: History) -> str:

@@ -165,11 +165,16 @@ class Judgement:
 
 
 def _centre_spread(values: Sequence[float], log: bool) -> tuple[float, float, int]:
+    """The mean and the sum of squared deviations, summed at a scale where no term can
+    overflow (a stored 1e308 beside -1e308 was an OverflowError); inf where the spread
+    itself is beyond a float."""
     xs = [math.log(v) for v in values] if log else [float(v) for v in values]
     n = len(xs)
-    mean = math.fsum(xs) / n
-    ss = math.fsum((x - mean) ** 2 for x in xs)
-    return mean, ss, n
+    scale = max((abs(x) for x in xs), default=0.0) or 1.0
+    ys = [x / scale for x in xs]
+    mean = math.fsum(ys) / n
+    ss = math.fsum((y - mean) * (y - mean) for y in ys)
+    return mean * scale, ss * scale * scale, n
 
 
 def invocation_test(base: Side, cand: Side, history: Past | Sequence[float] = (),
@@ -194,7 +199,7 @@ def invocation_test(base: Side, cand: Side, history: Past | Sequence[float] = ()
     mb, ssb, nb = _centre_spread(base.values, log)
     mc, ssc, nc = _centre_spread(cand.values, log)
     scale = 1.0 if log else max(abs(mb), abs(mc), 1e-300)
-    floor = max(abs(mb), abs(mc), 1.0) if counts else (SD_FLOOR * scale) ** 2
+    floor = max(abs(mb), abs(mc), 1.0) if counts else (SD_FLOOR * scale) * (SD_FLOOR * scale)
     df_rep = nb + nc - 2
     var = max((ssb + ssc) / df_rep, floor) if df_rep > 0 else 0.0
     evidence, df = "repeats", df_rep
@@ -208,6 +213,8 @@ def invocation_test(base: Side, cand: Side, history: Past | Sequence[float] = ()
     sd = math.sqrt(var)
     if df < MIN_DF:
         return None, "none", sd
+    if not (math.isfinite(se2) and math.isfinite(mc - mb)):
+        return None, "none", sd          # figures at a float's edge: nothing to test by
     return t_sf2(abs(mc - mb) / math.sqrt(se2), df), evidence, sd
 
 

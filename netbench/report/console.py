@@ -38,6 +38,8 @@ def format_value(value: float | None) -> str:
         return "-"
     if value == 0:
         return "0"
+    if abs(value) >= 1e15:           # no measurement's: a broken or forged figure, kept short
+        return f"{value:.4g}"
     places = min(max(3 - math.floor(math.log10(abs(value))), 0), 9)
     return f"{value:,.{places}f}"
 
