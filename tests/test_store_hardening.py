@@ -721,3 +721,23 @@ def test_resume_of_a_run_whose_writer_died_before_compacting_finishes_it(tmp_pat
     listed = netbench("runs", "--results", str(results))
     assert " finished " in listed.stdout and " interrupted " not in listed.stdout, listed.stdout
     assert done.exists() and not done.with_name(done.stem + ".parts").exists()
+
+
+def test_a_footer_whose_host_environment_is_no_object_reads_as_unrecorded(tmp_path):
+    """A real run whose footer was rewritten to netbench_envs = {"vm": [1, 2]}: runs,
+    compare, history and report read it (the environment unrecorded), no AttributeError."""
+    import pyarrow.parquet as pq
+
+    res = tmp_path / "r"
+    for label in ("a", "b"):
+        assert netbench("run", "mem.copy", "-p", "msg_size=1M", "-p", "iterations=2",
+                        "--label", label, "--results", str(res)).returncode == 0
+    path = sorted(res.glob("2*.parquet"))[-1]
+    table = pq.read_table(path)
+    meta = dict(table.schema.metadata)
+    meta[b"netbench_envs"] = json.dumps({"vm": [1, 2]}).encode()
+    pq.write_table(table.replace_schema_metadata(meta), path)
+    for args in (("runs",), ("compare", "a", "b"), ("history",),
+                 ("report", "-o", str(tmp_path / "d.html"))):
+        proc = netbench(*args, "--results", str(res))
+        assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, (args, proc.stderr)

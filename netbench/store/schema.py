@@ -375,7 +375,10 @@ def rdma_netdevs(env_text: Any) -> dict[str, str]:
 
 
 def _footer_envs(metadata: Mapping[bytes, bytes] | None) -> dict[str, dict[str, Any]]:
-    return env_of((metadata or {}).get(ENVS.encode()))
+    """Each host's environment the footer keeps; a host whose entry is no JSON object (a
+    forged `{"vm": [1, 2]}`) is left out, never an AttributeError in every reader."""
+    envs = env_of((metadata or {}).get(ENVS.encode()))
+    return {str(host): env for host, env in envs.items() if isinstance(env, dict)}
 
 
 def _missing(value: Any) -> bool:
