@@ -624,3 +624,20 @@ def test_loopback_retransmits_are_one_quiet_line_and_bytes_read_as_bytes():
     assert '<td class="note">tcp/RetransSegs +6 (loopback: normal)' in second, second
     assert "net/lo/tx_bytes +6.01 GB" in second and "6006204515" not in panel
     assert "{&quot;msg_size" not in panel and '{"msg_size' not in panel     # named, not JSON
+
+
+def test_a_fifo_dev_zero_or_bytes_not_utf8_among_the_counters_read_as_unread(tmp_path):
+    """In a --sysfs-root: a statistics file that is a FIFO (it hung the run), a link to
+    /dev/zero (read until memory ran out) and one of bytes that are no UTF-8 (a traceback)
+    are unread; the other counters read as ever, promptly."""
+    sysfs, proc = _tree(tmp_path, {"net/eth0/rx_errors": 3, "net/eth0/tx_errors": 1})
+    stats_dir = sysfs / "class/net/eth0/statistics"
+    os.mkfifo(stats_dir / "rx_dropped")
+    (stats_dir / "rx_crc_errors").symlink_to("/dev/zero")
+    (stats_dir / "rx_fifo_errors").write_bytes(b"\xff\xfe12\n")
+    started = time.monotonic()
+    snap = counters.snapshot(sysfs, proc, ethtool=False)
+    assert time.monotonic() - started < 5
+    assert snap.values["net/eth0/rx_errors"] == 3 and snap.values["net/eth0/tx_errors"] == 1
+    assert not {"net/eth0/rx_dropped", "net/eth0/rx_crc_errors",
+                "net/eth0/rx_fifo_errors"} & set(snap.values)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Mapping
@@ -144,11 +145,29 @@ def delta(before: Snapshot, after: Snapshot) -> tuple[dict[str, int], list[str]]
     return out, notes
 
 
-def _read_int(path: Path) -> int | None:
+MAX_COUNTER_FILE = 1 << 20     # bytes a statistics file (or /proc/net/snmp) may hold
+
+
+def _small_text(path: Path, limit: int = 4096) -> str | None:
+    """A regular file's text, at most ``limit`` bytes, or None: a FIFO planted in a
+    --sysfs-root hung the run, a link to /dev/zero read until memory ran out, bytes that
+    are no UTF-8 raised (read as replaced characters now)."""
     try:
-        text = path.read_text().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = f.read(limit + 1)
+        except OSError:
+            return None
+    return None if len(data) > limit else data.decode(errors="replace")
+
+
+def _read_int(path: Path) -> int | None:
+    text = (_small_text(path) or "").strip()
     try:
         return int(text.split()[0], 0) if text else None
     except ValueError:
@@ -267,11 +286,12 @@ def _rdma(sysfs: Path, snap: Snapshot) -> None:
 def _kernel_tcp(proc: Path, snap: Snapshot) -> None:
     for name, wanted in (("snmp", {"Tcp": "tcp"}), ("netstat", {"TcpExt": "tcpext"})):
         path = proc / "net" / name
-        try:
-            lines = path.read_text().splitlines()
-        except OSError as exc:
-            snap.notes.append(f"{path}: {exc.strerror or exc}; no kernel TCP counters")
+        text = _small_text(path, MAX_COUNTER_FILE)
+        if text is None:
+            snap.notes.append(f"{path}: unreadable, or no regular file of at most "
+                              f"{MAX_COUNTER_FILE >> 20} MiB; no kernel TCP counters")
             continue
+        lines = text.splitlines()
         # Pairs of lines: "Tcp: Name1 Name2 ..." then "Tcp: 1 2 ...".
         for head, body in zip(lines[::2], lines[1::2]):
             group, _, names = head.partition(":")
