@@ -158,6 +158,12 @@ def _size_range(text: str) -> list[int]:
 ParamKind = Literal["int", "float", "bool", "str", "size", "choice"]
 
 
+def _cut(value: Any, limit: int = 60) -> str:
+    """A value as an error shows it: its repr, at most ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 @dataclass(frozen=True)
 class Param:
     """A typed, validated benchmark parameter.
@@ -228,12 +234,13 @@ class Param:
         try:
             value = self._convert(raw)
         except (TypeError, ValueError, OverflowError) as exc:
-            raise UsageError(f"param {self.name}: bad value {raw!r} ({exc}); accepted: "
-                             f"{self.accepted()}") from None
+            # Cut: a 900 KB value was echoed back whole (a far end's reply, a log line).
+            raise UsageError(f"param {self.name}: bad value {_cut(raw)} ({_cut(str(exc))}); "
+                             f"accepted: {self.accepted()}") from None
         if self.kind in ("int", "float", "size"):
             if (self.minimum is not None and value < self.minimum) or (
                     self.maximum is not None and value > self.maximum):
-                raise UsageError(f"param {self.name}: {raw!r} is out of range; accepted: "
+                raise UsageError(f"param {self.name}: {_cut(raw)} is out of range; accepted: "
                                  f"{self.accepted()}")
         return value
 

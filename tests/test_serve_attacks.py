@@ -497,3 +497,23 @@ def test_a_huge_op_is_not_sent_back_whole(logged):
         ch.send({"op": "x" * 900_000})
         reply = ch.recv(10)
     assert "expected hello or data" in reply["error"] and len(reply["error"]) < 200
+
+
+def test_huge_param_values_are_refused_cut_and_never_a_traceback(logged, tmp_path):
+    """900 KB of digits as tcp.stream's affinity, 450,000 backslashes as its msg_size: each
+    refused with the param named and the value cut (it was echoed whole, or the client
+    dropped with no reason, or an OverflowError traceback in the log); a real stream after."""
+    server, log = logged
+    for params in ({"affinity": "9" * 900_000}, {"msg_size": "\\" * 450_000}):
+        session = ClientSession("127.0.0.1", server.port)
+        try:
+            session.channel.send({"op": "run", "benchmark": "tcp.stream", "params": params})
+            reply = session.channel.recv(10)
+        finally:
+            session.channel.sock.close()
+        (name,) = params
+        assert f"param {name}" in reply["error"] and len(reply["error"]) < 400, \
+            reply["error"][:500]
+    time.sleep(0.3)
+    assert "Traceback" not in _log_text(log)
+    _stream_works(server, tmp_path)

@@ -42,7 +42,7 @@ RECV_BUFFER = 256 << 10   # each receiving stream's buffer, whatever msg_size is
 MAX_SERIES = 20_000       # interval samples per run, keeps the result message bounded
 
 _AFFINITY = Param("affinity", "str", "", "pin the client[,server] to CPU ids (iperf3 -A n,m)",
-                  pattern=r"(\d+(,\d+)?)?", pattern_help="'', 'C' or 'C,S' (CPU ids)")
+                  pattern=r"(\d{1,5}(,\d{1,5})?)?", pattern_help="'', 'C' or 'C,S' (CPU ids)")
 
 def _cpu_metrics(work: str) -> tuple[Metric, ...]:
     """The two ends' CPU, each a cost of ``work`` (compare judges it per unit of that work
