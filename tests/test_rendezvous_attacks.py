@@ -5,6 +5,7 @@ bounded; no root needed (ranks on one host are told apart by --device)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -333,3 +334,94 @@ def test_a_message_of_many_empty_lists_costs_the_store_about_its_bytes(tmp_path)
     finally:
         server.kill()
         server.wait()
+
+
+FORGER = """
+import sys
+import netbench.sweep.fabric as fabric
+
+real = fabric._round
+
+
+def forged(*args, **kwargs):
+    rows = real(*args, **kwargs)
+    for row in rows or []:
+        if {how!r} == "peer":
+            row["peer"] = "vm/elsewhere"          # a pair it was never given
+        elif {how!r} == "value":
+            row["value"] = "fast"
+        elif {how!r} == "run":
+            row["run_id"] = "../../evil"
+        else:
+            row["case_index"] = 2 ** 40
+    return rows
+
+
+fabric._round = forged
+from netbench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("how", ["peer", "value", "run", "index"])
+def test_a_rank_forging_its_rows_fails_its_pair_never_the_run(tmp_path, how):
+    """A real rank 1 whose rows are forged before it publishes them (another pair, a value
+    "fast", another run's id, a case index of 2**40): rank 0 stores the sweep, that pair a
+    failed row saying the rows were forged or malformed, nothing of the forgery stored; it
+    was an Arrow traceback on rank 0 or a pair stored that nobody measured."""
+    import pandas as pd
+
+    port = _free_port()
+    results = tmp_path / "r"
+    zero = _rank(0, 2, port, *STREAM, "--results", str(results), "--rendezvous-store",
+                 "builtin", "--device", "d0")      # one host, a rank per "NIC"
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "t",
+           "PYTHONPATH": str(ROOT)}
+    one = subprocess.Popen([sys.executable, "-c", FORGER.format(how=how), "fabric", *STREAM,
+                            "--results", str(results), "--rendezvous-store", "builtin",
+                            "--device", "d1"],
+                           env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    first, _ = _finish(zero), _finish(one)
+    assert first.returncode in (0, 1) and "Traceback" not in first.stderr, first.stderr
+    rows = pd.read_parquet(results)
+    assert set(rows["run_id"]) == {rows["run_id"].iloc[0]} != {"../../evil"}
+    assert "vm/elsewhere" not in set(rows["peer"]) and (rows["case_index"] < 2 ** 40).all()
+    forged = rows[rows["reason"].fillna("").str.contains("forged or malformed")]
+    assert len(forged) and (forged["status"] == "failed").all(), rows[["host", "peer",
+                                                                      "status", "reason"]]
+    assert (rows["status"] == "ok").any()           # rank 0's own pair stored as measured
+
+
+def test_an_outsider_writing_a_round_record_with_unicode_digits_is_refused_by_name(tmp_path):
+    """An outsider keeps setting round/0 to {"²": "x"} ("²".isdigit() is true, int("²")
+    is not): a rank reading it stops with one line naming the record, never a traceback."""
+    port = _free_port()
+    results = tmp_path / "r"
+    zero = _rank(0, 2, port, *STREAM, "--results", str(results), "--rendezvous-store",
+                 "builtin", "--device", "d0")
+    one = _rank(1, 2, port, *STREAM, "--results", str(results), "--rendezvous-store",
+                "builtin", "--device", "d1")
+    stop = threading.Event()
+
+    def outsider() -> None:
+        client = None
+        while not stop.is_set():
+            try:
+                client = client or kvstore.KVClient("127.0.0.1", port, 2, False, 5)
+                client.set("round/0", json.dumps({"²": "x"}))
+            except Exception:      # noqa: BLE001 - the store not up yet, or gone
+                client = None
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=outsider, daemon=True)
+    thread.start()
+    try:
+        first, second = _finish(zero), _finish(one)
+    finally:
+        stop.set()
+        thread.join(10)
+    for proc in (first, second):
+        assert "Traceback" not in proc.stderr, proc.stderr
+    assert "round 1 is malformed" in second.stderr or second.returncode == 0, second.stderr

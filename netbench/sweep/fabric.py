@@ -17,6 +17,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import socket
 import threading
 import time
@@ -34,6 +35,7 @@ from netbench.run.runner import Runner, plan_fingerprint
 from netbench.run.suite import Plan, PlannedCase
 from netbench.run.wire import parse_hostport
 from netbench.store import RUN_ENV, NullStore, counters_of
+from netbench.store.schema import MAX_STORED_SAMPLES as MAX_RANK_SAMPLES
 from netbench.sweep import schedule as sched
 
 JOIN_TIMEOUT = 120.0      # seconds for every rank to join the rendezvous
@@ -315,6 +317,46 @@ def check_adaptive(pattern: str, direction: str, k: int | None, rails: bool,
     return True
 
 
+_RANK_KEY = re.compile(r"[0-9]{1,9}")      # a rank in a rendezvous key: ASCII digits only
+_TEXT_COLUMNS = ("benchmark", "family", "op", "transport", "device", "params", "metric",
+                 "unit", "better", "status", "reason", "peer_device", "resolved", "lead",
+                 "trail", "headline", "flow", "statistic", "per_metric", "unit_note")
+
+
+def _forged(rows: Sequence[Mapping[str, Any]], client: str, server: str, wanted: set[int],
+            base: Mapping[str, Any]) -> str:
+    """Why a rank's rows for its pair cannot be stored, or "": each row must be of the
+    pair it was given (its host, that peer), a case of it, this run (id and label), and of
+    the schema's types (a value a finite number or none, text as text, samples numbers). A
+    bad row fails the pair with this reason, never the run, and is never stored as if
+    measured (a rank had published a pair it never measured, with a run id of its own)."""
+    for row in rows:
+        index = row.get("case_index")
+        value = row.get("value")
+        samples = row.get("samples")
+        problem = (
+            "another host's" if row.get("host") != client else
+            "another pair's" if row.get("peer") != server else
+            "a case not of its pair" if not (isinstance(index, int)
+                                             and not isinstance(index, bool)
+                                             and index in wanted) else
+            "another run's" if (row.get("run_id"), row.get("label")) != (
+                base.get("run_id"), base.get("label")) else
+            "a value that is no finite number" if value is not None and not (
+                isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value)) else
+            "samples that are no list of numbers" if samples is not None and not (
+                isinstance(samples, list) and len(samples) <= MAX_RANK_SAMPLES
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                        for x in samples)) else
+            next((f"{c} that is no text" for c in _TEXT_COLUMNS
+                  if row.get(c) is not None and not isinstance(row.get(c), str)), ""))
+        if problem:
+            return f"its rows in the rendezvous are forged or malformed: {problem} row " \
+                   f"({_clip(row)})"
+    return ""
+
+
 def _decoded(row: dict[str, Any]) -> dict[str, Any]:
     # A rank reports what it measured; a flow's fair share is rank 0's to work out, and a
     # route is a bounded string or nothing.
@@ -543,7 +585,8 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                                         f"round {number + 1}: the sweep cannot be stored")
                 verdict = meet.get(f"round/{number}")
                 if not isinstance(verdict, dict) or not all(
-                        str(r).isdigit() and isinstance(why, str) for r, why in verdict.items()):
+                        _RANK_KEY.fullmatch(str(r)) and int(r) < world and isinstance(why, str)
+                        for r, why in verdict.items()):
                     raise NetbenchError(f"the rendezvous' record of round {number + 1} is "
                                         f"malformed: {_clip(verdict)}")
                 result.gone.update({int(r): why for r, why in verdict.items()})
@@ -728,7 +771,11 @@ def _collect(meet: Rendezvous, number: int, pairs: Any, offset: int, plan: Plan,
         if client not in result.gone and meet.has(f"rows/{number}/{client}"):
             got = meet.get(f"rows/{number}/{client}")
             if isinstance(got, list) and all(isinstance(r, dict) for r in got):
-                if got or not left:
+                wanted = {(offset + position) * len(plan.cases) + i
+                          for i in range(len(plan.cases))}
+                malformed = _forged(got, endpoints[client].name, endpoints[server].name,
+                                    wanted, base)
+                if not malformed and (got or not left):
                     rows.extend(_decoded(r) for r in got)
                     continue
             else:
