@@ -244,3 +244,38 @@ def test_a_stored_route_names_a_path_only_when_it_is_one_connections():
     two = json.dumps([[at["leaf1"], at["spine"], at["leaf2"]]] * 2)
     for bad in (two, "[", "null", json.dumps([[1, 2]]), None, json.dumps({"a": 1})):
         assert fabric.path_of_route(bad, "h1", "h3/eth0") is None, bad
+
+
+def test_a_rate_beyond_any_cable_reads_as_none_and_the_planner_always_ends(tmp_path):
+    """An LLDP MAU type of 400 digits ("999...GbaseCR4") is no rate; a topology file's
+    capacity = inf (or 1e400, nan) is one clear error; and max-min sharing over a capacity
+    that is no finite number ends (it spun forever: rank 0 killed at 60 s)."""
+    import time
+
+    from netbench.env.sharing import max_min_fair
+
+    shutil.copytree(LLDP_DIR, tmp_path / "fabric")
+    for path in (tmp_path / "fabric").glob("*.json"):
+        doc = json.loads(path.read_text())
+        raw = doc["lldp"].get("interface", [])
+        for item in [raw] if isinstance(raw, dict) else raw:
+            for body in item.values():
+                body["port"]["auto-negotiation"] = {
+                    "supported": False, "enabled": False, "current": "9" * 400 + "GbaseCR4"}
+        path.write_text(json.dumps(doc))
+    fabric = topology.load(tmp_path / "fabric")
+    assert all(0 < c <= topology.MAX_GBITS for c in fabric.capacity.values()), fabric.capacity
+    for bad in ("inf", "1e400", "nan", "-5"):
+        spec = tmp_path / f"t{bad}.toml"
+        spec.write_text('[switch.leaf1]\nhosts = ["h1"]\nswitches = ["spine"]\n'
+                        '[switch.leaf2]\nhosts = ["h2"]\nswitches = ["spine"]\n'
+                        '[switch.spine]\nswitches = ["leaf1", "leaf2"]\n'
+                        f'[link."leaf1--spine"]\ncapacity = {bad}\n')
+        with pytest.raises(UsageError, match="capacity"):
+            topology.load(spec)
+    started = time.monotonic()
+    for odd in (float("inf"), float("nan"), 0.0, -1.0):
+        rates = max_min_fair([[("a", "b")], [("a", "b"), ("b", "c")]],
+                             lambda hop, odd=odd: odd if hop == ("a", "b") else 10.0)
+        assert len(rates) == 2
+    assert time.monotonic() - started < 5

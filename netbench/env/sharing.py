@@ -27,12 +27,18 @@ def max_min_fair(flows: Sequence[Sequence[Hop]],
             flow_of.append(f)
             hop_of.append(index.setdefault(hop, len(index)))
     capacity = np.array([capacity_of(hop) for hop in index], dtype=float)  # once a hop
+    # A capacity that is no positive finite number never fills (NaN, inf: it had spun for
+    # ever): read as the largest known one (1 where none is), so every step freezes a hop.
+    sane = np.isfinite(capacity) & (capacity > 0)
+    capacity[~sane] = float(capacity[sane].max()) if sane.any() else 1.0
     owner, used = np.array(flow_of, dtype=np.int64), np.array(hop_of, dtype=np.int64)
     left = capacity.copy()
     rate = np.zeros(len(flows))
     frozen = np.zeros(len(flows), dtype=bool)
     frozen[[f for f, hops in enumerate(flows) if not hops]] = True     # crosses nothing
-    while not frozen.all():
+    for _ in range(len(capacity) + 1):     # each step fills a hop: bounded, whatever happens
+        if frozen.all():
+            break
         live = ~frozen[owner]
         active = np.bincount(used[live], minlength=len(capacity))
         busy = active > 0

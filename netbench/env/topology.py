@@ -34,6 +34,7 @@ element: a verdict that rests on such pairs is over a path set, and says so.
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from collections import Counter, deque
@@ -483,7 +484,7 @@ def from_json(text: str) -> Topology:
         for a, b in data["trunks"]:
             topo.add_trunk(str(a), str(b))
         topo.switches |= {str(s) for s in data.get("switches", [])}
-        topo.capacity = {str(k): float(v) for k, v in dict(data.get("capacity", {})).items()}
+        topo.capacity = {str(k): _gbits(v) for k, v in dict(data.get("capacity", {})).items()}
         topo.addresses = {str(k): str(v) for k, v in dict(data.get("addresses", {})).items()}
         topo.routes = {str(switch): {str(e): str(nxt) for nxt, ends in dict(toward).items()
                                      for e in ends}
@@ -657,14 +658,24 @@ def _number(text: str) -> bool:
     return True
 
 
+MAX_GBITS = 1e6      # a link's rate at most (1 Pbit/s): beyond it no cable, a typo or an attack
+
+
 def _gbits(value: Any) -> float:
-    if isinstance(value, int | float) and value > 0:
-        return float(value)
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([GMT]?)(bit/s|b|bps)?\s*", str(value or ""), re.I)
-    if not m or not _number(m.group(1)) or float(m.group(1)) <= 0:
-        raise ValueError(f"capacity {value!r}: a rate such as \"100G\" or 100 (Gbit/s)")
-    scale = {"": 1.0, "G": 1.0, "M": 1e-3, "T": 1e3}[m.group(2).upper()]
-    return float(m.group(1)) * scale
+    shown = repr(value)[:60]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        rate = float(value)
+    else:
+        m = re.fullmatch(r"\s*([0-9.]{1,32})\s*([GMT]?)(bit/s|b|bps)?\s*", str(value or "")[:64],
+                         re.I)
+        if not m or not _number(m.group(1)):
+            raise ValueError(f"capacity {shown}: a rate such as \"100G\" or 100 (Gbit/s)")
+        rate = float(m.group(1)) * {"": 1.0, "G": 1.0, "M": 1e-3, "T": 1e3}[m.group(2).upper()]
+    # inf or NaN never saturates a link: the planner's max-min sharing had spun forever.
+    if not (math.isfinite(rate) and 0 < rate <= MAX_GBITS):
+        raise ValueError(f"capacity {shown}: a rate above 0 and at most {MAX_GBITS:g} Gbit/s "
+                         "(\"100G\" or 100)")
+    return rate
 
 
 def _check_tree(children: Sequence[tuple[str, str, int]], source: str) -> None:
@@ -1052,10 +1063,11 @@ def _mau_rate(current: str | None) -> tuple[float | None, str]:
     label = (current or "").split(" - ", 1)[0].strip()
     if label.lower() in ("", "unknown"):
         return None, ""
-    m = re.match(r"(\d+(?:\.\d+)?)\s*(G|Gig)?base", label, re.I)
+    m = re.match(r"(\d{1,7}(?:\.\d{1,6})?)\s*(G|Gig)?base", label, re.I)
     if not m:
-        return None, label
-    return float(m.group(1)) / (1.0 if m.group(2) else 1000.0), label
+        return None, label[:80]          # no rate read (a 400-digit one is none either)
+    rate = float(m.group(1)) / (1.0 if m.group(2) else 1000.0)
+    return (rate if 0 < rate <= MAX_GBITS else None), label
 
 
 def _one(value: Any) -> Any:
