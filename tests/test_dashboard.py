@@ -168,12 +168,13 @@ def test_dashboard_never_misleads(tmp_path):
         assert run.returncode == 0, run.stderr
     # A derived candidate: the "after" run's rows, one metric at 26x the baseline's (+2,500%),
     # and a kernel update in its fingerprint.
-    after_id = next(pd.read_parquet(p)["run_id"].iloc[0] for p in store.glob("*.parquet")
+    runs = [p for p in store.glob("*.parquet") if not p.name.startswith("_")]   # not the catalog
+    after_id = next(pd.read_parquet(p)["run_id"].iloc[0] for p in runs
                     if pd.read_parquet(p)["label"].iloc[0] == "after")
     after = ResultStore(store).read([after_id])          # its environment joined back
     outlier = (after["metric"] == "cpu_per_gbit") & (after["msg_size"] == 16384) & (
         after["params"].str.contains('"streams":1'))
-    before = pd.read_parquet(next(p for p in store.glob("*.parquet")
+    before = pd.read_parquet(next(p for p in runs
                                   if pd.read_parquet(p)["label"].iloc[0] == "before"))
     same = (before["metric"] == "cpu_per_gbit") & (before["msg_size"] == 16384) & (
         before["params"].str.contains('"streams":1'))

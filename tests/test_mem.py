@@ -59,9 +59,15 @@ def test_the_dashboards_bound_is_the_copy_beyond_the_cache_not_a_sweeps_best(tmp
                     str(res)).returncode == 0
     rows = ResultStore(res).read()
     chart = bandwidth_chart(rows)
-    (bound,) = [t for t in chart["data"] if t["name"].startswith("host memcpy bound")]
+    drawn = [t for t in chart["data"] if t["name"].startswith("host memcpy bound")]
+    if cache is not None and 256 << 20 < BEYOND_CACHE * cache[0]:
+        # A cache this large (480 MiB of L3 on some hosts) holds 256M as well: no copy here
+        # is a memory bound, and the chart says so rather than draw a cache's rate.
+        assert drawn == [] and "no memcpy bound" in chart["layout"]["title"]["text"]
+        return
+    (bound,) = drawn
     copies = rows[(rows.benchmark == "mem.copy") & (rows.metric == "bw")]
     at_256m = float(copies.loc[copies.msg_size == 256 << 20, "value"].iloc[0])
     assert bound["y"][0] == at_256m * 8
-    if cache is not None and 256 << 20 >= BEYOND_CACHE * cache[0]:
+    if cache is not None:
         assert f"at 256M, beyond the {format_size(cache[0])} L{cache[1]}" in bound["name"]

@@ -2,6 +2,7 @@
 `netbench history`, the dashboard's comparison (as Chromium drew it) and the pytest plugin."""
 
 import json
+import re
 import textwrap
 from datetime import UTC, datetime
 
@@ -87,6 +88,12 @@ def test_compare_history_dashboard_and_plugin_agree(tmp_path, pytester, monkeypa
     assert netbench("report", "--results", str(res), "--baseline", "nightly", "--candidate",
                     "new", "-o", str(page)).returncode == 0
     _, facts = _facts(tmp_path, page)
-    drawn = sorted(t.rsplit(" ", 1)[-1] for trace in facts["comparison"]["texts"]
-                   for t in trace)
-    assert drawn == sorted(compared.values())
+    # Each row's verdict as its column says it, and the folded metrics' verdicts as the note
+    # under the chart counts them ("other metrics folded: 1 noisy, 1 unchanged"): together,
+    # compare's.
+    drawn = [t.rsplit(" ", 1)[-1] for trace in facts["comparison"]["texts"] for t in trace]
+    (folded,) = [n[0] for n in facts["comparison"]["boxes"]["notes"]
+                 if n[0].startswith("other metrics folded: ")]
+    drawn += [v for n, v in re.findall(r"(\d+) (\w+)", folded.split("(")[0])
+              for _ in range(int(n))]
+    assert sorted(drawn) == sorted(compared.values()), (drawn, folded)

@@ -25,6 +25,7 @@ def case_seconds(results: str | Path, plan: Any,
         if not Path(results).is_dir():
             return [None] * len(plan.cases)
         store = ResultStore(Path(results))
+        store.cache = False            # an estimate leaves nothing in the store
         index = store.runs()
         if host is not None and len(index):
             index = index[index["host"] == host]

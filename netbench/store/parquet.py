@@ -120,6 +120,9 @@ class ResultStore:
         # Fills what files written by an older netbench lack (the CLI passes the registry's
         # ``stored_traits``): the store itself knows no benchmark.
         self.upgrade = upgrade
+        # Keep the footers read in _catalog.parquet for the next reader; False: write
+        # nothing (a run's time estimate reads the store without leaving a file in it).
+        self.cache = True
 
     def check_writable(self) -> None:
         """Fail before measuring anything if results could not be kept; sweep what dead
@@ -444,7 +447,7 @@ class ResultStore:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if not os.access(self.directory, os.W_OK):
+        if not self.cache or not os.access(self.directory, os.W_OK):
             return                # a read-only store: the footers are read each time
         names = sorted(entries)
         table = pa.table({"name": names, "size": [entries[n][0] for n in names],
