@@ -308,11 +308,6 @@ class Server:
                 channel.send({"error": f"expected hello or data, got op {_clip(op)}"})
         except PeerError as exc:
             log.info("client %s dropped: %s", name, exc)
-            try:               # the reason, where the connection still carries it
-                channel.send({"error": f"netbench serve dropped this session: "
-                                       f"{str(exc)[:200]}"})
-            except PeerError:
-                pass
         except Exception as exc:  # a bug in a benchmark's far end must not take the server down
             log.exception("client %s: internal error", name)
             try:
