@@ -180,6 +180,8 @@ def t_sf2(t: float, df: float) -> float:
     a, b = df / 2.0, 0.5
     if x <= 0:
         return 0.0
+    if x >= 1:                  # a t too small to move df: no evidence at all
+        return 1.0
     front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
                      + a * math.log(x) + b * math.log1p(-x))
     if x < (a + 1) / (a + b + 2):

@@ -78,3 +78,11 @@ def test_a_long_latency_summary_sorted_by_numpy_gives_the_stdlibs_figures(n, mon
     # What a row stores of numpy's series is plain floats, the same as the list's.
     assert thin(scaled) == thin(plain_scaled) == plain_scaled
     assert all(type(v) is float for v in thin(scaled))
+
+
+def test_a_t_too_small_to_move_its_degrees_of_freedom_is_no_evidence():
+    """t = 1e-17 (two means that differ in their last bit) made x = df / (df + t^2) exactly 1
+    and log1p(-1) a math domain error in history; it is p = 1."""
+    from netbench.stats import t_sf2
+
+    assert t_sf2(1e-17, 4) == 1.0 and t_sf2(0.0, 4) == 1.0

@@ -170,7 +170,9 @@ def _centre_spread(values: Sequence[float], log: bool) -> tuple[float, float, in
     itself is beyond a float."""
     xs = [math.log(v) for v in values] if log else [float(v) for v in values]
     n = len(xs)
-    scale = max((abs(x) for x in xs), default=0.0) or 1.0
+    # Scaled only where a square could overflow: ordinary figures are summed as they are.
+    scale = max((abs(x) for x in xs), default=0.0)
+    scale = scale if scale > 1e150 else 1.0
     ys = [x / scale for x in xs]
     mean = math.fsum(ys) / n
     ss = math.fsum((y - mean) * (y - mean) for y in ys)
