@@ -26,11 +26,6 @@ def from_gbit(gbit: float, unit: str) -> float:
     return gbit / GBIT_PER[unit]
 
 
-def to_gbit(value: float, unit: str) -> float:
-    """``value`` in ``unit`` as Gbit/s (the inverse of ``from_gbit``)."""
-    return value * GBIT_PER[unit] if unit in GBIT_PER else from_gbit(value, unit)
-
-
 def parse_threshold(text: str | float) -> float:
     """A relative threshold as written in a suite, a file or a flag: 0.05 or "5%"; a
     UsageError naming it and what is accepted otherwise."""
