@@ -48,6 +48,13 @@ def _cores(value: float | None) -> str:
     return "?" if value is None else f"{value:.2f}"
 
 
+def _change(verdict: dict) -> str:
+    """The relative change, or both values where it has none (a 0 baseline: JSON null)."""
+    if verdict.get("change") is not None:
+        return f"{verdict['change']:+.1%}"
+    return f"{verdict.get('baseline')} -> {verdict.get('candidate')}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=10)
@@ -88,7 +95,7 @@ def main() -> int:
                 "both" if hogged[i] and hogged[i + 1] else
                 "baseline" if hogged[i] else "candidate")
         # With each side's load (other work + stolen, stolen): what the verdict saw.
-        false = [f"{v['benchmark']} {v['metric']} {v['change']:+.1%} "
+        false = [f"{v['benchmark']} {v['metric']} {_change(v)} "
                  f"(busy {_cores(v['busy'][0])} vs {_cores(v['busy'][1])}, stolen "
                  f"{_cores(v.get('steal', [None] * 2)[0])} vs "
                  f"{_cores(v.get('steal', [None] * 2)[1])})" for v in verdicts

@@ -48,7 +48,11 @@ class Metric:
     # declared so readers of the store know what the value is; compare judges it, as every
     # metric, by how far it moves between invocations.
     of_samples: str = ""
-    statistic: str = ""          # one of STATISTICS, with of_samples
+    statistic: str = ""          # one of STATISTICS, with of_samples; alone only "avg":
+    # the mean of this metric's own samples, each a separately timed piece of the same work
+    # (a collective's timing windows), so their spread over their count is the figure's own
+    # precision, which compare never lets its invocations' agreement beat. Not for slices of
+    # one flow (a stream's intervals): bytes late in one arrive in the next.
     # A cost of the work another metric of the case counts (cpu_client "per" goodput): where
     # that work changed, compare judges this figure per unit of it, never as a change of its
     # own (a link made faster costs more CPU a second, not more a Gbit).
@@ -60,9 +64,11 @@ class Metric:
     def __post_init__(self) -> None:
         if self.better not in ("higher", "lower"):
             raise ValueError(f"metric {self.name}: better must be 'higher' or 'lower'")
-        if bool(self.of_samples) != bool(self.statistic) or (
-                self.statistic and self.statistic not in STATISTICS):
-            raise ValueError(f"metric {self.name}: of_samples and statistic go together; "
+        if (self.of_samples and not self.statistic) or (
+                self.statistic and self.statistic not in STATISTICS) or (
+                self.statistic and not self.of_samples and self.statistic != "avg"):
+            raise ValueError(f"metric {self.name}: of_samples and statistic go together "
+                             "(alone, statistic is only 'avg': the mean of its own samples); "
                              f"statistic is one of {', '.join(STATISTICS)}")
 
 
@@ -347,6 +353,9 @@ class Measurement:
     # The routers the case's data crossed, as traces of its own connections saw them
     # (``ClientSession.routes``, one list a connection): stored in the row's ``route``.
     routes: list[list[str | None]] | None = None
+    # Where the case's ends ran, where that decides its figures ("ends on one CPU"): stored
+    # in the row's ``placement``; compare names a change between placements, never judges it.
+    placement: str = ""
 
 
 # Which way the data goes between a case's two ends: "forward" from the end that starts the

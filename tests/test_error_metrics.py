@@ -202,3 +202,20 @@ def test_compare_names_a_news_case_by_its_name_not_its_json(tmp_path):
     (line,) = [ln for ln in text.splitlines() if ln.startswith("counters: news: ")]
     assert line.startswith("counters: news: rdma.write_bw msg_size=64K: rx_dropped 0 -> 1,200")
     assert "{" not in line, line
+
+
+def test_retransmits_the_receiver_had_already_are_no_error_and_real_drops_stay():
+    """A loopback tcp.stream of a CI A/A (its counters as stored): 16 segments retransmitted,
+    all 16 reported back as duplicates (D-SACK) and undone: nothing was lost, and the next run
+    had none. A short queue that drops: 2,000 retransmits, 3 of them duplicates."""
+    spurious = {"tcp/RetransSegs": 16, "tcpext/TCPDSACKRecvSegs": 16, "tcpext/TCPDSACKRecv": 12,
+                "tcpext/TCPDSACKUndo": 5, "tcpext/TCPFastRetrans": 16, "tcp/OutSegs": 143088}
+    assert own_errors(spurious, "lo", tcp=True).get("err.RetransSegs", 0) == 0
+    dropped = {"tcp/RetransSegs": 2000, "tcpext/TCPDSACKRecvSegs": 3, "tcpext/TCPTimeouts": 7,
+               "tcpext/TCPSpuriousRTOs": 2, "far/tcp/RetransSegs": 9}
+    grown = own_errors(dropped, "veth0", tcp=True)
+    assert grown["err.RetransSegs"] == 1997 and grown["err.TCPTimeouts"] == 5
+    assert grown["far.err.RetransSegs"] == 9            # the far end's own, unreported: kept
+    # A kernel without the per-segment count: its D-SACK blocks, at least one segment each.
+    older = {"tcp/RetransSegs": 10, "tcpext/TCPDSACKRecv": 4}
+    assert own_errors(older, "lo", tcp=True)["err.RetransSegs"] == 6

@@ -318,3 +318,34 @@ def test_demand_beyond_the_hosts_cpus_is_said_to_be_queued_work():
     assert text.startswith("candidate: 6.4 cores busy outside netbench (the other side 0)")
     assert "more than the host's 2 CPUs: other work queued for them" in text
     assert "queued" not in load_differs(Side([1.0], 0.0, cpus=2), Side([1.0], 1.5, cpus=2))
+
+
+def test_ends_placed_otherwise_on_each_side_are_disturbed_and_mixed_sides_are_judged():
+    """A loopback ping-pong on an idle VM: its ends on one CPU answer in 2.5 us, on two in
+    40 us (measured here: tcp.rr affinity=0,0 against 0,1). A candidate whose every repeat
+    happened to land apart is that placement, not a regression; sides that each ran both
+    ways are judged by their repeats, which hold the difference."""
+    one, two = ("ends on one CPU",), ("ends on separate CPUs",)
+    base = Side([2.50, 2.52, 2.51], 0.0, placement=one)
+    cand = Side([41.0, 42.4, 43.3], 0.0, placement=two)
+    j = _verdict(base, cand, better="lower")
+    assert j.verdict == DISTURBED and "ends on one CPU (baseline)" in j.disturbed
+    assert "would read regressed" in j.disturbed
+    mixed = Side([2.50, 41.0, 2.52], 0.0, placement=one + two)
+    assert _verdict(mixed, cand, better="lower").verdict != DISTURBED
+    unknown = Side([2.50, 2.52, 2.51], 0.0)          # files from before it was recorded
+    assert _verdict(unknown, cand, better="lower").verdict == REGRESSED
+
+
+def test_invocations_agreeing_closer_than_their_own_samples_allow_decide_nothing():
+    """The CI A/A that called coll.broadcast regressed: 195, 213, 206 us against 1137, 680,
+    679, each the mean of ten timing windows that spread from 120 to 5,000 us. The windows
+    say each mean is known to about a third: the repeats' tight agreement was luck."""
+    base, cand = [195.0, 213.0, 206.0], [1137.0, 680.0, 679.0]
+    assert _verdict(Side(base), Side(cand), better="lower").verdict == REGRESSED
+    # (sd / mean)^2 / n of the windows: a third's relative spread a mean, both sides.
+    p, _, sd = invocation_test(Side(base, precision=0.12), Side(cand, precision=0.12))
+    assert sd >= math.sqrt(0.12) and p > 0.005
+    # Windows that agree (a 1% spread) leave the repeats to decide: the floor is no veto.
+    tight = invocation_test(Side(base, precision=1e-4), Side(cand, precision=1e-4))
+    assert tight[0] < 0.005

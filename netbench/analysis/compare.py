@@ -225,16 +225,16 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     # What the value summarises and of how many samples: an extreme is judged by runs; what
     # work it is a cost of; netbench's own demand on the host's CPUs (was it short of CPU?).
     shape = [column(c) for c in ("statistic", "n_samples", "per_metric", "cost",
-                                 "load_own_cores", "case_index")]
+                                 "load_own_cores", "case_index", "placement")]
     entries: dict[tuple[str, str, str], dict[str, Any]] = {}
     for (bench, params, metric, value, unit, better, size, host, run_id), *busy, mhz, \
-            throttled, statistic, counted, per, cost, own, index, cpus in zip(
+            throttled, statistic, counted, per, cost, own, index, placed, cpus in zip(
                 zip(*columns), *load, *shape, _cpus(ok)):
         entry = entries.get((bench, params, metric))
         if entry is None:
             entry = entries[(bench, params, metric)] = {
                 "values": [], "units": set(), "unit": unit, "better": better, "busy": [],
-                "steal": [], "own": [], "cpus": [], "ids": [],
+                "steal": [], "own": [], "cpus": [], "ids": [], "placement": [],
                 "hosts": set(), "runs": set(), "mhz": [], "throttled": 0,
                 "msg_size": None if _is_missing(size) else int(size),
                 "statistic": None if _is_missing(statistic) else str(statistic),
@@ -256,6 +256,7 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         entry["steal"].append(None if _is_missing(busy[1]) else float(busy[1]))
         entry["own"].append(None if _is_missing(own) else float(own))
         entry["cpus"].append(cpus)
+        entry["placement"].append(None if _is_missing(placed) or not placed else str(placed))
         if not _is_missing(mhz):
             entry["mhz"].append(float(mhz))
         if not _is_missing(throttled):
@@ -263,7 +264,7 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for key, entry in entries.items():
         values, busy, steal = entry.pop("values"), entry.pop("busy"), entry.pop("steal")
-        own, cpus = entry.pop("own"), entry.pop("cpus")
+        own, cpus, placed = entry.pop("own"), entry.pop("cpus"), entry.pop("placement")
         if not values:
             continue
         mhz = entry.pop("mhz")
@@ -271,12 +272,50 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
                     # Own demand only where every invocation recorded it: a mean over some
                     # would understate how short of CPU the rest were.
                     "own": None if None in own else mean_known(own),
+                    # Where the ends ran, only where every invocation said (None: unknown).
+                    "placement": None if None in placed else sorted(set(placed)),
                     "cpus": min((c for c in cpus if c), default=None),
                     "mhz": sum(mhz) / len(mhz) if mhz else None,
                     "n_runs": len(entry["runs"]),
                     "value": median_sorted(sorted(values)), "values": values,
                     "units": sorted(entry["units"]), "hosts": sorted(entry["hosts"])}
     return out
+
+
+def sample_precision(rows: Any) -> dict[tuple[str, str], float]:
+    """Per case (benchmark, params): how precisely its invocations' figures are known from
+    their own samples, as a relative variance (the log scale's): the mean over invocations of
+    (sd / mean)^2 / n of the samples of each metric that is their mean (a Metric declared
+    ``statistic="avg"`` alone: separately timed pieces of the same work), the case's largest.
+
+    An invocation's figure is an estimate: ten windows of a 2-rank broadcast on a 2-core VM
+    read 120 to 5,000 us, so their mean moves by a third between invocations whatever the
+    code. Three invocations that agree more closely than that are luck (an A/A here: 195, 213
+    and 206 us against 1137, 680 and 679, p 0.001), and the verdict's spread is never taken
+    below it (``verdict.invocation_test``), for every metric of the case (its bandwidths are
+    its time's)."""
+    if rows.empty or "samples" not in rows or "statistic" not in rows:
+        return {}
+    ok = with_pairs(rows[(rows["status"] == "ok") & (rows["statistic"] == "avg")])
+    per_case: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for bench, params, metric, samples, counted in zip(
+            *(ok[c].tolist() for c in ("benchmark", "params", "metric", "samples",
+                                       "n_samples"))):
+        if samples is None or _is_missing(counted):
+            continue
+        xs = [float(x) for x in samples]
+        n = len(xs)
+        # Thinned samples (n below the count) still give the spread; the count divides it.
+        if n < 2 or not all(math.isfinite(x) for x in xs):
+            continue
+        mean = math.fsum(xs) / n
+        if mean <= 0:
+            continue
+        var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1)
+        per_case.setdefault((bench, params), {}).setdefault(metric, []).append(
+            var / (mean * mean) / max(int(counted), n))
+    return {case: max(sum(v) / len(v) for v in metrics.values())
+            for case, metrics in per_case.items()}
 
 
 def mean_known(values: Sequence[float | None]) -> float | None:
@@ -314,7 +353,8 @@ def noise_history(rows: Any) -> dict[tuple[str, str, str], Past]:
 def side(entry: Mapping[str, Any]) -> Side:
     return Side(entry["values"], entry.get("busy", 0.0), entry.get("n_runs", 0),
                 entry.get("mhz"), entry.get("throttled", 0), entry.get("steal", 0.0),
-                entry.get("own"), entry.get("cpus"))
+                entry.get("own"), entry.get("cpus"), entry.get("placement"),
+                entry.get("precision"))
 
 
 def extreme_of(metric: str, *sides: Mapping[str, Any]) -> str:
@@ -371,6 +411,10 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
     if per_work:
         base, cand, history = (per_unit_of_work(f, per_work) for f in (base, cand, history))
         a, b = pool(base), pool(cand)
+    for side_rows, pooled in ((base, a), (cand, b)):
+        precision = sample_precision(side_rows)
+        for key, entry in pooled.items():
+            entry["precision"] = precision.get(key[:2])
     common = [k for k in a if k in b]
     if not common and not lost:
         raise NetbenchError("the two sides have no case in common (same benchmark, params and "

@@ -114,6 +114,10 @@ class Side:
     steal: float | None = 0.0      # of ``busy``, the cores the hypervisor stole
     own: float | None = None       # cores netbench's own processes wanted (ran plus waited)
     cpus: int | None = None        # the host's CPUs (None: unknown)
+    placement: Sequence[str] | None = None   # where the case's ends ran, each invocation's
+    # (api.Measurement.placement), distinct; None: not recorded on every invocation
+    precision: float | None = None   # an invocation's own relative variance, from its samples
+    # (compare.sample_precision): the least its invocations' spread can be
 
     @property
     def n(self) -> int:
@@ -202,6 +206,12 @@ def invocation_test(base: Side, cand: Side, history: Past | Sequence[float] = ()
     mc, ssc, nc = _centre_spread(cand.values, log)
     scale = 1.0 if log else max(abs(mb), abs(mc), 1e-300)
     floor = max(abs(mb), abs(mc), 1.0) if counts else (SD_FLOOR * scale) * (SD_FLOOR * scale)
+    if log:
+        # Invocations cannot agree more closely than each one's own samples allow: where
+        # they did, that was luck (see compare.sample_precision).
+        own = [(s.precision, s.n) for s in (base, cand) if s.precision is not None]
+        if own:
+            floor = max(floor, sum(p * n for p, n in own) / sum(n for _, n in own))
     df_rep = nb + nc - 2
     var = max((ssb + ssc) / df_rep, floor) if df_rep > 0 else 0.0
     evidence, df = "repeats", df_rep
@@ -277,6 +287,9 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     if clock:
         return made(DISTURBED, disturbed=clock + (f" during {what}" if what else "")
                     + f"; on an even clock it would read {verdict}")
+    placed = placement_differs(base, cand)
+    if placed:
+        return made(DISTURBED, disturbed=f"{placed} (placed alike it would read {verdict})")
     # A history long enough to judge by, holding runs in both sides' load states: the test
     # took the wider of its spread and the repeats', so a load's drift is allowed for.
     decided_by_history = (past is not None and len(past.values) > MIN_DF
@@ -464,6 +477,17 @@ def clock_differs(base: Side, cand: Side) -> str:
                                                                               cand.mhz):
         return f"CPU clock {base.mhz:.0f} MHz (baseline) vs {cand.mhz:.0f} MHz (candidate)"
     return ""
+
+
+def placement_differs(base: Side, cand: Side) -> str:
+    """Did every invocation of one side run its ends placed otherwise than every invocation of
+    the other (two ends of a loopback ping-pong on one CPU, then on two: 2.5 us against
+    40 us on an idle VM), as a sentence, or ""? Sides that each ran in both are judged: their
+    repeats' spread holds the difference."""
+    if not base.placement or not cand.placement or set(base.placement) & set(cand.placement):
+        return ""
+    return (f"{' / '.join(base.placement)} (baseline) vs {' / '.join(cand.placement)} "
+            "(candidate): pin the ends to CPUs to compare like with like")
 
 
 def _levels(busy: float | None, steal: float | None) -> tuple[float, float, float] | None:

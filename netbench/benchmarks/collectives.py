@@ -72,7 +72,7 @@ _IN_PLACE = Param("in_place", "bool", False, "output aliases the input (nccl-tes
 
 METRICS = (
     Metric("time_us", "us", "lower", "time per operation, averaged over ranks (samples: per "
-           "timing window)"),
+           "timing window)", statistic="avg"),
     Metric("time_max_us", "us", "lower", "time per operation on the slowest rank"),
     Metric("algbw", "GB/s", "higher", "bytes / time (nccl-tests algbw)"),
     Metric("busbw", "GB/s", "higher", "algbw x the collective's bus factor (nccl-tests busbw)"),

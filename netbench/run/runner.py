@@ -609,6 +609,7 @@ class Runner:
             "env_rdma_device": rdma_summary(self.env, m.device),
             "env_gpu": gpu_summary(self.env, m.pci_address),
             "route": json.dumps(m.routes) if m.routes is not None else None,
+            "placement": m.placement or None,
             **self._traits(bench, case, measured),
         }
 

@@ -78,6 +78,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     # 1 where the metric is a resource the case spent (its Metric's ``cost``, or ``per``):
     # the host's load may explain its change even where the case was not short of CPU.
     ("cost", "int32"),
+    # Where the case's ends ran, as its benchmark measured it (api.Measurement.placement:
+    # "ends on one CPU" / "ends on separate CPUs"): on an idle VM a loopback ping-pong reads
+    # 2.5 us on one and 40 us on two, so compare names a change of placement, never judges it.
+    ("placement", "string"),
 )
 
 

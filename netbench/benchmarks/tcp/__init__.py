@@ -83,6 +83,43 @@ def _pinned(cpu: int | None) -> Iterator[None]:
         os.sched_setaffinity(0, old)
 
 
+def where_thread_ran() -> int | None:
+    """The CPU the calling thread last ran on (/proc/thread-self/stat's processor field), or
+    None where that cannot be read."""
+    try:
+        with open("/proc/thread-self/stat", "rb") as f:
+            fields = f.read(4096).rsplit(b")", 1)[1].split()
+        return int(fields[36])             # field 39; fields here start at field 3 (state)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _boot_id() -> str:
+    """This kernel's boot id: two ends reading the same one share the host's CPUs."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read(64).strip()
+    except OSError:
+        return ""
+
+
+def placement(mine: Sequence[int | None], far: Any, far_boot: Any) -> str:
+    """Where a ping-pong's two ends ran, where they shared a host: on an idle VM two ends on one
+    CPU answer in 2.5 us (a context switch) and on separate CPUs in 40 us (each message wakes
+    a halted vCPU), so a verdict must know which it compared. "" where unknown (another host,
+    an older far end, no /proc)."""
+    def cpu(c: Any) -> bool:
+        return isinstance(c, int) and not isinstance(c, bool)
+
+    if (not far_boot or far_boot != _boot_id() or not isinstance(far, list) or not far
+            or not mine or not all(map(cpu, [*mine, *far]))):
+        return ""
+    ends = [set(mine), set(far)]
+    if len(ends[0]) == len(ends[1]) == 1:
+        return "ends on one CPU" if ends[0] == ends[1] else "ends on separate CPUs"
+    return "ends moved between CPUs"
+
+
 def _prepare(socks: Sequence[socket.socket], window: int) -> None:
     for sock in socks:
         sock.settimeout(None)
@@ -480,12 +517,14 @@ class TcpRr(_TcpBenchmark):
                 _prepare([sock], 0)
                 session.channel.expect(SETUP_TIMEOUT)
                 meter = CpuMeter()
+                first = where_thread_ran()
                 try:
                     rtts_ns, elapsed = loop.client(sock, size, params["iterations"],
                                                    params["warmup"],
                                                    int(params["duration"] * 1e9))
                 except OSError as exc:
                     raise _stall_error(exc, "answering") from None
+                ran_on = (first, where_thread_ran())
                 client_cpu = meter.stop()
                 sock.shutdown(socket.SHUT_WR)
                 far = session.channel.expect(3 * STALL_TIMEOUT)
@@ -502,7 +541,8 @@ class TcpRr(_TcpBenchmark):
         values["cpu_server"] = float(far["cpu"]["process_pct"])
         return Measurement(values, {"lat_p50": half_us}, device=device,
                            note=LOOP_NOTE if loop.name == "python" else "",
-                           resolved={"data_plane": loop.name})
+                           resolved={"data_plane": loop.name},
+                           placement=placement(ran_on, far.get("cpus"), far.get("boot")))
 
     def _far_end_bytes(self, params: Mapping[str, Any]) -> int:
         return int(params["msg_size"])          # the echo buffer
@@ -515,10 +555,12 @@ class TcpRr(_TcpBenchmark):
             _prepare([sock], 0)
             session.channel.send({"go": True})
             meter = CpuMeter()
+            first = where_thread_ran()
             try:
                 choose_loop(params.get("data_plane", "auto")).echo(sock, size)
             except OSError as exc:
                 raise _stall_error(exc, "echoing") from None
-            session.channel.send({"ok": True, "cpu": meter.stop()})
+            session.channel.send({"ok": True, "cpu": meter.stop(), "boot": _boot_id(),
+                                  "cpus": [first, where_thread_ran()]})
         finally:
             sock.close()
