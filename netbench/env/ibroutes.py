@@ -15,7 +15,8 @@ from netbench.errors import UsageError
 ACCEPTED = ("dump_fts/dump_lfts.sh/ibroute blocks: a 'Unicast lids [...] of switch ... guid "
             "0x... (name):' line, the 'Lid Out Destination' heading, '0xLID PORT : (...)' "
             "lines and 'N valid lids dumped'")
-_HEADER = re.compile(r"Unicast lids \[[^\]]*\] of switch (?:Lid \d+|DR path .*?) "
+MAX_LINE = 4096     # characters a line may hold (each pattern then costs a bounded time)
+_HEADER = re.compile(r"Unicast lids \[[^\]]*\] of switch (?:Lid \d{1,5}|DR path [^(]*?) "
                      r"guid 0x([0-9a-fA-F]{1,16}) \(.*\):?\s*$")
 _ENTRY = re.compile(r"0x([0-9a-fA-F]{1,4})\s+(\d{1,3})\s*:\s*\(.*\)\s*$")
 _HEADING = re.compile(r"(Lid\s+Out\s+Destination|Port\s+Info)\s*$")
@@ -31,7 +32,10 @@ def split(text: str, source: str) -> tuple[list[tuple[int, str]], dict[str, dict
     table: dict[int, int] | None = None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        head = _HEADER.match(line)
+        if len(line) > MAX_LINE:
+            raise UsageError(f"topology {source} line {number}: longer than {MAX_LINE} "
+                             "characters")
+        head = _HEADER.match(line) if line.startswith("Unicast") else None
         if head:
             table = tables.setdefault(f"S-{int(head.group(1), 16):016x}", {})
             continue

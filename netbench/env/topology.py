@@ -38,7 +38,7 @@ import math
 import re
 import tomllib
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,18 +48,36 @@ from netbench.errors import UsageError
 
 MAX_PATHS = 64            # equal-cost paths kept per switch pair (a fat-tree's spines)
 MAX_FILE = 16 << 20       # a topology file larger than this is refused, unread
+MAX_LLDP_TOTAL = 64 << 20  # an LLDP directory's files together (each ~1.2 KB a neighbour)
 FORMATS = ("slurm topology.conf", "netbench TOML", "ibnetdiscover output",
            "lldpcli -f json show neighbors (a directory of <node>.json or one {node: output} "
            "file)")
 
 
-def expand_hostlist(text: str) -> list[str]:
+MAX_NAMES = 1_000_000     # names a topology's hostlists may expand to, all together
+
+
+def expand_hostlist(text: str, limit: int = MAX_NAMES) -> list[str]:
     """A Slurm hostlist as Slurm writes it: ``tux[0-3,7]``, ``rack[1-2]-n[01-02]``,
-    ``a,b[1-2]`` (ranges keep their zero padding)."""
+    ``a,b[1-2]`` (ranges keep their zero padding). Counted before it is expanded: more than
+    ``limit`` names is a ValueError (``n[0-999][0-999][0-999]`` is a billion)."""
+    groups = [_groups(item) for item in _split_top(text.strip()) if item]
+    count = 0
+    for pieces in groups:
+        names = 1
+        for piece in pieces:
+            names *= len(piece) if isinstance(piece, list) else 1
+            if count + names > limit:
+                raise ValueError(f"hostlist {text[:60]!r}: more than {limit:,} names (a "
+                                 f"topology's hostlists name at most {MAX_NAMES:,} in all)")
+        count += names
     out: list[str] = []
-    for item in _split_top(text.strip()):
-        if item:
-            out += _expand_one(item)
+    for pieces in groups:
+        names = [""]
+        for piece in pieces:
+            names = ([n + v for n in names for v in piece] if isinstance(piece, list)
+                     else [n + piece for n in names])
+        out += names
     return out
 
 
@@ -81,24 +99,40 @@ def _split_top(text: str) -> list[str]:
     return items
 
 
-def _expand_one(item: str) -> list[str]:
-    m = re.search(r"\[([^\]]*)\]", item)
-    if not m:
-        return [item]
-    head, tail = item[:m.start()], item[m.end():]
-    values: list[str] = []
-    for part in m.group(1).split(","):
+def _groups(item: str) -> list[str | list[str]]:
+    """``rack[1-2]-n[01-02]`` as its pieces: text, then each bracket's values (a list)."""
+    pieces: list[str | list[str]] = []
+    rest = item
+    while True:
+        start = rest.find("[")
+        if start < 0:
+            pieces.append(rest)
+            return pieces
+        end = rest.find("]", start)
+        pieces += [rest[:start], _bracket(item, rest[start + 1:end])]
+        rest = rest[end + 1:]
+
+
+def _bracket(item: str, inside: str) -> list[str]:
+    spans: list[tuple[str, str]] = []
+    total = 0
+    for part in inside.split(","):
         lo, _, hi = part.strip().partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise ValueError(f"hostlist {item!r}: {part!r} is not a number or a range")
-        if not hi:
-            values.append(lo)
-            continue
-        if int(hi) < int(lo) or int(hi) - int(lo) > 1_000_000:
-            raise ValueError(f"hostlist {item!r}: range {part!r} runs backwards or too far")
+        if not lo.isascii() or not lo.isdigit() or (hi and not (hi.isascii() and hi.isdigit())):
+            raise ValueError(f"hostlist {item[:60]!r}: {part[:30]!r} is not a number or a range")
+        if len(lo) > 9 or len(hi) > 9:
+            raise ValueError(f"hostlist {item[:60]!r}: {part[:30]!r}: at most 9 digits")
+        if hi and (int(hi) < int(lo) or int(hi) - int(lo) > MAX_NAMES):
+            raise ValueError(f"hostlist {item[:60]!r}: range {part!r} runs backwards or too far")
+        spans.append((lo, hi))
+        total += int(hi) - int(lo) + 1 if hi else 1
+        if total > MAX_NAMES:
+            raise ValueError(f"hostlist {item[:60]!r}: more than {MAX_NAMES:,} names")
+    values: list[str] = []
+    for lo, hi in spans:
         width = len(lo) if lo.startswith("0") else 0
-        values += [str(n).zfill(width) for n in range(int(lo), int(hi) + 1)]
-    return [head + v + rest for v in values for rest in _expand_one(tail)]
+        values += [str(n).zfill(width) for n in range(int(lo), int(hi or lo) + 1)]
+    return values
 
 
 def link_name(a: str, b: str) -> str:
@@ -449,22 +483,20 @@ def _shortest_paths(adj: Mapping[str, Sequence[str]], a: str, b: str,
         return [(a,)]
     if a not in adj or b not in adj or a not in toward:
         return []
-    linked = {b: set(adj[b])}
+    linked = set(adj[b])
     paths: list[tuple[str, ...]] = []
-
-    def walk(node: str, path: tuple[str, ...]) -> None:
-        if len(paths) >= MAX_PATHS:
-            return
+    # Depth first with a stack of its own, in the neighbours' order: a 1,500-switch chain
+    # was a RecursionError after a real sweep had been stored.
+    stack: list[tuple[str, tuple[str, ...]]] = [(a, (a,))]
+    while stack and len(paths) < MAX_PATHS:
+        node, path = stack.pop()
         left = toward[node]
         if left == 1:
-            if node in linked[b]:
+            if node in linked:
                 paths.append((*path, b))
-            return
-        for nxt in adj[node]:
-            if toward.get(nxt) == left - 1:
-                walk(nxt, (*path, nxt))
-
-    walk(a, (a,))
+            continue
+        stack += [(nxt, (*path, nxt)) for nxt in reversed(adj[node])
+                  if toward.get(nxt) == left - 1]
     return paths
 
 
@@ -503,9 +535,9 @@ def load(path: str | Path) -> Topology:
     if path.is_dir():
         return _load_lldp_dir(path)
     text = _read(path)
-    if re.search(r"(?im)^\s*SwitchName\s*=", text):
+    if _a_line_starts(text, _SLURM_LINE):
         return parse_slurm(text, str(path))
-    if re.search(r'(?m)^\s*(Switch|Ca|Rt)\s+\d+\s+"[SHR]-[0-9a-fA-F]+"', text):
+    if _a_line_starts(text, _IB_NODE):
         return parse_ibnetdiscover(text, str(path))
     if text.lstrip().startswith("{"):            # TOML never starts so; lldpcli's JSON does
         return _load_lldp_file(text, path)
@@ -515,6 +547,16 @@ def load(path: str | Path) -> Topology:
         raise UsageError(f"topology {path}: not a format netbench reads (accepted: "
                          f"{', '.join(FORMATS)}); as TOML: {exc}") from None
     return parse_toml(data, str(path))
+
+
+_SLURM_LINE = re.compile(r"SwitchName\s*=", re.I)
+
+
+def _a_line_starts(text: str, pattern: re.Pattern[str]) -> bool:
+    r"""Does any line, leading blanks aside, start with ``pattern``? Line by line: a
+    multi-line ``^\s*`` ran over every blank line from every line start (40 KB of blank
+    lines took 21.6 s)."""
+    return any(pattern.match(line.lstrip()) for line in text.splitlines())
 
 
 def _read(path: Path) -> str:
@@ -549,6 +591,14 @@ def _load_lldp_dir(path: Path) -> Topology:
     if not files:
         raise UsageError(f"topology {path}: a directory with no <node>.json files (accepted: "
                          f"{', '.join(FORMATS)})")
+    try:
+        total = sum(file.stat().st_size for file in files)
+    except OSError as exc:
+        raise UsageError(f"topology {path}: {exc.strerror or exc}") from None
+    if total > MAX_LLDP_TOTAL:
+        raise UsageError(f"topology {path}: its .json files hold {total >> 20} MiB, more than "
+                         f"{MAX_LLDP_TOTAL >> 20} MiB (a 16,384-host fabric's outputs are about "
+                         "20 MiB)")
     outputs = {file.stem: _json(_read(file), file) for file in files}
     return parse_lldp(outputs, str(path), {file.stem: str(file) for file in files})
 
@@ -587,9 +637,9 @@ def parse_slurm(text: str, source: str = "topology.conf") -> Topology:
                              "plugin's lines each name a switch)")
         topo.switches.add(name)
         try:
-            for host in expand_hostlist(fields.get("nodes", "")):
+            for host in expand_hostlist(fields.get("nodes", ""), _left(topo, children)):
                 topo.add_host(host, name)
-            for child in expand_hostlist(fields.get("switches", "")):
+            for child in expand_hostlist(fields.get("switches", ""), _left(topo, children)):
                 children.append((name, child, number))
         except ValueError as exc:
             raise UsageError(f"topology {source} line {number}: {exc}") from None
@@ -603,6 +653,11 @@ def parse_slurm(text: str, source: str = "topology.conf") -> Topology:
         topo.add_trunk(parent, child)
     _check_tree(children, source)
     return topo
+
+
+def _left(topo: Topology, also: Sized = ()) -> int:
+    """How many more names the file's hostlists may expand to (MAX_NAMES in all)."""
+    return max(MAX_NAMES - len(topo.hosts) - len(topo.trunks) - len(also), 0)
 
 
 def parse_toml(data: Mapping[str, Any], source: str = "topology.toml") -> Topology:
@@ -620,9 +675,9 @@ def parse_toml(data: Mapping[str, Any], source: str = "topology.toml") -> Topolo
             raise UsageError(f"topology {source}: switch.{name}: unknown key(s) "
                              f"{', '.join(unknown)} (accepted: hosts, switches)")
         try:
-            for host in _names(table.get("hosts", [])):
+            for host in _names(table.get("hosts", []), _left(topo)):
                 topo.add_host(host, str(name))
-            linked = _names(table.get("switches", []))
+            linked = _names(table.get("switches", []), _left(topo))
         except (ValueError, TypeError) as exc:
             raise UsageError(f"topology {source}: switch.{name}: {exc}") from None
         for other in linked:
@@ -642,11 +697,16 @@ def parse_toml(data: Mapping[str, Any], source: str = "topology.toml") -> Topolo
     return topo
 
 
-def _names(value: Any) -> list[str]:
+def _names(value: Any, limit: int = MAX_NAMES) -> list[str]:
     if isinstance(value, str):
-        return expand_hostlist(value)
+        return expand_hostlist(value, limit)
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return [h for v in value for h in expand_hostlist(v)]
+        if len(value) > limit:
+            raise ValueError(f"more than {limit:,} names")
+        out: list[str] = []
+        for v in value:
+            out += expand_hostlist(v, limit - len(out))
+        return out
     raise TypeError("a list of names or a Slurm hostlist string")
 
 
@@ -680,21 +740,32 @@ def _gbits(value: Any) -> float:
 
 def _check_tree(children: Sequence[tuple[str, str, int]], source: str) -> None:
     """A Slurm tree has no cycles: a switch that is its own ancestor is a topology the tree
-    plugin does not describe (say so rather than route over it silently)."""
-    kids: dict[str, set[str]] = {}
-    for parent, child, _ in children:
-        kids.setdefault(parent, set()).add(child)
+    plugin does not describe (say so rather than route over it silently). One depth-first
+    pass, no recursion: a walk from every link had been quadratic (a 16k-switch chain, 27 s)."""
+    kids: dict[str, list[tuple[str, int]]] = {}
     for parent, child, number in children:
-        seen, todo = set(), [child]
-        while todo:
-            node = todo.pop()
-            if node == parent:
+        kids.setdefault(parent, []).append((child, number))
+    state: dict[str, int] = {}        # 1: on the current path, 2: done
+    for root in kids:
+        if root in state:
+            continue
+        state[root] = 1
+        stack = [(root, iter(kids.get(root, ())))]
+        while stack:
+            node, todo = stack[-1]
+            step = next(todo, None)
+            if step is None:
+                state[node] = 2
+                stack.pop()
+                continue
+            child, number = step
+            if state.get(child) == 1:
                 raise UsageError(f"topology {source} line {number}: switches form a cycle "
-                                 f"through {parent} and {child} (the tree plugin describes a "
+                                 f"through {node} and {child} (the tree plugin describes a "
                                  "tree)")
-            if node not in seen:
-                seen.add(node)
-                todo += kids.get(node, ())
+            if child not in state:
+                state[child] = 1
+                stack.append((child, iter(kids.get(child, ()))))
 
 
 # --- measured shapes: ibnetdiscover (InfiniBand), LLDP (Ethernet, RoCE) -------------------------
@@ -706,13 +777,16 @@ IB_ACCEPTED = ("ibnetdiscover's topology output: Switch/Ca/Rt lines, [port] line
                "key=value lines and # comments")
 LLDP_ACCEPTED = ("`lldpcli -f json show neighbors` output (or -f json0): a directory of "
                  "<node>.json files, one per node, or one file {\"<node>\": <output>, ...}")
-_IB_NODE = re.compile(r'(Switch|Ca|Rt)\s+\d+\s+"([SHR]-[0-9a-fA-F]+)"\s*(?:#\s*"(.*)")?')
+_IB_NODE = re.compile(r'(Switch|Ca|Rt)\s+\d{1,5}\s+"([SHR]-[0-9a-fA-F]{1,16})"\s*'
+                      r'(?:#\s*"(.*)")?')
 # A port line, both sides' shapes: ``[13]\t"S-..."[19]\t\t# "desc" lid 21 4xEDR`` (a switch's)
 # and ``[1](guid) \t"S-..."[36]\t\t# lid 83 lmc 0 "desc" lid 48 4xEDR`` (a CA's).
-_IB_PORT = re.compile(r'\[(\d+)\](?:\[ext \d+\])?(?:\([0-9a-fA-F]+\))?\s*"([SHR]-[0-9a-fA-F]+)"'
-                      r'\[(\d+)\](?:\[ext \d+\])?\s*(?:\([0-9a-fA-F]+\))?\s*#.*?"(.*)"\s+lid\s+'
-                      r'(\d+)\s+(\S+)')
-_IB_OWN_LID = re.compile(r"#\s*lid\s+(\d+)\s+lmc\b")     # a CA's own, on its port lines
+# Ports and LIDs of at most 5 digits (a LID is 16 bits), and no pattern that backtracks: the
+# description is what lies between two quotes (32,000 quotes on a line had taken 19.8 s).
+_IB_PORT = re.compile(r'\[(\d{1,5})\](?:\[ext \d{1,5}\])?(?:\([0-9a-fA-F]{1,16}\))?\s*'
+                      r'"([SHR]-[0-9a-fA-F]{1,16})"\[(\d{1,5})\](?:\[ext \d{1,5}\])?\s*'
+                      r'(?:\([0-9a-fA-F]{1,16}\))?\s*#[^"]*"([^"]*)"\s+lid\s+(\d{1,5})\s+(\S+)')
+_IB_OWN_LID = re.compile(r"#\s*lid\s+(\d{1,5})\s+lmc\b")  # a CA's own, on its port lines
 # A CA's NodeDescription as its firmware sets it names no host ("MT23108 InfiniHost Mellanox
 # Technologies"); rdma-ndd sets "<hostname> <device>".
 _FIRMWARE_DESC = re.compile(r"^MT\d+\b|Technologies\s*$")
@@ -741,7 +815,7 @@ def parse_ibnetdiscover(text: str, source: str = "ibnetdiscover") -> Topology:
     loops: set[frozenset[tuple[str, int]]] = set()
     lids: dict[tuple[str, int], int] = {}        # (CA id, port) -> its LID
     cabled: dict[tuple[str, int], str] = {}      # (switch id, port) -> the node it reaches
-    lines, tables = ibroutes.split(text, source)
+    lines, tables = ibroutes.split(text, source)      # every line at most MAX_LINE long
     node: str | None = None
     for number, raw in lines:
         line = raw.strip()
@@ -816,9 +890,12 @@ def _ib_routes(topo: Topology, tables: Mapping[str, Mapping[int, int]],
             if endpoint is not None and nxt is not None and port:
                 toward[endpoint] = nxt
     topo.routing = "dest"
-    remote = {s: [h for h, at in topo.hosts.items() if at != s] for s in topo.switches}
-    missing = sum(h not in topo.routes.get(s, {}) for s, hosts in remote.items()
-                  for h in hosts)
+    # Routes each switch lacks to the hosts on other switches, counted from the routes it has:
+    # a list of every (switch, remote host) had cost 905 MB for a 1.9 MB file.
+    at_switch = Counter(topo.hosts.values())
+    missing = sum(len(topo.hosts) - at_switch[s]
+                  - sum(topo.hosts.get(h, s) != s for h in topo.routes.get(s, {}))
+                  for s in topo.switches)
     if unknown:
         topo.notes.append(f"forwarding tables of {len(unknown)} switch(es) ibnetdiscover did "
                           f"not list: {', '.join(unknown[:5])}; left out")
