@@ -741,3 +741,115 @@ def test_a_footer_whose_host_environment_is_no_object_reads_as_unrecorded(tmp_pa
                  ("report", "-o", str(tmp_path / "d.html"))):
         proc = netbench(*args, "--results", str(res))
         assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+# --- issue 37: what one file or the catalog may bring a reader ------------------------------
+
+def _forge(results: Path, name: str, table, meta=None) -> Path:
+    import pyarrow.parquet as pq
+
+    good = next(results.glob("*run000000001.parquet"))
+    meta = {**(meta or pq.read_schema(good).metadata),
+            b"netbench_run_id": name[:-len(".parquet")].rsplit("-", 1)[1].encode(),
+            b"netbench_started_at": b"2026-12-01T02:00:00+00:00"}
+    path = results / name
+    pq.write_table(table.replace_schema_metadata(meta), path, compression="zstd")
+    return path
+
+
+def _limited_memory(gib: float) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (int(gib * (1 << 30)),) * 2)
+
+
+@pytest.mark.parametrize("command", [("runs",), ("history",), ("compare", "run000000001",
+                                                                 "run000000003"),
+                                     ("report", "-o", "{out}")])
+@pytest.mark.parametrize("shape", ["samples", "rows"])
+def test_a_file_beyond_what_a_run_stores_is_skipped_by_name(tmp_path, command, shape):
+    """One row of 3 x 10^7 samples (zeros: kilobytes on disk; 10^8 had cost every reader
+    2.5 GB) and 3 x 10^6 identical rows (3 GB): each is named and left unread, the readers
+    work on within 3 GiB of address space, and the other runs read as before."""
+    import pyarrow as pa
+
+    from netbench.store.parquet import MAX_FILE_ROWS, MAX_FILE_SAMPLES
+
+    results = tmp_path / "r"
+    _store_with_a_run(results)
+    row = _stored_row("run000000003", started_at="2026-12-01T02:00:00+00:00")
+    table = pa.Table.from_pylist([row], schema=_schema())
+    if shape == "samples":
+        import numpy as np
+
+        n = MAX_FILE_SAMPLES + 1
+        big = pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), pa.array(np.zeros(n)))
+        table = table.set_column(table.schema.get_field_index("samples"), "samples", big)
+    else:
+        table = table.take(pa.array([0] * (MAX_FILE_ROWS + 1)))
+    path = _forge(results, "20261201T020000-run000000003.parquet", table)
+    del table
+    args = [a.format(out=tmp_path / "d.html") for a in command]
+    proc = subprocess.run([sys.executable, "-m", "netbench", *args, "--results", str(results)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          preexec_fn=lambda: _limited_memory(3))
+    assert "Traceback" not in proc.stderr and "MemoryError" not in proc.stderr, proc.stderr
+    assert f"skipping {path}" in proc.stderr and (
+        "a reader takes" in proc.stderr), proc.stderr
+    if command[0] == "runs":
+        assert proc.returncode == 0 and "run000000002" in proc.stdout
+
+
+def _schema():
+    from netbench.store import arrow_schema
+
+    return arrow_schema().remove_metadata()
+
+
+@pytest.mark.root
+def test_a_catalog_beyond_any_store_or_written_by_another_user_is_not_read(tmp_path):
+    """A catalog of 10^7 entries had cost `runs` 2.85 GB; one that lies (size and mtime
+    matching a real file, forged counts) was shown without a word. A catalog is a cache of
+    ours: another user's, or one beyond any store, is read afresh from the files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from netbench.store.parquet import CATALOG, MAX_CATALOG_ENTRIES
+
+    _store_with_a_run(tmp_path)
+    assert netbench("runs", "--results", str(tmp_path)).returncode == 0
+    catalog = tmp_path / CATALOG
+    entries = pq.read_table(catalog).to_pydict()
+    lied = [f.replace('"ok": 1', '"ok": 777') for f in entries["facts"]]
+    pq.write_table(pa.table({**entries, "facts": lied}), catalog)
+    os.chown(catalog, 65534, 65534)                 # nobody's
+    proc = netbench("runs", "--results", str(tmp_path))
+    assert proc.returncode == 0 and " 777 " not in proc.stdout, proc.stdout
+    n = MAX_CATALOG_ENTRIES + 1
+    huge = pa.table({"name": ["x"] * n, "size": [0] * n, "mtime_ns": [0] * n,
+                     "facts": ["{}"] * n})
+    catalog.unlink()
+    pq.write_table(huge, catalog)
+    proc = subprocess.run([sys.executable, "-m", "netbench", "runs", "--results",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, preexec_fn=lambda: _limited_memory(1.0))
+    assert proc.returncode == 0 and "run000000002" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("column", ["started_at", "case_started_at"])
+def test_a_time_no_run_wrote_skips_its_file_by_name(tmp_path, column):
+    """int64's largest as a start (year 2262) had stopped history and report with a
+    NotImplementedError; rows never read zero columns either (report's KeyError)."""
+    import pyarrow as pa
+
+    _store_with_a_run(tmp_path)
+    row = _stored_row("run000000003", started_at="2026-12-01T02:00:00+00:00")
+    table = pa.Table.from_pylist([row], schema=_schema())
+    at = table.schema.get_field_index(column)
+    table = table.set_column(at, column, pa.array([2**63 - 1], pa.int64()).cast(
+        table.schema.field(column).type))
+    path = _forge(tmp_path, "20261201T020000-run000000003.parquet", table)
+    for command in (("history",), ("report", "-o", str(tmp_path / "d.html"))):
+        proc = netbench(*command, "--results", str(tmp_path))
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"skipping {path}" in proc.stderr and "not a time a run wrote" in proc.stderr

@@ -909,9 +909,13 @@ TREND_RUNS = 30
 def _rows_of(store: Any, index: Any) -> Any:
     """Each benchmark from the latest of these runs that measured it (that tried it, if none
     did), as compare and accept choose (netbench.analysis.selection)."""
+    import pandas as pd
+
     picks = latest_per_benchmark(index)
     frame = store.read(sorted(set(picks.values())))
-    return frame[[picks.get(b) == r for b, r in zip(frame["benchmark"], frame["run_id"])]]
+    # A row mask, also where no row was readable (an empty list would pick no columns).
+    keep = [picks.get(b) == r for b, r in zip(frame["benchmark"], frame["run_id"])]
+    return frame.loc[pd.Series(keep, index=frame.index, dtype=bool)]
 
 
 def _topology(index: Any, run_ids: Sequence[str]) -> Any:

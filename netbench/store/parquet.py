@@ -54,6 +54,15 @@ LOCK = ".lock"             # inside it: held (flock) by the process writing the 
 # left to measure, so `--resume` has nothing to run).
 COMPACTING = ".compacting"
 CATALOG = "_catalog.parquet"   # the finished runs' footers, cached (ResultStore.runs)
+# What one file may bring a reader (a clear warning names a file beyond them, and it is not
+# read): netbench's largest run, a 16,384-host fabric sweep, stores ~1,000,000 rows, and a row
+# at most MAX_STORED_SAMPLES samples (one row of 10^8 samples, 110 KB of zeros on disk, had
+# cost every reader 2.5 GB; 3 x 10^6 identical rows 3 GB).
+MAX_FILE_ROWS = 2_000_000
+MAX_FILE_SAMPLES = 20_000_000
+MAX_CATALOG_ENTRIES = 1_000_000   # a catalog beyond it is no cache of any store: unread
+# Footer keys the reader computes from the file itself, never taken from what it says.
+ROWS_KEY, SAMPLES_KEY = "netbench_file_rows", "netbench_file_samples"
 
 
 class RunWriter:
@@ -321,13 +330,12 @@ class ResultStore:
         merged: dict[str, dict[str, Any]] = {}
         cached = self._catalog()
         fresh: dict[str, tuple[int, int, str]] = {}
-        missed = [name for name, stat in listing
-                  if cached.get(name) is None or cached[name][:2] != stat]
+        missed = [name for name, stat in listing if not _trusted(cached.get(name), name, stat)]
         footers = self._footers(missed)
         for name, stat in listing:
             path = self.directory / name
             hit = cached.get(name)
-            if hit is not None and hit[:2] == stat:
+            if name not in footers:
                 info = env_of(hit[2])
             else:
                 meta = footers[name]
@@ -347,9 +355,12 @@ class ResultStore:
                 warnings.warn(f"skipping {path}: its footer is not a netbench run's (run id, "
                               "start, case counts)", StoreWarning, stacklevel=2)
                 continue
+            large = too_large(info)
+            if large:
+                warnings.warn(f"skipping {path}: {large}", StoreWarning, stacklevel=2)
+                continue
             if not path.parent.name.endswith(PARTS):
-                fresh[name] = (*stat, hit[2] if hit is not None and hit[:2] == stat
-                               else json.dumps(info))
+                fresh[name] = (*stat, hit[2] if name not in footers else json.dumps(info))
             cases, started, benchmarks, ok_benchmarks = facts
             part = path.parent.name.endswith(PARTS)
             run = merged.get(info["netbench_run_id"])
@@ -410,15 +421,27 @@ class ResultStore:
         import pyarrow.dataset as ds
         import pyarrow.parquet as pq
 
-        known = set(self._catalog()) if known is None else known
+        known = self._catalog() if known is None else known
         checked = []
         for path in paths:               # a foreign Parquet file would scan as null rows
-            if path.name not in known:
+            hit = known.get(path.name)
+            if hit is None or ROWS_KEY not in hit[2]:
                 names = pq.read_schema(path).names
                 if "metric" not in names or "schema_version" not in names:
                     warnings.warn(f"skipping {path}: not a netbench result file",
                                   StoreWarning, stacklevel=4)
                     continue
+                footer = _read_footer(str(path))
+                info = {} if isinstance(footer, Exception) else {
+                    k.decode(errors="replace"): v.decode(errors="replace")
+                    for k, v in footer.items() if k in (ROWS_KEY.encode(),
+                                                        SAMPLES_KEY.encode())}
+            else:
+                info = env_of(hit[2]) or {}
+            large = too_large(info)
+            if large:
+                warnings.warn(f"skipping {path}: {large}", StoreWarning, stacklevel=4)
+                continue
             checked.append(path)
         dataset = ds.dataset([str(p) for p in checked], format="parquet",
                              schema=arrow_schema().remove_metadata())
@@ -426,7 +449,9 @@ class ResultStore:
         for key, values in where.items():
             term = ds.field(key).isin(values)
             expr = term if expr is None else expr & term
-        return dataset.to_table(columns=columns, filter=expr)
+        table = dataset.to_table(columns=columns, filter=expr)
+        _check_times(table)
+        return table
 
     def _catalog(self) -> dict[str, tuple[int, int, str]]:
         """The footers of finished runs' files, cached in ``_catalog.parquet`` (the leading
@@ -435,8 +460,14 @@ class ResultStore:
         import pyarrow.parquet as pq
 
         try:
-            if not S_ISREG(os.stat(self.directory / CATALOG).st_mode):
-                return {}         # a FIFO or a device there: never read
+            st = os.stat(self.directory / CATALOG)
+            # A FIFO or a device there is never read; a catalog another user wrote is no
+            # cache of ours (its facts could say anything); one beyond any store's size
+            # (10^7 entries had cost `runs` 2.85 GB) is read no further than its footer.
+            if not S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                return {}
+            if pq.read_metadata(self.directory / CATALOG).num_rows > MAX_CATALOG_ENTRIES:
+                return {}
             table = pq.read_table(self.directory / CATALOG).to_pydict()
             return {n: (int(z), int(m), str(i)) for n, z, m, i in zip(
                 table["name"], table["size"], table["mtime_ns"], table["facts"])}
@@ -535,7 +566,7 @@ class ResultStore:
               where: Mapping[str, list[Any]]) -> Any:
         import pandas as pd
 
-        known = set(self._catalog())
+        known = self._catalog()
         if len(paths) > 16:
             try:
                 return self._scan(paths, columns, where, known).to_pandas()
@@ -606,6 +637,8 @@ def _footer_facts(info: Mapping[str, Any]) -> tuple[dict[str, int], Any, set[str
     # One zone for every run, so runs sort: a footer without one is UTC, as netbench writes.
     started = started.tz_localize("UTC") if started.tzinfo is None else \
         started.tz_convert("UTC")
+    if not pd.Timestamp(EARLIEST, tz="UTC") <= started < pd.Timestamp(LATEST, tz="UTC"):
+        return None
     return counts, started, set(lists[0]), set(lists[1])
 
 
@@ -614,9 +647,71 @@ def _read_footer(path: str) -> Any:
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_metadata(path).metadata or {}
+        meta = pq.read_metadata(path)
+        samples = 0
+        for group in range(meta.num_row_groups):
+            chunks = meta.row_group(group)
+            for column in range(chunks.num_columns):
+                chunk = chunks.column(column)
+                if chunk.path_in_schema.startswith("samples."):
+                    samples += chunk.num_values
+        return {**(meta.metadata or {}), ROWS_KEY.encode(): str(meta.num_rows).encode(),
+                SAMPLES_KEY.encode(): str(samples).encode()}
     except Exception as exc:
         return ValueError(str(exc))
+
+
+def too_large(info: Mapping[str, Any]) -> str:
+    """Why a file's rows are beyond what a reader takes (its footer's counts, as
+    ``_read_footer`` computed them), or ""."""
+    try:
+        rows, samples = int(info.get(ROWS_KEY, 0)), int(info.get(SAMPLES_KEY, 0))
+    except (TypeError, ValueError):
+        return "its row and sample counts are unreadable"
+    if rows > MAX_FILE_ROWS:
+        return f"it holds {rows:,} rows, more than the {MAX_FILE_ROWS:,} a reader takes"
+    if samples > MAX_FILE_SAMPLES:
+        return (f"it holds {samples:,} samples, more than the {MAX_FILE_SAMPLES:,} a reader "
+                "takes")
+    return ""
+
+
+EARLIEST, LATEST = "1970-01-01", "2200-01-01"   # the times a run of netbench's can hold
+
+
+def _check_times(table: Any) -> None:
+    """A ValueError where a time column holds what no run wrote (int64's largest, year 2262:
+    history and report had stopped on it with a NotImplementedError): the reader then skips
+    that file, naming it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for column in ("started_at", "case_started_at"):
+        if column not in table.column_names or not len(table):
+            continue
+        bounds = pc.min_max(table[column].cast(pa.int64()))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is None:
+            continue
+        first, last = (pa.scalar(v, pa.timestamp("ns")).value for v in (
+            _ns(EARLIEST), _ns(LATEST)))
+        if low < first or high >= last:
+            raise ValueError(f"{column} outside {EARLIEST} .. {LATEST}: not a time a run "
+                             "wrote")
+
+
+def _ns(day: str) -> int:
+    import pandas as pd
+
+    return int(pd.Timestamp(day, tz="UTC").value)
+
+
+def _trusted(hit: tuple[int, int, str] | None, name: str, stat: tuple[int, int]) -> bool:
+    """Is a catalog entry this file's (same size and mtime, the counts the reader computes,
+    and the run its name says)?"""
+    if hit is None or hit[:2] != stat or f'"{ROWS_KEY}"' not in hit[2]:
+        return False
+    return f'"netbench_run_id": "{_run_of_name(name)}"' in hit[2]
 
 
 def _run_of_name(name: str) -> str:
