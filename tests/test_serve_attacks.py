@@ -378,6 +378,29 @@ def test_an_rdma_request_to_a_server_without_pyverbs_is_one_line(tmp_path):
         log.close()
 
 
+def test_an_rdma_request_to_a_server_with_pyverbs_but_no_device_is_one_line(tmp_path):
+    """pyverbs installed, no RDMA device at all: libibverbs' device list fails outright (no
+    /sys/class/infiniband), which the server logged as a traceback and answered "internal
+    error"."""
+    pytest.importorskip("pyverbs")
+    if os.path.isdir("/sys/class/infiniband") and os.listdir("/sys/class/infiniband"):
+        pytest.skip("this host has an RDMA device")
+    proc, port, log = _serve_proc(tmp_path)
+    try:
+        for bench in ("rdma.write_bw", "rdma.send_lat"):
+            session = ClientSession("127.0.0.1", port)
+            with pytest.raises(PeerError, match="no RDMA device is visible to libibverbs"):
+                session.run_remote(bench, {}, 10)
+            session.close()
+        assert wait_for(lambda: _log_text(log).count("rdma.") == 2)
+        text = _log_text(log)
+        assert "Traceback" not in text and "internal error" not in text, text
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
 # --- a crowd: many legitimate clients at once ---------------------------------------------
 
 _CROWD_CLIENT = ("import sys\nfrom netbench.cli import main\nprint('ready', flush=True)\n"
