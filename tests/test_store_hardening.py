@@ -853,3 +853,22 @@ def test_a_time_no_run_wrote_skips_its_file_by_name(tmp_path, column):
         proc = netbench(*command, "--results", str(tmp_path))
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
         assert f"skipping {path}" in proc.stderr and "not a time a run wrote" in proc.stderr
+
+
+def test_a_run_file_whose_data_pages_are_zeroed_is_skipped_by_name(tmp_path):
+    """Its footer intact, its pages zeros (a disk that lost them): report had stopped with a
+    KeyError (the rows it kept had no columns); every reader names the file and goes on."""
+    import pyarrow.parquet as pq
+
+    _store_with_a_run(tmp_path)
+    path = next(tmp_path.glob("*run000000002.parquet"))
+    data = bytearray(path.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little") + 8      # its length, and PAR1 after it
+    data[4:len(data) - footer] = bytes(len(data) - footer - 4)
+    path.write_bytes(bytes(data))
+    assert pq.read_metadata(path).num_rows == 1             # the footer still reads
+    for command in (("history",), ("report", "-o", str(tmp_path / "d.html")),
+                    ("compare", "run000000001", "run000000002")):
+        proc = netbench(*command, "--results", str(tmp_path))
+        assert "Traceback" not in proc.stderr and proc.returncode in (0, 1, 2), proc.stderr
+        assert f"skipping {path}" in proc.stderr or "no readable rows" in proc.stderr
