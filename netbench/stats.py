@@ -63,13 +63,17 @@ def stdev(values: Sequence[float], sample: bool = True) -> float:
     return math.sqrt(math.fsum((v - avg) ** 2 for v in values) / (n - 1 if sample else n))
 
 
+def t95(df: int) -> float:
+    """The two-sided 95% Student t quantile at df degrees of freedom (df >= 1)."""
+    return _T95[df - 1] if df <= len(_T95) else 1.96
+
+
 def ci95_halfwidth(values: Sequence[float]) -> float:
     """Half-width of the 95% confidence interval of the mean (Student t)."""
     n = len(values)
     if n < 2:
         return math.nan
-    t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
-    return t * stdev(values) / math.sqrt(n)
+    return t95(n - 1) * stdev(values) / math.sqrt(n)
 
 
 def scaled(values: Sequence[float], divisor: float) -> Sequence[float]:

@@ -264,7 +264,18 @@ def test_a_cost_beside_a_hog_is_disturbed_unless_beyond_its_loaded_history():
     # One quiet run and two beside a hog that moved 2%: +30% is beyond what the load moved.
     past = Past([0.10, 0.101, 0.102], [0.0, 1.0, 1.0])
     j = judge(base, cand, 0.3, "lower", 0.05, p, evidence, sd=sd, cost=True, past=past)
-    assert j.verdict == REGRESSED and "beyond the 2.0% this case has moved" in j.disturbed, j
+    assert j.verdict == REGRESSED, j
+    assert "(2 runs under it moved +1.0% to +2.0%)" in j.disturbed, j
+    # Two loaded runs that moved +5% and +12%: the farthest of two is an anecdote, and a
+    # prediction for the next loaded run reaches past +30% (the old rule, the farthest seen
+    # plus the threshold, called this a regression).
+    past = Past([0.10, 0.105, 0.112], [0.0, 1.0, 1.0])
+    j = judge(base, cand, 0.3, "lower", 0.05, p, evidence, sd=sd, cost=True, past=past)
+    assert j.verdict == DISTURBED, j
+    # Five loaded runs that agree on +2%: the prediction is tight, +30% is beyond it.
+    past = Past([0.10, 0.1, 0.102, 0.1021, 0.1019, 0.102, 0.1022], [0.0, 0.0] + [1.0] * 5)
+    j = judge(base, cand, 0.3, "lower", 0.05, p, evidence, sd=sd, cost=True, past=past)
+    assert j.verdict == REGRESSED, j
     # The same history where the loaded runs moved 35%: the load may explain it.
     past = Past([0.10, 0.135, 0.134], [0.0, 1.0, 1.0])
     j = judge(base, cand, 0.3, "lower", 0.05, p, evidence, sd=sd, cost=True, past=past)
