@@ -56,7 +56,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                         "accepted": p.accepted(), "help": p.help} for p in bench.params],
         })
     broken = registry.broken_plugins()
-    loaded, broken_hooks = hooks.load()
+    loaded, broken_hooks, _ = hooks.load()
     if args.json:
         print(json.dumps({"benchmarks": entries, "broken_plugins": broken,
                           "hooks": [name for name, _ in loaded],

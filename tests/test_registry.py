@@ -97,6 +97,12 @@ class Broken:
     @staticmethod
     def case_finished(rows):
         raise RuntimeError("the collector is down")
+
+
+class Typo:
+    @staticmethod
+    def case_finshed(rows):
+        raise AssertionError("a misspelt hook is never called")
 '''
 
 
@@ -104,12 +110,15 @@ def test_hooks_extend_the_fingerprint_and_see_stored_rows(tmp_path):
 
     folder = install_plugin(tmp_path, textwrap.dedent(HOOKS), {
         "site": "demo_plugin:Site", "broken": "demo_plugin:Broken",
-        "missing": "demo_plugin:Nowhere"}, group="netbench.hooks")
+        "missing": "demo_plugin:Nowhere", "typo": "demo_plugin:Typo"}, group="netbench.hooks")
     out = tmp_path / "hook.log"
     env = dict(os.environ, PYTHONPATH=folder, DEMO_HOOK_OUT=str(out))
     listing = json.loads(netbench("list", "--json", env=env).stdout)
     assert sorted(listing["hooks"]) == ["broken", "site"]
     assert "missing" in listing["broken_hooks"][0]
+    # Declared hooks: a misspelt one is an error at load, named, not a function never run.
+    assert "hook typo failed to load: case_finshed is no hook (did you mean case_finished?)" \
+        in listing["broken_hooks"], listing["broken_hooks"]
     run = netbench("run", "mem.copy", "-p", "msg_size=1M,2M", "-p", "iterations=2",
                    "--results", str(tmp_path / "r"), env=env)
     assert run.returncode == 0, run.stderr                   # broken hooks never stop a run
