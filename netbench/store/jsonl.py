@@ -27,8 +27,10 @@ from netbench.store.schema import (
     _RunFacts,
     arrow_schema,
     counters_of,
+    format_columns,
     rows_table,
     split_unit,
+    version_problem,
 )
 from netbench.textfile import (
     MAX_TOML_DEPTH,
@@ -137,10 +139,17 @@ def _import_row(line: bytes, where: str, names: set[str]) -> dict[str, Any]:
         except (ValueError, TypeError):
             raise NetbenchError(f"{where}: case_started_at must be an ISO "
                                 f"time, not {str(row['case_started_at'])[:60]!r}") from None
-    unknown = set(row) - names
-    if unknown or row.get("schema_version") != SCHEMA_VERSION:
-        raise NetbenchError(f"{where}: not a schema-{SCHEMA_VERSION} row "
-                            f"(unknown keys: {', '.join(sorted(unknown)) or 'none'})")
+    version = row.get("schema_version")
+    if type(version) is not int:
+        raise NetbenchError(f"{where}: not a netbench result row (schema_version "
+                            f"{str(version)[:20]!r}: a format version 1 to {SCHEMA_VERSION})")
+    wrong = version_problem(str(version))
+    if wrong:
+        raise NetbenchError(f"{where}: {wrong.replace('it was', 'this row was', 1)}")
+    unknown = set(row) - (set(format_columns(version)) & names)
+    if unknown:
+        raise NetbenchError(f"{where}: not a format-{version} row (unknown keys: "
+                            f"{', '.join(sorted(unknown))})")
     bad = _mistyped(row) or _unparsable(row)
     if bad:
         raise NetbenchError(f"{where}: {bad}")

@@ -36,6 +36,7 @@ from netbench.store.schema import (
     env_of,
     params_of,
     split_unit,
+    version_problem,
 )
 from netbench.textfile import (
     check_writable,
@@ -355,7 +356,7 @@ class ResultStore:
                 warnings.warn(f"skipping {path}: its footer is not a netbench run's (run id, "
                               "start, case counts)", StoreWarning, stacklevel=2)
                 continue
-            large = too_large(info)
+            large = too_large(info) or version_problem(info.get(VERSION_KEY.decode()))
             if large:
                 warnings.warn(f"skipping {path}: {large}", StoreWarning, stacklevel=2)
                 continue
@@ -435,10 +436,10 @@ class ResultStore:
                 info = {} if isinstance(footer, Exception) else {
                     k.decode(errors="replace"): v.decode(errors="replace")
                     for k, v in footer.items() if k in (ROWS_KEY.encode(),
-                                                        SAMPLES_KEY.encode())}
+                                                        SAMPLES_KEY.encode(), VERSION_KEY)}
             else:
                 info = env_of(hit[2]) or {}
-            large = too_large(info)
+            large = too_large(info) or version_problem(info.get(VERSION_KEY.decode()))
             if large:
                 warnings.warn(f"skipping {path}: {large}", StoreWarning, stacklevel=4)
                 continue
@@ -640,6 +641,9 @@ def _footer_facts(info: Mapping[str, Any]) -> tuple[dict[str, int], Any, set[str
     if not pd.Timestamp(EARLIEST, tz="UTC") <= started < pd.Timestamp(LATEST, tz="UTC"):
         return None
     return counts, started, set(lists[0]), set(lists[1])
+
+
+VERSION_KEY = b"netbench_schema_version"
 
 
 def _read_footer(path: str) -> Any:

@@ -13,7 +13,6 @@ from typing import Any
 
 from netbench.errors import UsageError
 
-SCHEMA_VERSION = 1
 MAX_STORED_SAMPLES = 100_000   # beyond this, samples are thinned evenly; n_samples stays true
 
 # (column, arrow type name) in file order; env_* columns flatten the fingerprint.
@@ -83,6 +82,52 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     # 2.5 us on one and 40 us on two, so compare names a change of placement, never judges it.
     ("placement", "string"),
 )
+
+
+# What each version of the format added to the one before (version 1: every column above up
+# to env_json), so a file says which columns it can hold and a reader knows a file from a
+# newer netbench. Files written before the version moved all say 1 and hold the columns of
+# some later version: their missing columns read as missing, as before. A column added to
+# COLUMNS without a version here fails tests/test_format_versions.py.
+FORMATS: tuple[tuple[int, tuple[str, ...], str], ...] = (
+    (2, ("case_started_at", "case_seconds"), "when each case started and how long it took"),
+    (3, ("unit_note",), "a unit's qualifier apart from the unit"),
+    (4, ("peer_device",), "a fabric sweep's far device"),
+    (5, ("load_other_cores", "load_own_cores", "load_steal_cores", "load_avg1", "load_cpu_mhz",
+         "load_throttle_events"), "how busy the host was while the case ran"),
+    (6, ("resolved",), "what a case's auto params became, apart from its planned params"),
+    (7, ("headline", "flow", "op_bytes", "bus_factor", "size_means", "lead", "trail"),
+     "the benchmark's declared traits"),
+    (8, ("route",), "the routers a traced flow crossed"),
+    (9, ("fair_share",), "a traced flow's fair share beside its round"),
+    (10, ("counters",), "the NIC's and kernel's counters that grew"),
+    (11, ("statistic",), "what a value summarises of its samples"),
+    (12, ("per_metric",), "the work a cost is per"),
+    (13, ("cost",), "a metric that is a resource the case spent"),
+    (14, ("placement",), "where the case's ends ran"),
+)
+SCHEMA_VERSION = FORMATS[-1][0]
+
+
+def format_columns(version: int) -> tuple[str, ...]:
+    """The columns a file of this format version may hold (version 1: also any a later
+    version added, since files wrote 1 until the version moved)."""
+    later = {c for v, added, _ in FORMATS if v > version for c in added}
+    return tuple(name for name, _ in COLUMNS if version == 1 or name not in later)
+
+
+def version_problem(text: str | bytes | None) -> str:
+    """Why a file of this footer version cannot be read here, or "" (no version: a file from
+    before footers, read as version 1)."""
+    if text is None:
+        return ""
+    raw = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 6 or int(raw) < 1:
+        return f"its format version {raw[:20]!r} is none netbench wrote (1 to {SCHEMA_VERSION})"
+    if int(raw) > SCHEMA_VERSION:
+        return (f"it was written by a newer netbench (format version {int(raw)}; this one reads "
+                f"1 to {SCHEMA_VERSION}): upgrade netbench to read it")
+    return ""
 
 
 # The run's environment: the same on every row of one host's run, so a file keeps it once, in
