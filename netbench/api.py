@@ -13,17 +13,17 @@ import json
 import math
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
 from netbench import stats
-from netbench.env import linkpath, softroce
+from netbench.env import softroce
 from netbench.env.launch import launch_info
 from netbench.errors import NetbenchError, PeerError, SkipCase, UsageError
+from netbench.host import BEYOND_CACHE, CpuMeter, host_memory_available, last_level_cache, pcie_path
 from netbench.run.wire import Channel
+from netbench.units import finite, format_size, parse_size, size_range
 
 __all__ = [
     "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Flow", "Measurement",
@@ -79,18 +79,6 @@ STATISTICS = ("min", "p50", "avg", "stdev", "p99", "p99.9", "max")
 
 # --- sizes -----------------------------------------------------------------------------------
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def finite(value: float) -> float:
-    """``value`` if it is a finite number; NaN and infinities are never a user's number (NaN
-    compares false with everything, so a gate given one would always pass)."""
-    if not math.isfinite(value):
-        raise ValueError(f"{value!r} is not a finite number")
-    return value
-
-
 def json_safe(value: Any) -> Any:
     """``value`` with every NaN or infinity made None, for strict JSON (bare NaN is not JSON,
     and a consumer reading it may take it for a number)."""
@@ -101,62 +89,6 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
-
-
-def parse_size(text: str | int) -> int:
-    """'64K', '64KiB', '1M', '65536' -> bytes. Binary multiples, as iperf3 and perftest use."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a size")
-    if isinstance(text, int):
-        return text
-    match = _SIZE_RE.match(str(text))
-    if not match:
-        raise ValueError(f"{text!r} is not a size (use bytes or a suffix: 512, 64K, 1M, 2G)")
-    number, unit = float(match.group(1)), match.group(2).lower()
-    value = number * _SIZE_UNITS[unit]
-    if value != int(value):
-        raise ValueError(f"{text!r} is not a whole number of bytes")
-    return int(value)
-
-
-def format_size(n: int) -> str:
-    """65536 -> '64K'; sizes that are not whole multiples stay in bytes."""
-    for suffix, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= mult and n % mult == 0:
-            return f"{n // mult}{suffix}"
-    return str(n)
-
-
-MAX_SWEEP = 4096          # sizes one range may expand to
-
-
-def _size_range(text: str) -> list[int]:
-    """'2..8M' -> powers of two from 2 B to 8 MiB, like perftest -a; nccl-tests' -b/-e/-f and
-    -i as 'LO..HI:xF' (multiply by F each step) and 'LO..HI:+STEP' (add STEP bytes)."""
-    span, _, step = text.partition(":")
-    lo_text, hi_text = span.split("..", 1)
-    lo, hi = parse_size(lo_text), parse_size(hi_text)
-    if lo <= 0 or hi < lo:
-        raise ValueError(f"{text!r}: a range needs 0 < low <= high")
-    step = step.strip().lower()
-    factor, increment = 2, 0
-    if step.startswith(("x", "*")):
-        factor = int(step[1:]) if step[1:].isdigit() else 0
-        if factor < 2:
-            raise ValueError(f"{text!r}: the factor after ':x' must be an integer >= 2")
-    elif step.startswith("+"):
-        increment = parse_size(step[1:])
-        if increment <= 0:
-            raise ValueError(f"{text!r}: the step after ':+' must be a positive size")
-    elif step:
-        raise ValueError(f"{text!r}: after ':' give xFACTOR (x4) or +STEP (+1M)")
-    out, value = [], lo
-    while value <= hi:
-        out.append(value)
-        if len(out) > MAX_SWEEP:
-            raise ValueError(f"{text!r} expands to more than {MAX_SWEEP} sizes")
-        value = value + increment if increment else value * factor
-    return out
 
 
 # --- params ----------------------------------------------------------------------------------
@@ -224,7 +156,7 @@ class Param:
                 raw = f"{self.all_range[0]}..{self.all_range[1]}"
             if self.kind == "size" and isinstance(raw, str) and ".." in raw:
                 try:
-                    items = _size_range(raw)
+                    items = size_range(raw)
                 except ValueError as exc:
                     raise UsageError(f"param {self.name}: {exc}") from None
             values = [self._parse_one(item) for item in items]
@@ -601,89 +533,3 @@ class Benchmark:
         if unknown:
             raise UsageError(f"unknown params for {self.name}: {', '.join(sorted(unknown))}")
         return out
-
-
-def pcie_path(sysfs_root: str, address: str) -> linkpath.LinkPath | None:
-    """The PCIe path of ``address`` read now (hops, their bound and state, downgrades): for a
-    benchmark to see how the links run while it loads them."""
-    return linkpath.walk(Path(sysfs_root), address)
-
-
-def host_memory_available() -> int | None:
-    """Bytes of host memory available now (MemAvailable in /proc/meminfo), None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-BEYOND_CACHE = 8    # a memory bound's buffers: each at least this many times the last-level cache
-
-
-def last_level_cache(sysfs_root: str | Path = "/sys") -> tuple[int, int] | None:
-    """(bytes, level) of cpu0's last-level data cache from sysfs (cache/index*/level, size,
-    type), None where the kernel does not say. A copy of buffers that fit there measures the
-    cache, not memory."""
-    best: tuple[int, int] | None = None
-    base = Path(sysfs_root) / "devices" / "system" / "cpu" / "cpu0" / "cache"
-    try:
-        indexes = sorted(base.glob("index[0-9]*"))
-    except OSError:
-        return None
-    for index in indexes:
-        try:
-            if (index / "type").read_text().strip() == "Instruction":
-                continue
-            level = int((index / "level").read_text().strip())
-            size = parse_size((index / "size").read_text().strip())
-        except (OSError, ValueError, UnicodeDecodeError):
-            continue
-        if size > 0 and (best is None or (level, size) > (best[1], best[0])):
-            best = (size, level)
-    return best
-
-
-def _host_cpu_times() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole host from /proc/stat; (0, 0) where unreadable."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [float(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0.0, 0.0
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
-    return sum(fields) - idle, sum(fields)
-
-
-class CpuMeter:
-    """CPU time of this process (all threads) and of the whole host over an interval.
-
-    ``process_pct`` is in percent of one core (100 = one core fully busy), as iperf3 reports.
-    The process's time is CLOCK_PROCESS_CPUTIME_ID (nanoseconds), not times()'s 10 ms ticks: a
-    stream using 1.6% of a core for 2 s is three ticks, and tick-quantized values passed for
-    a tight spread that compare called a regression. Standard library only, so it costs
-    nothing where Python is slow (the soft-RoCE VM).
-    """
-
-    def __init__(self) -> None:
-        self.start()
-
-    def start(self) -> None:
-        self._t0 = time.monotonic()
-        self._p0 = time.process_time()
-        self._h0 = _host_cpu_times()
-
-    def stop(self) -> dict[str, float | None]:
-        wall = max(time.monotonic() - self._t0, 1e-9)
-        h1 = _host_cpu_times()
-        proc_s = time.process_time() - self._p0
-        total = h1[1] - self._h0[1]
-        return {
-            "wall_s": wall,
-            "process_cpu_s": proc_s,
-            "process_pct": 100.0 * proc_s / wall,
-            "host_pct": 100.0 * (h1[0] - self._h0[0]) / total if total > 0 else None,
-        }

@@ -3,7 +3,9 @@ bus bandwidth in GB/s), it is converted here, never compared as it stands (11.91
 95 Gbit/s, not 12% of a 100 Gbit/s link)."""
 from __future__ import annotations
 
-from netbench.api import finite
+import math
+import re
+
 from netbench.errors import UsageError
 
 # Gbit/s in one of each rate unit netbench stores (decimal, as NICs and nccl-tests count).
@@ -67,3 +69,73 @@ def readable(values: list[float], unit: str) -> tuple[float, str]:
         smaller, factor = SMALLER[unit]
         return factor, smaller
     return 1.0, unit
+
+
+# --- sizes: what a param of kind "size" accepts, and how one is shown -------------------------
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def finite(value: float) -> float:
+    """``value`` if it is a finite number; NaN and infinities are never a user's number (NaN
+    compares false with everything, so a gate given one would always pass)."""
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    return value
+
+
+def parse_size(text: str | int) -> int:
+    """'64K', '64KiB', '1M', '65536' -> bytes. Binary multiples, as iperf3 and perftest use."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a size")
+    if isinstance(text, int):
+        return text
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a size (use bytes or a suffix: 512, 64K, 1M, 2G)")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    value = number * _SIZE_UNITS[unit]
+    if value != int(value):
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def format_size(n: int) -> str:
+    """65536 -> '64K'; sizes that are not whole multiples stay in bytes."""
+    for suffix, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult}{suffix}"
+    return str(n)
+
+
+MAX_SWEEP = 4096          # sizes one range may expand to
+
+
+def size_range(text: str) -> list[int]:
+    """'2..8M' -> powers of two from 2 B to 8 MiB, like perftest -a; nccl-tests' -b/-e/-f and
+    -i as 'LO..HI:xF' (multiply by F each step) and 'LO..HI:+STEP' (add STEP bytes)."""
+    span, _, step = text.partition(":")
+    lo_text, hi_text = span.split("..", 1)
+    lo, hi = parse_size(lo_text), parse_size(hi_text)
+    if lo <= 0 or hi < lo:
+        raise ValueError(f"{text!r}: a range needs 0 < low <= high")
+    step = step.strip().lower()
+    factor, increment = 2, 0
+    if step.startswith(("x", "*")):
+        factor = int(step[1:]) if step[1:].isdigit() else 0
+        if factor < 2:
+            raise ValueError(f"{text!r}: the factor after ':x' must be an integer >= 2")
+    elif step.startswith("+"):
+        increment = parse_size(step[1:])
+        if increment <= 0:
+            raise ValueError(f"{text!r}: the step after ':+' must be a positive size")
+    elif step:
+        raise ValueError(f"{text!r}: after ':' give xFACTOR (x4) or +STEP (+1M)")
+    out, value = [], lo
+    while value <= hi:
+        out.append(value)
+        if len(out) > MAX_SWEEP:
+            raise ValueError(f"{text!r} expands to more than {MAX_SWEEP} sizes")
+        value = value + increment if increment else value * factor
+    return out

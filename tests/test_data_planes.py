@@ -38,7 +38,7 @@ def test_the_rdma_plane_asked_for_by_name_and_not_built_is_skipped_saying_why(mo
     pytest.importorskip("pyverbs")
     import sys
 
-    from netbench.benchmarks.rdma import plane
+    from netbench.benchmarks.rdma import choice as plane
 
     monkeypatch.setitem(sys.modules, "netbench.benchmarks.rdma.compiled_plane", None)
     chosen, fallback = plane.choose({"data_plane": "auto"})

@@ -39,6 +39,7 @@ from netbench.api import (
     stats,
 )
 
+from .choice import choose
 from .plane import (
     OPCODES,
     Clock,
@@ -48,7 +49,6 @@ from .plane import (
     Side,
     Stop,
     VerbsError,
-    choose,
     in_threads,
     pattern,
 )

@@ -4,7 +4,7 @@ pyverbs still does the discovery (device, port state, link layer, GID table and 
 limits, ``Side._discover``) and every clear error that comes with it; the PD, MR, CQ and QPs
 the loops drive belong to the C module, because its loops need their raw pointers. Importing
 this module raises ImportError where the extension was not built (no compiler, or no
-libibverbs headers); ``plane.choose`` then falls back to ``pyverbs_plane``.
+libibverbs headers); ``choice.choose`` then falls back to ``pyverbs_plane``.
 """
 
 from __future__ import annotations

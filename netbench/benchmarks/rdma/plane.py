@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from netbench.api import NetbenchError, PeerError, SkipCase
+from netbench.api import NetbenchError, PeerError
 
 SPIN_CHECK = 256          # look at the clock and the cancel flag every this many polls
 MTU_SIZES = (256, 512, 1024, 2048, 4096)
@@ -339,20 +339,3 @@ class DataPlane(Protocol):
     def read_latency(self, side: Side, remote: Endpoint, warmup: int, iterations: int,
                      clock: Clock, duration: float = 0.0) -> list[int]:
         """The full round trip of one RDMA READ at a time, in ns (ib_read_lat)."""
-
-
-def choose(params: Mapping[str, Any]) -> tuple[DataPlane, str]:
-    """The case's data plane, and a fallback line when it is the slow one."""
-    from .pyverbs_plane import PLANE as PYVERBS
-
-    if params.get("data_plane", "auto") == "pyverbs":
-        return PYVERBS, ""
-    try:
-        from .compiled_plane import PLANE as COMPILED
-    except ImportError as exc:
-        if params.get("data_plane") == "compiled":
-            raise SkipCase(f"data_plane=compiled: the C data plane is not built ({exc}); "
-                           "install libibverbs-dev and a C compiler, then reinstall netbench "
-                           "(pip install -e .)") from None
-        return PYVERBS, PYVERBS_PLANE_NOTE.format(why=exc)
-    return COMPILED, ""
