@@ -16,7 +16,7 @@ ifneq ($(origin TORCH_SPEC),undefined)
 export TORCH_SPEC
 endif
 
-.PHONY: setup builddeps sysdeps bench test lint bench-compare bench-softroce gpu-check instructions \
+.PHONY: setup builddeps sysdeps bench test check lint bench-compare bench-softroce gpu-check instructions \
         instructions-rdma clean
 
 # What the venv is built against: a compiler and the headers for the compiled data planes
@@ -51,6 +51,11 @@ bench: setup
 
 test: sysdeps setup
 	$(BIN)/python -m pytest -q --durations=15
+
+# The fast tier: every test but the known-answer ones (tests/known_answers.txt), to run on
+# every edit; `make test` stays the whole suite that CI and README run.
+check: setup
+	$(BIN)/python -m pytest -q -m "not known_answer" --durations=5
 
 lint: setup
 	$(BIN)/ruff check netbench tests bench

@@ -149,3 +149,21 @@ class CpuHog:
 
     def __exit__(self, *exc: object) -> None:
         self.off()
+
+
+KNOWN_ANSWERS = Path(__file__).with_name("known_answers.txt")
+
+
+def known_answer_ids() -> set[str]:
+    """The node ids tests/known_answers.txt lists (comments and blank lines aside); a file's
+    path alone marks all its tests (their shared fixture is the slow part)."""
+    return {line.strip() for line in KNOWN_ANSWERS.read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks the known-answer tests (``-m "not known_answer"`` is `make check`'s fast tier)."""
+    listed = known_answer_ids()
+    for item in items:
+        if item.nodeid in listed or item.nodeid.split("::")[0] in listed:
+            item.add_marker(pytest.mark.known_answer)
