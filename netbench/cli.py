@@ -21,6 +21,7 @@ from typing import Any
 from netbench import __version__, hooks, registry
 from netbench.api import json_safe
 from netbench.errors import NetbenchError, UsageError
+from netbench.store.protocol import ReadableStore
 from netbench.textfile import printable as shown  # stored text may hold ANSI escapes
 
 
@@ -324,7 +325,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _thresholds(args: argparse.Namespace, store: Any, run_ids: list[str] | None,
+def _thresholds(args: argparse.Namespace, store: ReadableStore, run_ids: list[str] | None,
                 labels: list[str] | None = None) -> tuple[dict[str, float], str]:
     from netbench.analysis.compare import thresholds_of_runs as of_runs
     return of_runs(args.threshold or [], args.thresholds, registry.catalog(), store, run_ids,

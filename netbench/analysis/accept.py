@@ -61,6 +61,7 @@ from netbench.api import finite, parse_size
 from netbench.env import counters
 from netbench.errors import UsageError
 from netbench.store import counters_of, measured_params
+from netbench.store.protocol import ReadableStore
 from netbench.textfile import load_toml, printable, write_atomic
 from netbench.units import from_gbit, is_rate
 
@@ -231,7 +232,7 @@ def _num(value: Any) -> float | None:
     return finite(float(value))
 
 
-def choose_run(store: Any, spec: Spec, run: str | None, label: str | None) -> Any:
+def choose_run(store: ReadableStore, spec: Spec, run: str | None, label: str | None) -> Any:
     """The runs to judge, by the one selection rule (netbench.analysis.selection): a run id,
     a label (all its runs that measured the spec's benchmarks), else the latest run that
     measured them (of the spec's suite, where the store has runs of it)."""
@@ -251,7 +252,7 @@ def choose_run(store: Any, spec: Spec, run: str | None, label: str | None) -> An
 class _SuiteView:
     """A store seen through one suite's runs (accept's default prefers the spec's suite)."""
 
-    def __init__(self, store: Any, suite: str) -> None:
+    def __init__(self, store: ReadableStore, suite: str) -> None:
         self._store, self._suite = store, suite
         self.directory = store.directory
 
@@ -263,7 +264,7 @@ class _SuiteView:
         return self._store.read(run_ids, columns)
 
 
-def kept_topology(store: Any, spec: Spec, run_ids: Sequence[str]) -> Any:
+def kept_topology(store: ReadableStore, spec: Spec, run_ids: Sequence[str]) -> Any:
     """The fabric's shape kept with the chosen runs, where a check of ``spec`` judges
     links or switches (else None, unread): a Topology, or None where no run kept one."""
     from netbench.analysis.selection import kept_topology as kept
@@ -274,7 +275,7 @@ def kept_topology(store: Any, spec: Spec, run_ids: Sequence[str]) -> Any:
     return kept(store.runs(), run_ids)
 
 
-def read_counters(store: Any, run_ids: Sequence[str]) -> set[str]:
+def read_counters(store: ReadableStore, run_ids: Sequence[str]) -> set[str]:
     """The counter names the chosen runs read around their cases (their footers)."""
     import json
 

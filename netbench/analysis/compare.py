@@ -32,6 +32,7 @@ from netbench.api import json_safe
 from netbench.errors import NetbenchError, UsageError
 from netbench.stats import median_sorted
 from netbench.store import env_of, keyed
+from netbench.store.protocol import ReadableStore
 from netbench.textfile import load_toml
 from netbench.units import parse_threshold
 
@@ -91,7 +92,7 @@ def load_thresholds(flags: Sequence[str], path: str | None,
 
 
 def thresholds_of_runs(flags: Sequence[str], path: str | None,
-                       known: Mapping[str, Sequence[str]] | None, store: Any,
+                       known: Mapping[str, Sequence[str]] | None, store: ReadableStore,
                        run_ids: Sequence[str] | None,
                        labels: Sequence[str] | None = None) -> tuple[dict[str, float], str]:
     """The thresholds a judgement of these runs uses, and where they came from: ``path``
@@ -591,7 +592,7 @@ def check_hosts(name: str, rows: Any, pool_hosts: bool) -> None:
                          "host's runs (a run id, or --host), or pass --pool-hosts to pool them")
 
 
-def history_rows(store: Any, base_ids: Sequence[str], cand_ids: Sequence[str],
+def history_rows(store: ReadableStore, base_ids: Sequence[str], cand_ids: Sequence[str],
                  base: Any, cand: Any) -> Any:
     """Rows of earlier runs on the baseline's host (same kernel, CPU and netbench), of the
     benchmarks both sides ran, started before the candidate, neither side's own, oldest
@@ -622,7 +623,7 @@ def history_rows(store: Any, base_ids: Sequence[str], cand_ids: Sequence[str],
     return rows.sort_values(["started_at", "run_id"], kind="stable")
 
 
-def judge_selections(store: Any, base: Any, cand: Any, thresholds: Mapping[str, float],
+def judge_selections(store: ReadableStore, base: Any, cand: Any, thresholds: Mapping[str, float],
                      alpha: float = 0.05, pool_hosts: bool = False,
                      use_history: bool = True) -> list[MetricVerdict]:
     """Two chosen sides (``netbench.analysis.selection.Selection``) judged: what compare, the

@@ -38,6 +38,7 @@ from netbench.analysis.segments import change_points
 from netbench.analysis.verdict import HISTORY_RUNS, Judgement, Past, invocation_test, judge
 from netbench.errors import NetbenchError, UsageError
 from netbench.store import keyed
+from netbench.store.protocol import ReadableStore
 
 DEFAULT_WINDOW = 5
 
@@ -95,7 +96,7 @@ class History:
     lost: list[MetricVerdict] = field(default_factory=list)
 
 
-def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = (),
+def build(store: ReadableStore, labels: Sequence[str] = (), benchmarks: Sequence[str] = (),
           metrics: Sequence[str] = (), last: int | None = None, window: int = DEFAULT_WINDOW,
           thresholds: Mapping[str, float] | None = None, alpha: float = 0.05,
           hosts: Sequence[str] = (),
@@ -248,7 +249,7 @@ def build(store: Any, labels: Sequence[str] = (), benchmarks: Sequence[str] = ()
     return History(runs, series, single, left_out, lost)
 
 
-def _lost(store: Any, index: Any, usable: Any, wanted: set[str] | None,
+def _lost(store: ReadableStore, index: Any, usable: Any, wanted: set[str] | None,
           window: int) -> list[MetricVerdict]:
     """The cases the newest chosen run (measured anything or not) lost against the up to
     ``window`` runs before it on its host that measured: compare's rule (``lost_verdicts``)."""

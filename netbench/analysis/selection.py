@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from netbench.errors import NetbenchError, UsageError
+from netbench.store.protocol import ReadableStore
 
 
 @dataclass
@@ -55,7 +56,7 @@ def _why_not(run: Any, benchmarks: Iterable[str] | None) -> str:
     return "nothing measured: " + (", ".join(parts) or "no cases")
 
 
-def _index(store: Any) -> Any:
+def _index(store: ReadableStore) -> Any:
     index = store.runs()
     if index.empty:
         raise NetbenchError(f"no results in the store {store.directory}: run `netbench run` "
@@ -63,7 +64,7 @@ def _index(store: Any) -> Any:
     return index
 
 
-def _read(store: Any, run_ids: list[str], columns: list[str] | None) -> Any:
+def _read(store: ReadableStore, run_ids: list[str], columns: list[str] | None) -> Any:
     rows = store.read(run_ids, columns)
     if rows.empty:
         raise NetbenchError(f"run {', '.join(run_ids)}: no readable rows (corrupt or truncated "
@@ -71,7 +72,7 @@ def _read(store: Any, run_ids: list[str], columns: list[str] | None) -> Any:
     return rows
 
 
-def _pooled(store: Any, index: Any, what: str, benchmarks: Iterable[str] | None,
+def _pooled(store: ReadableStore, index: Any, what: str, benchmarks: Iterable[str] | None,
             columns: list[str] | None, keep_unmeasured: bool = False) -> Selection:
     wanted = [r for _, r in index.iterrows() if keep_unmeasured or _measured(r, benchmarks)]
     left = [(r["run_id"], _why_not(r, benchmarks)) for _, r in index.iterrows()
@@ -83,7 +84,7 @@ def _pooled(store: Any, index: Any, what: str, benchmarks: Iterable[str] | None,
     return Selection(_read(store, ids, columns), ids, what, left)
 
 
-def resolve(store: Any, ref: str | None, benchmarks: Iterable[str] | None = None,
+def resolve(store: ReadableStore, ref: str | None, benchmarks: Iterable[str] | None = None,
             columns: list[str] | None = None, keep_unmeasured: bool = False) -> Selection:
     """The runs ``ref`` names, by the rule above (``benchmarks``: what "measured" means).
     ``keep_unmeasured``: a label's or directory's runs that measured nothing are chosen too

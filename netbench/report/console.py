@@ -27,6 +27,7 @@ from netbench.analysis.verdict import VERDICTS, Verdict
 from netbench.api import Case, format_size, json_safe
 from netbench.env import counters
 from netbench.store import columns_of, counters_of
+from netbench.store.protocol import Store
 from netbench.store.schema import split_unit
 from netbench.textfile import printable  # stored params and hosts may hold escapes
 from netbench.units import readable
@@ -521,7 +522,7 @@ def resuming(resume: Any) -> str:
             f"{len(resume.record['redone'])} to run")
 
 
-def run_ending(result: Any, store: Any, n_cases: int, *, rank: int | None, as_json: bool,
+def run_ending(result: Any, store: Store, n_cases: int, *, rank: int | None, as_json: bool,
                resumed: bool, jsonl: str | None, resume_command: str) -> tuple[str, str, int]:
     """What `netbench run` prints when its run ends, as (stdout, stderr, exit code).
 
@@ -555,7 +556,7 @@ def run_ending(result: Any, store: Any, n_cases: int, *, rank: int | None, as_js
     return out, "".join(err), 0
 
 
-def _run_notes(result: Any, store: Any, resumed: bool) -> list[str]:
+def _run_notes(result: Any, store: Store, resumed: bool) -> list[str]:
     """Fallbacks said once with a count, skipped cases grouped by reason, and what the run's
     file holds."""
     err = []

@@ -34,6 +34,7 @@ from netbench.errors import NetbenchError, UsageError
 from netbench.report.console import counter_growth, headline_first, loopback_errors
 from netbench.stats import median_sorted
 from netbench.store import env_of
+from netbench.store.protocol import ReadableStore
 from netbench.textfile import write_atomic
 
 # One colour per Verdict (a test holds them together); this order is the legend's.
@@ -906,7 +907,7 @@ MAX_VIEWS = 8           # the picker's labels, newest first (each is a page of c
 TREND_RUNS = 30
 
 
-def _rows_of(store: Any, index: Any) -> Any:
+def _rows_of(store: ReadableStore, index: Any) -> Any:
     """Each benchmark from the latest of these runs that measured it (that tried it, if none
     did), as compare and accept choose (netbench.analysis.selection)."""
     import pandas as pd
@@ -1047,7 +1048,7 @@ def _view(title: str, rows: Any, latest: Any, runs: list[str], base: Any = None,
                 "repeats, else the 95% interval from the stored samples."))}
 
 
-def _trend(store: Any, labels: Sequence[Any]) -> Any:
+def _trend(store: ReadableStore, labels: Sequence[Any]) -> Any:
     """The headline metric of every benchmark over the newest runs of these labels only
     (None: no trend): a view never shows another label's runs."""
     from netbench.analysis.history import build
@@ -1065,7 +1066,7 @@ def _labels_of(index: Any, run_ids: Sequence[str]) -> list[Any]:
     return list(dict.fromkeys(index.loc[index["run_id"].isin(list(run_ids)), "label"]))
 
 
-def render(store: Any, out: str | Path, run: str | None = None, label: str | None = None,
+def render(store: ReadableStore, out: str | Path, run: str | None = None, label: str | None = None,
            baseline: Any = None, candidate: Any = None, verdicts: Sequence[Any] = ()
            ) -> dict[str, Any]:
     """Write the dashboard; returns what it drew (for the CLI and tests).

@@ -9,7 +9,6 @@ is rewritten after every case, so whatever happens next, finished rows are kept.
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 import traceback
@@ -27,7 +26,8 @@ from netbench.env.probe import gpu_summary, nic_summary, probe, rdma_summary
 from netbench.errors import NetbenchError, SkipCase, UsageError
 from netbench.run import peer as peer_mod
 from netbench.run.suite import Plan, PlannedCase
-from netbench.store import SCHEMA_VERSION, ResultStore, clean_value, params_json, thin
+from netbench.store import SCHEMA_VERSION, clean_value, params_json, thin
+from netbench.store.protocol import ReadableStore, Store
 
 CONNECT_TIMEOUT = 10.0   # at most, to reach the peer and hear its hello
 CANCEL_GRACE = 10.0   # after a timeout fires, how long a benchmark gets to unwind
@@ -206,11 +206,11 @@ class Resume:
     record: dict[str, Any]
 
 
-def prepare_resume(store: Any, run_id: str, plan: Plan, host: str | None,
+def prepare_resume(store: Store, run_id: str, plan: Plan, host: str | None,
                    label: str | None) -> Resume:
     """Check that ``run_id`` can be continued with ``plan`` on this host, and say what is
     left: the cases without rows, or whose rows say they were interrupted."""
-    if not hasattr(store, "open_run") or not hasattr(store, "runs"):
+    if not isinstance(store, ReadableStore):
         raise NetbenchError("--resume needs the Parquet store (not --jsonl)")
     store.check_writable()
     index = store.runs()
@@ -247,9 +247,7 @@ def prepare_resume(store: Any, run_id: str, plan: Plan, host: str | None,
     # Every case may be in already (the writer died before it compacted them): resuming then
     # runs nothing and compacts the parts, so the run ends finished, not interrupted forever.
     left = [i for i in range(len(plan.cases)) if i not in done]
-    path = Path(str(run["path"]))
-    if path.name.endswith(".parts"):
-        path = path.with_name(path.name[:-len(".parts")] + ".parquet")
+    path = store.file_of(run["path"])
     record = {"at": datetime.now(UTC).isoformat(), "host": host, "redone": left,
               "kept": len(done)}
     return Resume(run_id, rows["started_at"].iloc[0].to_pydatetime(), done, path, record)
@@ -269,7 +267,7 @@ FAR_COUNTERS_TIMEOUT = 5.0   # seconds to reach the far end and read its counter
 
 
 class Runner:
-    def __init__(self, store: ResultStore, env: Mapping[str, Any], label: str = "",
+    def __init__(self, store: Store, env: Mapping[str, Any], label: str = "",
                  peer: str | None = None, reporter: RunEvents | None = None) -> None:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.trace = False        # trace each data connection's routers (fabric --trace)
@@ -390,15 +388,11 @@ class Runner:
             # a finished file would be swept as a dead compaction's.
             compact = not result.interrupted or path.exists()
             try:
-                writer.close(compact)
+                unfinished = writer.close(compact)
+                if not compact:
+                    result.path = unfinished     # None: no case was stored, no run to resume
             except NetbenchError as exc:    # the parts stay: `netbench run --resume` compacts
                 result.fallbacks.append(f"compacting the run's parts failed: {exc}")
-            parts = getattr(writer, "parts", None)
-            if not compact and parts is not None:
-                result.path = parts
-                if not any(parts.glob("part-*.parquet")):   # nothing stored: no run to resume
-                    shutil.rmtree(parts, ignore_errors=True)
-                    result.path = None
         result.fallbacks.extend(hooks.call("run_finished", result.rows))
         return result
 

@@ -27,6 +27,7 @@ from netbench.run.runner import (
 )
 from netbench.run.suite import Plan, load_suite, parse_cli_params, plan_single, repeated
 from netbench.store import JsonlStore, NullStore
+from netbench.store.protocol import ReadableStore, Store
 from netbench.textfile import printable as shown  # a run id given on the command line
 
 
@@ -68,7 +69,8 @@ def run_env(sysfs_root: str | None, launched: LaunchInfo | None) -> dict[str, An
     return env
 
 
-def resume_run(store: Any, run_id: str, plan: Plan, host: str | None, label: str | None, *,
+def resume_run(store: ReadableStore, run_id: str, plan: Plan, host: str | None,
+               label: str | None, *,
                parquet: bool) -> tuple[Resume, str]:
     """``--resume run_id``: what is left of it, and its own label (a resumed run keeps it).
     Only a Parquet store written by this process can be continued (``parquet``: not
@@ -82,7 +84,7 @@ def resume_run(store: Any, run_id: str, plan: Plan, host: str | None, label: str
     return resume, str(index[index["run_id"] == run_id]["label"].iloc[0] or "")
 
 
-def measure(plan: Plan, store: Any, env: dict[str, Any], resume: Resume | None, *,
+def measure(plan: Plan, store: Store, env: dict[str, Any], resume: Resume | None, *,
             label: str, peer: str | None, events: RunEvents,
             every: float = 0.0) -> RunResult:
     """Run the plan, SIGTERM and SIGHUP stopping it as Ctrl-C does; ``every``: seconds
@@ -132,7 +134,7 @@ def resume_command(run_id: str, target: str, param_items: Sequence[str], *, resu
     return shlex.join([*words, "--resume", run_id])
 
 
-def refuse_a_complete_run(store: Any, run_id: str, plan: Plan) -> None:
+def refuse_a_complete_run(store: ReadableStore, run_id: str, plan: Plan) -> None:
     """``--resume`` of a run holding every planned case (it finished, or a reader finished a
     killed writer's compaction) names no run to resume: a usage error (exit 2) that says
     where the run is, not a failure of the run (exit 1)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -105,8 +106,10 @@ class RunWriter:
         write_atomic(part, lambda tmp: pq.write_table(table, tmp, **PART_ENCODING))
         return part
 
-    def close(self, compact: bool = True) -> None:
-        """Compact the parts into the run's file (atomically), then remove them; release."""
+    def close(self, compact: bool = True) -> Path | None:
+        """Compact the parts into the run's file (atomically), then remove them; release.
+        Not compacting (an interrupted run), the parts stay for ``--resume``: their folder,
+        or None (and no folder) where no case was stored."""
         try:
             if compact:
                 try:
@@ -115,8 +118,13 @@ class RunWriter:
                     pass            # the compaction below fails alike and says why
                 self.store.compact(self.path, self.parts, self.extra)
                 _remove_parts_dir(self.parts)
+                return None
         finally:
             self._lock.close()
+        if not any(self.parts.glob("part-*.parquet")):     # nothing stored: no run to resume
+            shutil.rmtree(self.parts, ignore_errors=True)
+            return None
+        return self.parts
 
 
 class ResultStore:
@@ -169,6 +177,13 @@ class ResultStore:
         warnings.warn(f"finished compacting run {_run_of(path)} into {path} (its writer "
                       "ended before it could)", StoreWarning, stacklevel=3)
         return True
+
+    def file_of(self, listed: str | Path) -> Path:
+        """The file a run listed at ``listed`` (its file, or its parts' folder) ends in."""
+        path = Path(str(listed))
+        if path.name.endswith(PARTS):
+            return path.with_name(path.name[:-len(PARTS)] + ".parquet")
+        return path
 
     def path_for(self, run_id: str, started_at: str) -> Path:
         """The run's file. The one place a run id becomes a path, so the one place it is

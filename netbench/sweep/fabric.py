@@ -35,6 +35,7 @@ from netbench.run.runner import Runner, plan_fingerprint
 from netbench.run.suite import Plan, PlannedCase
 from netbench.run.wire import parse_hostport
 from netbench.store import RUN_ENV, NullStore, counters_of
+from netbench.store.protocol import Store
 from netbench.store.schema import MAX_STORED_SAMPLES as MAX_RANK_SAMPLES
 from netbench.sweep import schedule as sched
 
@@ -397,7 +398,7 @@ class Options:
     trace: bool = False
 
 
-def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Any, options: Options, *,
+def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Store, options: Options, *,
           rendezvous: str | None = None, bind: str | None = None, port: int = 0,
           device: str = "", say: Any = lambda text: None) -> SweepResult:
     """Run the sweep as this rank. Rank 0 stores the run in ``store`` and returns every row;
@@ -473,7 +474,7 @@ def _join(meet: Rendezvous, rank: int, world: int, me: Mapping[str, Any]) -> Non
 
 
 def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world: int,
-         me: Mapping[str, Any], store: Any, options: Options, say: Any) -> SweepResult:
+         me: Mapping[str, Any], store: Store, options: Options, say: Any) -> SweepResult:
     _join(meet, rank, world, me)
     missing = meet.wait_for([f"join/{r}" for r in range(world)],
                             time.monotonic() + options.join_timeout)
