@@ -23,7 +23,7 @@ from netbench.env.launch import launch_info
 from netbench.errors import NetbenchError, PeerError, SkipCase, UsageError
 from netbench.host import BEYOND_CACHE, CpuMeter, host_memory_available, last_level_cache, pcie_path
 from netbench.run.wire import Channel
-from netbench.units import finite, format_size, parse_size, size_range
+from netbench.units import MAX_SWEEP, finite, format_size, parse_size, size_range  # noqa: F401
 
 __all__ = [
     "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Flow", "Measurement",

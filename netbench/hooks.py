@@ -9,9 +9,11 @@ A hook is any object (a module will do) with some of the functions ``Spec`` decl
     case_finished(rows: list[dict]) -> None   each case's rows, once they are stored
     run_finished(rows: list[dict]) -> None    every row of the run, once the run is over
 
-Plain functions with those names are hooks; so is anything marked ``@netbench.hooks.impl``.
-A function whose name is one letter or two from a hook's (``case_finshed``), a marked one
-no hook declares, or one taking an argument its hook does not pass is an error at load. A
+Plain callables with those names are hooks, passed the arguments by position (any names);
+so is anything marked ``@netbench.hooks.impl`` (by name, as pluggy passes them; ``specname``
+counted). A callable whose name is one letter or two from a hook's (``case_finshed``), a
+marked one no hook declares, or one that cannot take the arguments its hook passes is an
+error at load. A
 hook that fails to load or to run is reported (``netbench list`` and the run's fallback lines
 name it); it never stops a run, and rows are stored before any hook sees them.
 """
@@ -51,36 +53,55 @@ class Spec:
 NAMES = tuple(n for n, f in vars(Spec).items() if callable(f) and not n.startswith("_"))
 
 
-class _Manager(pluggy.PluginManager):
-    """Takes a hook's plain functions by name, as well as marked ones (a site's hook written
-    before the markers existed needs no change)."""
+def _spec_args(name: str) -> list[str]:
+    params = inspect.signature(getattr(Spec, name)).parameters
+    return [p for p in params if p != "self"]
 
-    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
-        opts = super().parse_hookimpl_opts(plugin, name)
-        if opts is None and name in NAMES and inspect.isroutine(getattr(plugin, name, None)):
-            return {}
-        return opts
+
+def plain(hook: Any) -> dict[str, Any]:
+    """A hook's unmarked callables named as a declared hook: called with the spec's
+    arguments by position, as before the hooks were declared (any argument names)."""
+    out = {}
+    for name in NAMES:
+        try:
+            fn = getattr(hook, name, None)
+        except Exception:       # noqa: BLE001 - a property that raises: problems() says so
+            continue
+        if callable(fn) and not hasattr(fn, f"{PROJECT}_impl"):
+            out[name] = fn
+    return out
 
 
 def problems(hook: Any) -> list[str]:
-    """What is wrong with a hook object, one line each: a public function named one letter or
-    two from a declared hook (a typo), a hook function taking an argument netbench never
-    passes, a marked function no hook declares."""
+    """What is wrong with a hook object, one line each: a public callable named one letter or
+    two from a declared hook (a typo), a hook callable that cannot take the arguments netbench
+    passes, a marked function no hook declares (pluggy's ``specname`` counted)."""
     out = []
     marked = f"{PROJECT}_impl"
     for name in dir(hook):
-        fn = getattr(hook, name, None)
-        if name.startswith("_") or not inspect.isroutine(fn):
+        if name.startswith("_"):
             continue
-        if name in NAMES:
-            wanted = _required(getattr(Spec, name))
-            extra = [a for a in _required(fn) if a not in wanted]
-            if extra:
-                out.append(f"{name} takes {', '.join(extra)}, which netbench never passes "
-                           f"(it passes {', '.join(wanted)})")
-        elif hasattr(fn, marked):
-            out.append(f"{name} is marked as a hook and none is declared by that name "
-                       f"(declared: {', '.join(NAMES)})")
+        try:
+            fn = getattr(hook, name, None)
+        except Exception as exc:    # noqa: BLE001 - a hook object's own property failing
+            out.append(f"reading {name} failed: {type(exc).__name__}: {exc}")
+            continue
+        if not callable(fn):
+            continue
+        opts = getattr(fn, marked, None)
+        if isinstance(opts, dict):
+            if (opts.get("specname") or name) not in NAMES:
+                out.append(f"{name} is marked as a hook and none is declared by that name "
+                           f"(declared: {', '.join(NAMES)})")
+        elif name in NAMES:
+            wanted = _spec_args(name)
+            try:
+                inspect.signature(fn).bind(*wanted)
+            except TypeError:
+                out.append(f"{name}{_signature(fn)} cannot be called with what netbench "
+                           f"passes ({', '.join(wanted)})")
+            except ValueError:
+                pass                # no signature to read (a builtin): called as it is
         else:
             close = difflib.get_close_matches(name, NAMES, n=1, cutoff=0.85)
             if close:
@@ -88,10 +109,17 @@ def problems(hook: Any) -> list[str]:
     return out
 
 
+def _signature(fn: Any) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
 def manager(named: list[tuple[str, Any]]) -> tuple[pluggy.PluginManager, list[str]]:
-    """A plugin manager holding each (name, hook) that checks out, and one message per hook
-    that does not."""
-    pm = _Manager(PROJECT)
+    """A plugin manager holding each (name, hook) that checks out (its marked functions as
+    pluggy hook implementations), and one message per hook that does not."""
+    pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(Spec)
     broken = []
     for name, hook in named:
@@ -106,16 +134,6 @@ def manager(named: list[tuple[str, Any]]) -> tuple[pluggy.PluginManager, list[st
                 pm.unregister(hook)
             broken.append(f"hook {name} failed to load: {_why(exc)}")
     return pm, broken
-
-
-def _required(fn: Any) -> list[str]:
-    """A function's arguments without defaults, ``self`` left out (a spec is a method)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [p.name for p in params if p.default is p.empty and p.name != "self"
-            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 def _why(exc: Exception) -> str:
@@ -139,17 +157,24 @@ def load() -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...], pluggy.PluginM
 
 
 def call(method: str, *args: Any) -> list[str]:
-    """Call the declared hook ``method`` on every hook that has it, each on its own (one that
-    raises neither stops the others nor the run); returns what went wrong, one line each
-    (hooks that failed to load are ``load()[1]``)."""
-    caller = getattr(load()[2].hook, method)     # AttributeError: no such hook is declared
-    argnames = caller.spec.argnames
-    kwargs = dict(zip(argnames, args))
+    """Call the declared hook ``method`` on every hook that has it, in load order, each on
+    its own (one that raises neither stops the others nor the run); returns what went wrong,
+    one line each (hooks that failed to load are ``load()[1]``). A plain function gets the
+    arguments by position; a marked one by name, as pluggy passes them."""
+    hooks, _, pm = load()
+    caller = getattr(pm.hook, method)        # AttributeError: no such hook is declared
+    kwargs = dict(zip(caller.spec.argnames, args))
+    marked: dict[str, list[Any]] = {}
+    for impl_ in caller.get_hookimpls():     # registration order
+        marked.setdefault(impl_.plugin_name, []).append(impl_)
     errors = []
-    for hookimpl in reversed(caller.get_hookimpls()):      # in registration order
-        try:
-            hookimpl.function(*[kwargs[a] for a in hookimpl.argnames])
-        except Exception as exc:
-            errors.append(f"hook {hookimpl.plugin_name}.{method} failed: "
-                          f"{type(exc).__name__}: {exc}")
+    for name, hook in hooks:
+        fn = plain(hook).get(method)
+        calls = [(fn, args)] if fn is not None else []
+        calls += [(i.function, [kwargs[a] for a in i.argnames]) for i in marked.get(name, [])]
+        for function, passed in calls:
+            try:
+                function(*passed)
+            except Exception as exc:
+                errors.append(f"hook {name}.{method} failed: {type(exc).__name__}: {exc}")
     return errors

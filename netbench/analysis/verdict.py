@@ -280,9 +280,9 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     # The sides ran on a host in different states: other work moves a figure either way (a
     # busy neighbour slows a stream; on an idle VM a ping-pong waits for halted vCPUs to wake:
     # tcp.rr here reads 30 us on a quiet host and 7 us beside a CPU hog), so the difference
-    # is the host's as much as the code's: named, not judged, unless the history already
-    # holds runs in both states, so that the spread it was judged by allows for that load,
-    # or the case shows that load cannot explain it (see unexplained_by_load).
+    # is the host's as much as the code's: named, not judged, unless the case shows that load
+    # cannot explain it (see unexplained_by_load) or the change is beyond what its history's
+    # runs in both states say the load moves (beyond_load_history).
     clock = clock_differs(base, cand)
     if clock:
         return made(DISTURBED, disturbed=clock + (f" during {what}" if what else "")
@@ -433,10 +433,12 @@ def load_moved(past: Past | None, base: Side, cand: Side) -> tuple[float, str] |
         return None
     centre = quiet[len(quiet) // 2]
     moves = [math.log(v / centre) for v in loaded]
-    # The quiet runs' own spread belongs to the centre a candidate is measured from.
-    spread = math.sqrt(stats.stdev(moves) ** 2 * (1 + 1 / len(moves))
-                       + (stats.stdev([math.log(v) for v in quiet]) ** 2 / len(quiet)
-                          if len(quiet) > 1 else 0.0))
+    # A loaded run against a quiet one: each varies run to run (the quiet side's spread
+    # unknown from one run: taken as the loaded side's), and the centres are estimates.
+    var_loaded = stats.stdev(moves) ** 2
+    var_quiet = (stats.stdev([math.log(v) for v in quiet]) ** 2 if len(quiet) > 1
+                 else var_loaded)
+    spread = math.sqrt(var_loaded * (1 + 1 / len(moves)) + var_quiet * (1 + 1 / len(quiet)))
     half = stats.t95(len(moves) - 1) * spread
     mid = stats.mean(moves)
     seen = max(abs(m) for m in moves)
