@@ -2,7 +2,7 @@
 # Boot a throw-away VM with Debian's stock kernel, give it a real soft-RoCE (rdma_rxe) device,
 # run a command there, and power off. For hosts whose own kernel has no RDMA (CONFIG_INFINIBAND
 # unset), like this project's CI. The VM sees the host's / read-only over virtio-9p (so the
-# repository, /usr/bin/python3 and Debian's python3-pyverbs are all there), with throw-away
+# repository, /usr/bin/python3, Debian's python3-pyverbs and python3-pluggy are all there), with throw-away
 # overlays on /tmp /var /etc /root, and $OUT shared read-write for results.
 #
 #   tools/softroce/run-vm.sh CMD [ARGS...]     # CMD runs in the guest after rxe0 is up
@@ -40,7 +40,7 @@ if [ "${SKIP_INSTALL:-0}" != 1 ]; then
   export DEBIAN_FRONTEND=noninteractive INITRD=No
   need=""
   for pkg in qemu-system-x86 linux-image-amd64 kmod busybox-static cpio iproute2 rdma-core \
-             ibverbs-providers ibverbs-utils perftest python3-pyverbs; do
+             ibverbs-providers ibverbs-utils perftest python3-pyverbs python3-pluggy; do
     dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need="$need $pkg"
   done
   if [ -n "$need" ]; then
