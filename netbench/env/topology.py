@@ -415,7 +415,9 @@ class Topology:
             names[0] = self.hosts[a]
         if names[-1] is None:
             names[-1] = self.hosts[b]
-        around = self.neighbours() if None in names else {}
+        if None in names and self._adjacency is None:
+            self._adjacency = self.neighbours()     # the same cache switch_paths reads
+        around = self._adjacency or {}
         for i, name in enumerate(names):
             if name is None:
                 before, after = names[i - 1], names[i + 1]
