@@ -21,6 +21,7 @@ from netbench import stats
 from netbench.env import softroce
 from netbench.env.launch import launch_info
 from netbench.errors import NetbenchError, PeerError, SkipCase, UsageError
+from netbench.fingerprint import Fingerprint, Record
 from netbench.host import BEYOND_CACHE, CpuMeter, host_memory_available, last_level_cache, pcie_path
 from netbench.run.wire import Channel
 from netbench.units import MAX_SWEEP, finite, format_size, parse_size, size_range  # noqa: F401
@@ -28,7 +29,7 @@ from netbench.units import MAX_SWEEP, finite, format_size, parse_size, size_rang
 __all__ = [
     "Benchmark", "Case", "Channel", "Context", "CpuMeter", "Flow", "Measurement",
     "Metric", "NetbenchError", "Param", "PeerError", "RunSetup", "ServerSession", "SkipCase",
-    "Traits", "UsageError", "softroce",
+    "Traits", "UsageError", "softroce", "Fingerprint", "Record",
     "BEYOND_CACHE", "format_size", "host_memory_available", "last_level_cache",
     "launch_info", "parse_size", "pcie_path", "stats",
 ]

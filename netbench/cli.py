@@ -84,7 +84,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from netbench.env.linkpath import CAPTURED_PROC, capture
-    from netbench.env.probe import CAPTURED_HOST, host_facts, probe
+    from netbench.env.probe import CAPTURED_HOST, probe
+    from netbench.fingerprint import host_facts
     from netbench.report import console
 
     if args.capture:
@@ -135,7 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.peer:
         parse_hostport(args.peer, 1)
     env = session.run_env(args.sysfs_root, launched)
-    env.update({"no_counters": True} if args.no_counters else {})   # kept: it read none
+    env.update(no_counters=True) if args.no_counters else None   # kept: it read none
     resume = None
     if args.resume:
         resume, args.label = session.resume_run(store, args.resume, plan, env.get("host"),
@@ -232,7 +233,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     writer = launched is not None and launched.is_writer
     store = session.choose_store(writer, args.jsonl, args.results, _store)
     env = session.run_env(args.sysfs_root, launched)
-    env.update({"no_counters": True} if args.no_counters else {})   # kept: it read none
+    env.update(no_counters=True) if args.no_counters else None   # kept: it read none
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if writer else \
         (lambda text: None)
     options = fabric.Options(args.pattern, args.direction, args.k, args.center, args.pairs,

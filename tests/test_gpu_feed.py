@@ -65,7 +65,8 @@ def test_gpu_rows_name_the_gpu_and_its_link():
     from test_linkpath import TREE
 
     from netbench.benchmarks.gpu_feed import link_bound
-    from netbench.env.probe import gpu_summary, probe
+    from netbench.env.probe import probe
+    from netbench.fingerprint import Fingerprint
 
     env = probe(TREE)
     assert [g["pci_address"] for g in env["gpus"]] == ["0000:01:00.0", "0000:05:00.0"]
@@ -73,7 +74,7 @@ def test_gpu_rows_name_the_gpu_and_its_link():
     assert bound == pytest.approx(2.5 * 0.8 / 8) and why == ""
     assert link_bound(env, "0000:99:00.0")[0] is None
     assert "not found" in link_bound(env, "0000:99:00.0")[1]
-    summary = gpu_summary(env, "0000:01:00.0")
+    summary = Fingerprint(env).gpu_summary("0000:01:00.0")
     assert summary.startswith("0000:01:00.0:") and "Gen1 2.5 GT/s x1" in summary
 
 

@@ -138,6 +138,7 @@ def test_the_layout_is_the_pipeline_and_its_arrows_run_down_it():
     assert {_stage(m) for m in mods} >= set(STAGES)        # every stage has its folder
     flat = sorted(m for m in mods if m.count(".") == 1 and _stage(m) is None
                   and m.split(".")[1] not in ("api", "errors", "registry", "stats", "units", "host",
+                                              "fingerprint",
                                               "cli", "hooks", "pytest_plugin", "textfile",
                                               "__main__", "benchmarks", "analysis", "report"))
     assert flat == [], f"modules outside the pipeline's folders: {flat}"
@@ -260,7 +261,7 @@ def test_a_compiled_extension_or_a_submodule_is_no_import_of_its_package():
 # What api.py may import: the modules whose names it re-exports to plugins. It declares; the
 # host probes (host.py) and the units (units.py) read and convert.
 API_REEXPORTS = {"netbench.errors", "netbench.stats", "netbench.units", "netbench.host",
-                 "netbench.env",
+                 "netbench.env", "netbench.fingerprint",
                  "netbench.env.softroce", "netbench.env.launch", "netbench.run.wire"}
 
 
@@ -316,3 +317,62 @@ def test_the_thin_cli_rule_can_fail():
     code = ("def cmd_x(args):\n" + "    print(args)\n" * 40
             + "def build_parser():\n" + "    pass\n" * 200)
     assert _long_functions(code) == ["cmd_x: 41 lines"]
+
+
+# --- the fingerprint's keys are spelled in one module ------------------------------------------
+
+# Keys the fingerprint shares with other tables (a row's host and device columns, a rank's
+# name and kind, a port's state): only its own keys are held to netbench/fingerprint.py.
+SHARED_WORDS = {"host", "device", "name", "kind", "rank", "world_size", "job", "bytes", "level",
+                "state", "port", "ports", "mtu", "link_layer", "rate", "summary", "model",
+                "driver", "os", "arch", "virtual", "hops", "netdev"}
+
+
+def _fingerprint_keys() -> set[str]:
+    from dataclasses import fields
+
+    from netbench import fingerprint as fp
+
+    keys = {k for td in (fp.Record, fp.Launcher, fp.Cache) for k in td.__annotations__}
+    keys |= {f.name for dc in (fp.Nic, fp.RdmaPort, fp.RdmaDevice, fp.Gpu, fp.PciePath)
+             for f in fields(dc)}
+    return keys - SHARED_WORDS
+
+
+def _keys_spelled(source: str, keys: set[str]) -> list[str]:
+    """Each ``x["key"]``, ``x.get("key")``, ``{"key": ...}`` and ``"key" in x`` of ``keys``
+    (a sysfs file of the same name, ``base / "fw_ver"``, is no key)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript):
+            spelled = [node.slice]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("get", "pop", "setdefault") and node.args:
+            spelled = node.args[:1]
+        elif isinstance(node, ast.Dict):
+            spelled = [k for k in node.keys if k is not None]
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In | ast.NotIn) \
+                and not isinstance(node.comparators[0], ast.Call):   # not `"x" in str(v)`
+            spelled = [node.left]
+        else:
+            continue
+        found += [f"line {k.lineno}: {k.value!r}" for k in spelled
+                  if isinstance(k, ast.Constant) and k.value in keys]
+    return sorted(set(found))
+
+
+def test_only_the_fingerprint_module_spells_its_keys():
+    """A stored fingerprint is read through netbench.fingerprint (typed, tolerant of an old or
+    forged one), written through its Record: no other module walks the dict by hand."""
+    keys = _fingerprint_keys()
+    assert {"nics", "rdma_devices", "speed_mbps", "fw_ver", "cpu_cores", "pcie_paths"} <= keys
+    found = {str(p.relative_to(ROOT)): hits for p in PACKAGE.rglob("*.py")
+             if p.name != "fingerprint.py" and (hits := _keys_spelled(p.read_text(), keys))}
+    assert found == {}
+
+
+def test_the_fingerprint_key_rule_can_fail():
+    code = ('def f(env, nic):\n    a = env.get("nics") or env["rdma_devices"]\n'
+            '    return {"speed_mbps": 1}, "fw_ver" in nic, env["name"]\n')
+    assert _keys_spelled(code, _fingerprint_keys()) == [
+        "line 2: 'nics'", "line 2: 'rdma_devices'", "line 3: 'fw_ver'", "line 3: 'speed_mbps'"]

@@ -10,7 +10,8 @@ import pytest
 from conftest import assert_clean_error, netbench
 
 from netbench.api import Case
-from netbench.env.probe import nic_summary, probe, probe_nics, probe_rdma
+from netbench.env.probe import probe, probe_nics, probe_rdma
+from netbench.fingerprint import Fingerprint
 from netbench.report.console import Reporter, summary_table
 
 
@@ -45,8 +46,8 @@ def test_live_probe_finds_loopback_and_summarises_it():
     env = probe()
     lo = next(n for n in env["nics"] if n["name"] == "lo")
     assert lo["mtu"] > 0 and lo["virtual"] is True
-    assert nic_summary(env, "lo").startswith("lo: virtual")
-    assert nic_summary(env, "nope") is None
+    assert Fingerprint(env).nic_summary("lo").startswith("lo: virtual")
+    assert Fingerprint(env).nic_summary("nope") is None
     json.dumps(env)          # the fingerprint must serialise as stored
 
 

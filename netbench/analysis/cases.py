@@ -8,12 +8,12 @@ accept and its JUnit, the fabric verdicts, the dashboard and the export.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from netbench.api import format_size
-from netbench.store import env_of, params_of
+from netbench.fingerprint import Fingerprint
+from netbench.store import params_of
 
 
 def param_text(key: str, value: Any) -> str:
@@ -108,24 +108,8 @@ def roles(flow: str, better: str) -> tuple[str, str]:
     return "sending", "receiving"
 
 
-_RATE = re.compile(r"([\d.]+)\s*Gb/sec")
-
-
 def probed_line_rate(row: Mapping[str, Any]) -> float | None:
     """Gbit/s of the link the row was measured on, from the run's fingerprint."""
-    env = env_of(row.get("env_json"))
-    device = str(row.get("device") or "")
-    name, _, port = device.partition(":")
-    for dev in env.get("rdma_devices") or []:
-        if dev["name"] == name:
-            for p in dev.get("ports") or []:
-                if str(p.get("port")) == (port or "1"):
-                    match = _RATE.search(str(p.get("rate") or ""))
-                    if match:
-                        return float(match.group(1))
-    for nic in env.get("nics") or []:
-        if nic["name"] == name and nic.get("speed_mbps"):
-            return nic["speed_mbps"] / 1000.0
-    return None
+    return Fingerprint(row.get("env_json")).line_rate_gbps(str(row.get("device") or ""))
 
 

@@ -30,8 +30,9 @@ from netbench.analysis.verdict import (
 )
 from netbench.api import json_safe
 from netbench.errors import NetbenchError, UsageError
+from netbench.fingerprint import Fingerprint
 from netbench.stats import median_sorted
-from netbench.store import env_of, keyed
+from netbench.store import keyed
 from netbench.store.protocol import ReadableStore
 from netbench.textfile import load_toml
 from netbench.units import parse_threshold
@@ -202,8 +203,7 @@ def _cpus(rows: Any) -> list[int | None]:
     for text in rows["env_json"].tolist():
         key = text if isinstance(text, str) else None
         if key not in seen:
-            cores = (env_of(key) or {}).get("cpu_cores") if key else None
-            seen[key] = int(cores) if isinstance(cores, (int, float)) and cores > 0 else None
+            seen[key] = Fingerprint(key).cpu_cores
         out.append(seen[key])
     return out
 
@@ -659,39 +659,9 @@ def undecided(verdicts: Sequence[MetricVerdict]) -> list[MetricVerdict]:
 
 # --- what changed in the environment -------------------------------------------------------------
 
-def _env(rows: Any) -> dict[str, Any]:
-    envs = [e for e in map(env_of, rows["env_json"]) if e]
-    return envs[-1] if envs else {}
-
-
-def _flatten(env: Mapping[str, Any], used: set[str] | None = None) -> dict[str, str]:
-    """The fingerprint's facts a change of could move a figure; ``used``: the interfaces and
-    RDMA devices the cases ran on (None: every one the host had)."""
-    flat: dict[str, str] = {}
-    for key in ("kernel", "os", "cpu_model"):
-        if env.get(key):
-            flat[key] = str(env[key])
-    for name, version in (env.get("versions") or {}).items():
-        if version:
-            flat[f"{name} version"] = str(version)
-    for nic in env.get("nics") or []:
-        if used is not None and nic.get("name") not in used:
-            continue
-        for field in ("driver", "driver_version", "firmware", "speed_mbps", "mtu", "model"):
-            if nic.get(field) is not None:
-                flat[f"{nic['name']} {field}"] = str(nic[field])
-    for dev in env.get("rdma_devices") or []:
-        if used is not None and dev.get("name") not in used:
-            continue
-        if dev.get("fw_ver"):
-            flat[f"{dev['name']} firmware"] = str(dev["fw_ver"])
-        for port in dev.get("ports") or []:
-            for field in ("rate", "state", "link_layer"):
-                if port.get(field):
-                    flat[f"{dev['name']}:{port['port']} {field}"] = str(port[field])
-    for key, value in (env.get("collective_env") or {}).items():
-        flat[f"env {key}"] = str(value)
-    return flat
+def _env(rows: Any) -> Fingerprint:
+    envs = [e for e in map(Fingerprint, rows["env_json"]) if e]
+    return envs[-1] if envs else Fingerprint()
 
 
 def devices_used(*sides: Any) -> set[str] | None:
@@ -711,7 +681,7 @@ def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]
     collective settings, and only the interfaces the cases ran on (another program's
     temporary veth coming and going is no change of the case's)."""
     used = devices_used(base, cand)
-    a, b = _flatten(_env(base), used), _flatten(_env(cand), used)
+    a, b = _env(base).facts(used), _env(cand).facts(used)
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 

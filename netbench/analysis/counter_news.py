@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netbench.env import counters
-from netbench.store import counters_of, rdma_netdevs
+from netbench.fingerprint import Fingerprint
+from netbench.store import counters_of
 
 
 @dataclass
@@ -96,7 +97,7 @@ def _grown(rows: Any) -> dict[tuple[str, str], dict[str, tuple[int, set[str], bo
         if deltas is None:
             continue
         if (run, host) not in netdevs:
-            netdevs[(run, host)] = rdma_netdevs(env)
+            netdevs[(run, host)] = Fingerprint(env).rdma_netdevs()
         netdev = netdevs[(run, host)].get(str(device))
         case = out.setdefault((str(bench), str(params)), {})
         if counters.FAR_UNREAD in deltas:

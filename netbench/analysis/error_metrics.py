@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from netbench.env import counters
-from netbench.store import counters_of, rdma_netdevs
+from netbench.fingerprint import Fingerprint
+from netbench.store import counters_of
 
 THIS_END, FAR_END = "err.", "far.err."
 UNIT = "count"
@@ -107,7 +108,7 @@ def _invocations(rows: Any) -> list[tuple[int, dict[str, int], bool]]:
         if deltas is None:
             continue
         if (run, host) not in netdevs:
-            netdevs[(run, host)] = rdma_netdevs(env)
+            netdevs[(run, host)] = Fingerprint(env).rdma_netdevs()
         grown = own_errors(deltas, device, peer_device,
                            netdevs[(run, host)].get(str(device)), transport == "tcp")
         out.append((i, grown, counters.FAR_UNREAD not in deltas))

@@ -23,6 +23,7 @@ from netbench.api import (
     Benchmark,
     Case,
     Context,
+    Fingerprint,
     Measurement,
     Metric,
     NetbenchError,
@@ -80,7 +81,7 @@ def gpu_available(env: Mapping[str, Any]) -> str | None:
     if build is not None and not build[1]:
         return (f"torch {build[0]} is a CPU-only build: install a CUDA build of torch "
                 "(gpu.* needs a CUDA device; mem.copy measures host memory)")
-    if not env.get("gpus") and not glob.glob("/dev/nvidia[0-9]*"):
+    if not Fingerprint(env).gpus and not glob.glob("/dev/nvidia[0-9]*"):
         return ("no GPU: the PCI bus shows no display or 3D controller and there is no "
                 "/dev/nvidia*; gpu.* needs a CUDA device (mem.copy measures host memory)")
     return None
@@ -116,14 +117,14 @@ def link_bound(env: Mapping[str, Any], address: str | None) -> tuple[float | Non
     """(theoretical GB/s per direction of the narrowest hop, why unknown if it is)."""
     if address is None:
         return None, "link path unknown: torch does not report the GPU's PCI address"
-    for path in env.get("pcie_paths", []):
-        if path.get("device") == address:
-            if path.get("bottleneck_gbytes"):
-                vm = path.get("virtualized")
-                return path["bottleneck_gbytes"], (
-                    f"link bound read inside a VM ({vm}): the guest's link fields may not be "
-                    "the physical link" if vm else "")
-            return None, f"link path of {address}: link speed unknown"
+    path = Fingerprint(env).pcie_path(address)
+    if path is not None:
+        if path.bottleneck_gbytes:
+            vm = path.virtualized
+            return path.bottleneck_gbytes, (
+                f"link bound read inside a VM ({vm}): the guest's link fields may not be "
+                "the physical link" if vm else "")
+        return None, f"link path of {address}: link speed unknown"
     return None, f"link path unknown: {address} not found under the probed sysfs"
 
 
@@ -198,14 +199,15 @@ class LinkUnderLoad:
         self.note = ""
 
     def __call__(self, first_done: Any, all_done: Any) -> None:
-        if not self.env or not self.address or not self.env.get("sysfs_root"):
+        root = Fingerprint(self.env).sysfs_root
+        if not root or not self.address:
             return
         deadline = time.monotonic() + 2.0        # the hold kernel is ~0.1 s
         while not first_done.query() and time.monotonic() < deadline:
             time.sleep(0.001)
         if all_done.query():
             return                               # too short to catch the link busy
-        path = pcie_path(self.env["sysfs_root"], self.address)
+        path = pcie_path(root, self.address)
         if path is None or path.now_gbytes is None or path.bottleneck_gbytes is None:
             return
         if path.now_gbytes < path.bottleneck_gbytes * 0.99:
@@ -243,10 +245,10 @@ def numa_note(env: Mapping[str, Any], address: str | None,
               nodes: str = "/sys/devices/system/node") -> str:
     """Where this process may run CPUs off the GPU's NUMA node, host buffers can land there and
     cross the socket link: say so, and how to pin (nvbandwidth and real loaders pin too)."""
-    gpu = next((g for g in env.get("gpus", []) if g.get("pci_address") == address), None)
-    if not gpu or gpu.get("numa_node") is None:
+    gpu = Fingerprint(env).gpu(address)
+    if not gpu or gpu.numa_node is None:
         return ""
-    node = gpu["numa_node"]
+    node = gpu.numa_node
     try:
         with open(f"{nodes}/node{node}/cpulist") as f:
             local = _cpulist(f.read())

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from netbench.errors import UsageError
+from netbench.fingerprint import pcie_entry
 
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # Line-code efficiency per signalling rate: 8b/10b up to Gen2, 128b/130b Gen3-5, FLIT at Gen6.
@@ -368,11 +369,7 @@ def probe_paths(sysfs: Path, devices: dict[str, str] | None = None,
     for address, kind in (devices if devices is not None else interesting_devices(sysfs)).items():
         path = walk(sysfs, address)
         if path is not None:
-            entry = {"kind": kind, **path.as_dict(), "virtualized": vm}
-            if vm:
-                entry["summary"] += (f" [inside a VM ({vm}): link fields are what the "
-                                     "hypervisor shows, not necessarily the physical link]")
-            out.append(entry)
+            out.append(pcie_entry(kind, path.as_dict(), vm))
     return out
 
 

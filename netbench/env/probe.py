@@ -20,7 +20,7 @@ import socket
 import struct
 import subprocess
 import warnings
-from collections.abc import Mapping
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,16 @@ from netbench.env import linkpath
 from netbench.env.linkpath import read_attr as _read
 from netbench.env.linkpath import read_int as _read_int
 from netbench.errors import UsageError
+from netbench.fingerprint import (
+    CAPTURED_FIELDS,
+    Cache,
+    Gpu,
+    Nic,
+    RdmaDevice,
+    RdmaPort,
+    Record,
+    with_captured,
+)
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GDRVINFO = 0x00000003
@@ -47,9 +57,8 @@ def ethtool_drvinfo(ifname: str) -> dict[str, str]:
     except OSError:
         return {}
     fields = _DRVINFO.unpack(buf.raw[:_DRVINFO.size])
-    names = ("driver", "driver_version", "firmware", "bus_info")
     out = {}
-    for key, raw in zip(names, fields[1:5]):
+    for key, raw in zip(Nic.ETHTOOL, fields[1:5]):     # the struct's order
         text = raw.split(b"\0", 1)[0].decode(errors="replace").strip()
         if text and text != "N/A":
             out[key] = text
@@ -116,27 +125,20 @@ def probe_nics(sysfs: Path, use_ioctl: bool = True) -> list[dict[str, Any]]:
         base = net / name
         dev = base / "device"
         driver_link = dev / "driver"
-        nic: dict[str, Any] = {
-            "name": name,
-            "operstate": _read(base / "operstate"),
-            "mtu": _read_int(base / "mtu"),
-            "speed_mbps": _read_int(base / "speed"),   # -1 or unreadable when link is down
-            "virtual": not dev.exists(),
-        }
+        speed = _read_int(base / "speed")          # -1 or unreadable when the link is down
+        nic = Nic(name=name, operstate=_read(base / "operstate"), mtu=_read_int(base / "mtu"),
+                  speed_mbps=speed if speed is not None and speed >= 0 else None,
+                  virtual=not dev.exists())
         if driver_link.exists():
-            nic["driver"] = os.path.basename(os.path.realpath(driver_link))
+            nic = replace(nic, driver=os.path.basename(os.path.realpath(driver_link)))
         function = _pci_function(dev, sysfs) if dev.exists() else None
         if function is not None:
-            nic["pci_address"] = function.name
-            model = _pci_name(_read(function / "vendor"), _read(function / "device"))
-            if model:
-                nic["model"] = model
+            nic = replace(nic, pci_address=function.name,
+                          model=_pci_name(_read(function / "vendor"), _read(function / "device")))
         if use_ioctl:
             info = ethtool_drvinfo(name)
-            nic.update({k: v for k, v in info.items() if k not in nic or not nic[k]})
-        if nic.get("speed_mbps") is not None and nic["speed_mbps"] < 0:
-            nic["speed_mbps"] = None
-        nics.append(nic)
+            nic = replace(nic, **{k: v for k, v in info.items() if not getattr(nic, k)})
+        nics.append(nic.as_raw())
     return nics
 
 
@@ -151,22 +153,22 @@ def probe_gpus(sysfs: Path, proc: Path | None, devices: dict[str, str]) -> list[
             continue
         dev = sysfs / "bus" / "pci" / "devices" / address
         vendor, device = _read(dev / "vendor"), _read(dev / "device")
-        gpu: dict[str, Any] = {"pci_address": address, "vendor_id": vendor, "device_id": device,
-                               "model": _pci_name(vendor, device)}
+        gpu = Gpu(pci_address=address, vendor_id=vendor, device_id=device,
+                  model=_pci_name(vendor, device))
         if (dev / "driver").is_symlink():    # in a capture the driver's folder is not kept
-            gpu["driver"] = os.path.basename(os.readlink(dev / "driver"))
+            gpu = replace(gpu, driver=os.path.basename(os.readlink(dev / "driver")))
         numa = _read_int(dev / "numa_node")
         if numa is not None and numa >= 0:
-            gpu["numa_node"] = numa
+            gpu = replace(gpu, numa_node=numa)
         if proc is not None:
             info = _read(proc / "driver" / "nvidia" / "gpus" / address / "information") or ""
             for line in info.splitlines():
                 key, _, value = line.partition(":")
                 if key.strip() == "Model" and value.strip():
-                    gpu["model"] = value.strip()
-            if nvidia and gpu.get("driver") == "nvidia":
-                gpu["driver_version"] = nvidia.group(1)
-        gpus.append(gpu)
+                    gpu = replace(gpu, model=value.strip())
+            if nvidia and gpu.driver == "nvidia":
+                gpu = replace(gpu, driver_version=nvidia.group(1))
+        gpus.append(gpu.as_raw())
     return gpus
 
 
@@ -180,23 +182,12 @@ def probe_rdma(sysfs: Path) -> list[dict[str, Any]]:
     for name in names:
         base = root / name
         parent = _read(base / "parent")          # software devices (rxe, siw) have one
-        dev: dict[str, Any] = {
-            "name": name,
-            "fw_ver": _read(base / "fw_ver") or None,
-            "node_type": _read(base / "node_type"),
-            "node_desc": _read(base / "node_desc"),
-            "hca_type": _read(base / "hca_type"),
-            "parent_netdev": parent,
-            "emulated": parent is not None or (_read(base / "node_desc") or "") in ("rxe", "siw"),
-            "ports": [],
-        }
         driver = base / "device" / "driver"
-        if driver.exists():
-            dev["driver"] = os.path.basename(os.path.realpath(driver))
         try:
             ports = sorted(os.listdir(base / "ports"), key=lambda p: int(p) if p.isdigit() else 0)
         except OSError:
             ports = []
+        found = []
         for port in ports:
             pbase = base / "ports" / port
             netdevs = []
@@ -204,16 +195,19 @@ def probe_rdma(sysfs: Path) -> list[dict[str, Any]]:
                 netdevs = sorted(os.listdir(pbase / "gid_attrs" / "ndevs"))
             except OSError:
                 pass
-            ndev = _read(pbase / "gid_attrs" / "ndevs" / "0") if netdevs else None
-            dev["ports"].append({
-                "port": int(port) if port.isdigit() else port,
-                "state": _read(pbase / "state"),
-                "phys_state": _read(pbase / "phys_state"),
-                "link_layer": _read(pbase / "link_layer"),
-                "rate": _read(pbase / "rate"),
-                "netdev": ndev,
-            })
-        devices.append(dev)
+            found.append(RdmaPort(
+                port=int(port) if port.isdigit() else port, state=_read(pbase / "state"),
+                phys_state=_read(pbase / "phys_state"), link_layer=_read(pbase / "link_layer"),
+                rate=_read(pbase / "rate"),
+                netdev=_read(pbase / "gid_attrs" / "ndevs" / "0") if netdevs else None))
+        devices.append(RdmaDevice(
+            name=name, fw_ver=_read(base / "fw_ver") or None,
+            node_type=_read(base / "node_type"), node_desc=_read(base / "node_desc"),
+            hca_type=_read(base / "hca_type"), parent_netdev=parent,
+            emulated=parent is not None or (_read(base / "node_desc") or "") in ("rxe", "siw"),
+            ports=tuple(found),
+            driver=os.path.basename(os.path.realpath(driver)) if driver.exists() else None,
+        ).as_raw())
     return devices
 
 
@@ -261,7 +255,7 @@ def _last_level_cache(root: Path) -> dict[str, int] | None:
     from netbench.api import last_level_cache
 
     found = last_level_cache(root)
-    return {"bytes": found[0], "level": found[1]} if found else None
+    return Cache(bytes=found[0], level=found[1]) if found else None
 
 
 def _os_name() -> str | None:
@@ -292,50 +286,29 @@ def probe(sysfs_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     proc = proc if proc.is_dir() else None
     vm = linkpath.virtual_machine(root, proc / "cpuinfo" if proc else None)
     devices = linkpath.interesting_devices(root)      # GPUs and RDMA NICs, scanned once
-    env = {
-        "host": socket.gethostname(),
-        "kernel": uname.release,
-        "os": _os_name(),
-        "arch": uname.machine,
-        "cpu_model": _cpu_model(Path("/proc")),
-        "cpu_cores": os.cpu_count(),
-        "cpu_physical_cores": physical,
-        "memory_bytes": memory,
-        "cpu_cache": _last_level_cache(root),
-        "sysfs_root": str(root),
-        "nics": probe_nics(root, use_ioctl=live),
-        "rdma_devices": probe_rdma(root),
-        "gpus": probe_gpus(root, proc, devices),
-        "virtual_machine": vm,
-        "pcie_paths": linkpath.probe_paths(root, devices, vm),
-        "versions": probe_versions(),
-    }
+    env = Record(
+        host=socket.gethostname(), kernel=uname.release, os=_os_name(), arch=uname.machine,
+        cpu_model=_cpu_model(Path("/proc")), cpu_cores=os.cpu_count(),
+        cpu_physical_cores=physical, memory_bytes=memory, cpu_cache=_last_level_cache(root),
+        sysfs_root=str(root), nics=probe_nics(root, use_ioctl=live),
+        rdma_devices=probe_rdma(root), gpus=probe_gpus(root, proc, devices),
+        virtual_machine=vm, pcie_paths=linkpath.probe_paths(root, devices, vm),
+        versions=probe_versions())
     if not live:
-        _apply_captured_host(env, root)
+        env.update(captured_host(env, root))
     errors = [*hooks.load()[1], *hooks.call("update_env", env)]   # a site's own facts
     if errors:
-        env["hook_errors"] = errors
-    return env
+        env.update(hook_errors=errors)
+    return dict(env)
 
 
 CAPTURED_HOST = "netbench-host.json"   # in a capture's _proc/: what sysfs cannot hold
-HOST_FIELDS = ("host", "kernel", "os", "arch", "cpu_model", "cpu_cores", "cpu_physical_cores",
-               "memory_bytes", "versions")
-NIC_FIELDS = ("model", "driver", "driver_version", "firmware")
 
 
-def host_facts(env: Mapping[str, Any]) -> dict[str, Any]:
-    """The facts of a live fingerprint that a sysfs copy cannot carry (hostname, kernel, OS,
-    versions; each NIC's model, driver and the ethtool driver version and firmware), for
-    ``probe --capture`` to keep beside the tree."""
-    return {**{k: env.get(k) for k in HOST_FIELDS},
-            "nics": {n["name"]: {k: n[k] for k in NIC_FIELDS if n.get(k)}
-                     for n in env.get("nics", [])}}
-
-
-def _apply_captured_host(env: dict[str, Any], root: Path) -> None:
-    """A captured tree's fingerprint is the captured host's: its own facts replace those of
-    the machine reading the capture (which are only what that one happens to run)."""
+def captured_host(env: Record, root: Path) -> Record:
+    """A captured tree's fingerprint is the captured host's: its own facts (beside the tree,
+    ``probe --capture`` wrote them) replace those of the machine reading the capture (which are
+    only what that one happens to run)."""
     path = root / linkpath.CAPTURED_PROC / CAPTURED_HOST
     text = _read(path)               # bounded: a regular file of a sane size, or None
     try:
@@ -343,22 +316,11 @@ def _apply_captured_host(env: dict[str, Any], root: Path) -> None:
     except (ValueError, RecursionError):
         facts = None
     if text is not None and not _flat_facts(facts):
-        warnings.warn(f"{path}: not a JSON object of host facts ({', '.join(HOST_FIELDS)}, "
-                      "nics); the reading host's facts are used", stacklevel=2)
+        warnings.warn(f"{path}: not a JSON object of host facts "
+                      f"({', '.join(CAPTURED_FIELDS)}, nics); the reading host's facts are used",
+                      stacklevel=2)
         facts = None
-    if not isinstance(facts, dict):
-        env["captured_host_facts"] = False     # an older capture: host facts are the reader's
-        return
-    env["read_on"] = env.get("host")
-    for key in HOST_FIELDS:
-        if facts.get(key) is not None:
-            env[key] = facts[key]
-    extra = facts.get("nics") if isinstance(facts.get("nics"), dict) else {}
-    for nic in env.get("nics", []):
-        for key, value in (extra.get(nic["name"]) or {}).items():
-            if key in NIC_FIELDS and value:
-                nic[key] = value
-    env["captured_host_facts"] = True
+    return with_captured(env, facts if isinstance(facts, dict) else None)
 
 
 def _flat_facts(facts: Any, depth: int = 3) -> bool:
@@ -371,47 +333,3 @@ def _flat_facts(facts: Any, depth: int = 3) -> bool:
         return all(_flat_facts(v, depth - 1)
                    for v in (facts.values() if isinstance(facts, dict) else facts))
     return False
-
-
-def nic_summary(env: Mapping[str, Any], device: str | None) -> str | None:
-    """One line naming the NIC a result came from: model, driver, firmware, link speed."""
-    for nic in env.get("nics", []):
-        if nic["name"] == device:
-            parts = [nic.get("model") or ("virtual" if nic.get("virtual") else None),
-                     nic.get("driver"), nic.get("driver_version") and
-                     f"drv {nic['driver_version']}", nic.get("firmware") and
-                     f"fw {nic['firmware']}",
-                     nic.get("speed_mbps") and f"{nic['speed_mbps']} Mb/s",
-                     nic.get("mtu") and f"mtu {nic['mtu']}"]
-            return f"{device}: " + ", ".join(p for p in parts if p)
-    return None
-
-
-def rdma_summary(env: Mapping[str, Any], device: str | None) -> str | None:
-    """One line naming the RDMA device a result came from ("mlx5_0:1" or "rxe0")."""
-    if not device:
-        return None
-    name, _, port_text = device.partition(":")
-    for dev in env.get("rdma_devices", []):
-        if dev["name"] != name:
-            continue
-        port = next((p for p in dev["ports"] if str(p["port"]) == (port_text or "1")), None)
-        parts = [dev.get("hca_type") or dev.get("node_desc"),
-                 dev.get("fw_ver") and f"fw {dev['fw_ver']}",
-                 port and port.get("link_layer"), port and port.get("rate"),
-                 port and port.get("state"),
-                 dev.get("emulated") and f"emulated on {dev.get('parent_netdev') or '?'}"]
-        return f"{device}: " + ", ".join(str(p) for p in parts if p)
-    return None
-
-
-def gpu_summary(env: Mapping[str, Any], pci_address: str | None) -> str | None:
-    """One line naming the GPU a result came from: model, driver, and its PCIe bottleneck."""
-    if not pci_address:
-        return None
-    gpu = next((g for g in env.get("gpus", []) if g["pci_address"] == pci_address), {})
-    path = next((p for p in env.get("pcie_paths", []) if p["device"] == pci_address), None)
-    parts = [gpu.get("model"), gpu.get("driver"),
-             gpu.get("driver_version") and f"drv {gpu['driver_version']}",
-             path and path["summary"].split(": ", 1)[-1]]
-    return f"{pci_address}: " + ", ".join(p for p in parts if p)

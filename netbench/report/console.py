@@ -26,6 +26,7 @@ from netbench.analysis.cases import case_names
 from netbench.analysis.verdict import VERDICTS, Verdict
 from netbench.api import Case, format_size, json_safe
 from netbench.env import counters
+from netbench.fingerprint import Fingerprint, Nic
 from netbench.store import columns_of, counters_of
 from netbench.store.protocol import Store
 from netbench.store.schema import split_unit
@@ -680,43 +681,41 @@ def fabric_ending(result: Any, matrices: Sequence[Any], as_json: bool,
     return data + "\n", summary + stored, code
 
 
-def probe_text(env: Mapping[str, Any]) -> str:
+def probe_text(raw: Mapping[str, Any]) -> str:
     """`netbench probe`: the fingerprint for a person (--json gives all of it)."""
     from netbench.env.linkpath import hop_line
 
-    mem = env["memory_bytes"]
-    lines = [f"host      {env['host']}  ({env['os']}, kernel {env['kernel']}, {env['arch']})",
-             f"cpu       {env['cpu_model']}  {env['cpu_cores']} logical / "
-             f"{env['cpu_physical_cores']} physical",
+    env = Fingerprint(raw)
+    mem = env.memory_bytes
+    lines = [f"host      {env.host}  ({env.os}, kernel {env.kernel}, {env.arch})",
+             f"cpu       {env.cpu_model}  {env.cpu_cores} logical / "
+             f"{env.cpu_physical_cores} physical",
              f"memory    {mem / 2**30:.1f} GiB" if mem else "memory    unknown"]
-    if env.get("virtual_machine"):
-        lines.append(f"vm        inside {env['virtual_machine']}")
-    lines.append("versions  " + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v))
+    if env.virtual_machine:
+        lines.append(f"vm        inside {env.virtual_machine}")
+    lines.append("versions  " + ", ".join(f"{k} {v}" for k, v in env.versions.items()))
     lines.append("nics")
-    for nic in env["nics"]:
-        speed = f"{nic['speed_mbps']} Mb/s" if nic.get("speed_mbps") else "speed unknown"
-        extra = ", ".join(f"{k} {nic[k]}" for k in ("model", "driver", "driver_version",
-                                                     "firmware", "pci_address") if nic.get(k))
-        lines.append(f"  {nic['name']:<12} {nic['operstate'] or '?':<8} mtu {nic['mtu']}, "
+    for nic in env.nics:
+        speed = f"{nic.speed_mbps} Mb/s" if nic.speed_mbps else "speed unknown"
+        extra = ", ".join(f"{k} {getattr(nic, k)}" for k in Nic.SHOWN if getattr(nic, k))
+        lines.append(f"  {nic.name:<12} {nic.operstate or '?':<8} mtu {nic.mtu}, "
                      f"{speed}" + (f", {extra}" if extra else ""))
-    lines.append("gpus" + ("" if env.get("gpus") else "      none on the PCI bus"))
-    for gpu in env.get("gpus", []):
-        ids = f"[{(gpu.get('vendor_id') or '?')[2:]}:{(gpu.get('device_id') or '?')[2:]}]"
-        lines.append(f"  {gpu['pci_address']}  " + ", ".join(
-            str(gpu[k]) for k in ("model", "driver", "driver_version") if gpu.get(k)) + f" {ids}")
-    lines.append("pcie" + ("" if env["pcie_paths"] else
-                           "      no GPU or RDMA NIC on a PCIe link"))
-    for path in env["pcie_paths"]:
-        lines.append(f"  [{path['kind']}] {path['summary']}")
-        lines.extend(f"      {hop_line(hop)}" for hop in path["hops"])
-    lines.append("rdma" + ("" if env["rdma_devices"] else
+    lines.append("gpus" + ("" if env.gpus else "      none on the PCI bus"))
+    for gpu in env.gpus:
+        ids = f"[{(gpu.vendor_id or '?')[2:]}:{(gpu.device_id or '?')[2:]}]"
+        lines.append(f"  {gpu.pci_address}  " + ", ".join(
+            str(v) for v in (gpu.model, gpu.driver, gpu.driver_version) if v) + f" {ids}")
+    lines.append("pcie" + ("" if env.pcie_paths else "      no GPU or RDMA NIC on a PCIe link"))
+    for path in env.pcie_paths:
+        lines.append(f"  [{path.kind}] {path.summary}")
+        lines.extend(f"      {hop_line(hop)}" for hop in path.hops)
+    lines.append("rdma" + ("" if env.rdma_devices else
                            "      none (no /sys/class/infiniband devices)"))
-    for dev in env["rdma_devices"]:
-        lines.append(f"  {dev['name']:<12} fw {dev['fw_ver']}, {dev['node_type']}")
-        for port in dev["ports"]:
-            lines.append(f"    port {port['port']}: {port['state']}, {port['link_layer']}, "
-                         f"{port['rate']}"
-                         + (f", netdev {port['netdev']}" if port["netdev"] else ""))
+    for dev in env.rdma_devices:
+        lines.append(f"  {dev.name:<12} fw {dev.fw_ver}, {dev.node_type}")
+        for port in dev.ports:
+            lines.append(f"    port {port.port}: {port.state}, {port.link_layer}, {port.rate}"
+                         + (f", netdev {port.netdev}" if port.netdev else ""))
     return "\n".join(lines)
 
 

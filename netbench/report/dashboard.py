@@ -31,9 +31,9 @@ from netbench.analysis.cases import (
 )
 from netbench.analysis.verdict import Verdict
 from netbench.errors import NetbenchError, UsageError
+from netbench.fingerprint import Fingerprint
 from netbench.report.console import counter_growth, headline_first, loopback_errors
 from netbench.stats import median_sorted
-from netbench.store import env_of
 from netbench.store.protocol import ReadableStore
 from netbench.textfile import write_atomic
 
@@ -337,7 +337,7 @@ def memory_bound(rows: Any) -> tuple[float, str] | None:
     if mem.empty:
         return None
     source = str(mem["benchmark"].iloc[0])
-    envs = {text: (env_of(text).get("cpu_cache") or {}) for text in
+    envs = {text: Fingerprint(text).cpu_cache for text in
             set(mem["env_json"].dropna())} if "env_json" in mem else {}
     beyond, unknown = [], []
     for size, params, value, env in zip(mem["msg_size"].tolist(), mem["params"].tolist(),
@@ -346,15 +346,15 @@ def memory_bound(rows: Any) -> tuple[float, str] | None:
                                         else [None] * len(mem)):
         size = int(size or json.loads(params or "{}").get("bound_size") or 0)
         cache = envs.get(env) if isinstance(env, str) else None
-        if cache and cache.get("bytes"):
-            if size >= BEYOND_CACHE * cache["bytes"]:
+        if cache:
+            if size >= BEYOND_CACHE * cache[0]:
                 beyond.append((float(value), size, cache))
         elif size:
             unknown.append((float(value), size, None))
     if beyond:
         value, size, cache = max(beyond)
         return value * 8, (f"({source}) at {format_size(size)}, beyond the "
-                           f"{format_size(cache['bytes'])} L{cache.get('level', '?')}")
+                           f"{format_size(cache[0])} L{cache[1] or '?'}")
     if unknown:
         largest = max(size for _, size, _ in unknown)
         value = max(v for v, size, _ in unknown if size == largest)
@@ -564,11 +564,10 @@ def h2d_missing(rows: Any) -> str:
     if not gpu.empty:
         text = (f"{gpu['benchmark'].iloc[0]} {gpu['status'].iloc[0]}: "
                 f"{gpu['reason'].iloc[0]}")
-    try:
-        env = json.loads(rows["env_json"].dropna().iloc[0])
-    except (IndexError, KeyError, TypeError, ValueError):
+    if "env_json" not in rows or rows["env_json"].dropna().empty:
         return text
-    links = [p["summary"] for p in env.get("pcie_paths", []) if p.get("kind") in ("gpu", "display")]
+    env = Fingerprint(rows["env_json"].dropna().iloc[0])
+    links = [p.summary for p in env.pcie_paths if p.kind in ("gpu", "display")]
     return text + ("; GPU links found by the probe: " + "; ".join(links) if links else "")
 
 
@@ -858,13 +857,13 @@ def environment_panel(rows: Any, latest: Any = None, base: Any = None) -> str:
     for side, frame in sides:
         for run_id, group in frame.groupby("run_id", sort=False):
             first = group.iloc[0]
-            env = env_of(first["env_json"])
-            vms.add(env.get("virtual_machine"))
+            env = Fingerprint(first["env_json"])
+            vms.add(env.virtual_machine)
             runs.append(([side] if base is not None else []) + [
                 run_id, first["label"] or "-", first["host"], str(first["started_at"])[:19],
-                env.get("kernel"), env.get("cpu_model"),
+                env.kernel, env.cpu_model,
                 ", ".join(sorted(set(group["benchmark"]))),          # whole: wraps, not cut
-                ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v),
+                ", ".join(f"{k} {v}" for k, v in env.versions.items()),
                 _busiest(group)])
         own = [frame] + ([latest] if latest is not None and side != "baseline" else [])
         failed = pd.concat([f[f["status"] != "ok"] for f in own])

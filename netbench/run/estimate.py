@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from netbench.fingerprint import Fingerprint
 from netbench.store import ResultStore, params_json
 
 RECENT_RUNS = 20     # the store's newest runs read for the estimate (bounded at any size)
@@ -20,7 +21,7 @@ def case_seconds(results: str | Path, plan: Any,
     """Each planned case's median seconds in the ``RECENT_RUNS`` newest runs on this host
     (``env``'s) of the store in ``results``, or None where none of them ran it (or there is
     no store). Never raises: a store that cannot be read estimates nothing."""
-    host = env.get("host")
+    host = Fingerprint(env).host
     try:
         if not Path(results).is_dir():
             return [None] * len(plan.cases)

@@ -22,8 +22,9 @@ from typing import Any, Protocol
 from netbench import hooks
 from netbench.api import Benchmark, Case, ClientSession, Measurement, RunSetup, format_size
 from netbench.env import counters, hostload
-from netbench.env.probe import gpu_summary, nic_summary, probe, rdma_summary
+from netbench.env.probe import probe
 from netbench.errors import NetbenchError, SkipCase, UsageError
+from netbench.fingerprint import Fingerprint
 from netbench.run import peer as peer_mod
 from netbench.run.suite import Plan, PlannedCase
 from netbench.store import SCHEMA_VERSION, clean_value, params_json, thin
@@ -276,7 +277,7 @@ class Runner:
         # fabric sweep's pair meant to load one link.
         self.steer: tuple[frozenset[str], ...] = ()
         # Read the NIC's and kernel's counters around each case (--no-counters: not).
-        self.count = not env.get("no_counters")
+        self.count = not Fingerprint(env).no_counters
         self._said: set[str] = set()
         self._far_unread: set[str] = set()    # peers that could not say their counters
         self.reporter = reporter or SilentEvents()
@@ -314,13 +315,13 @@ class Runner:
         self.store.check_writable()
         if resume is not None:
             started, run_id, path = resume.started_at, resume.run_id, resume.path
-            self.env = {**self.env, "resumes": [*self.env.get("resumes", []), resume.record]}
+            self.env = Fingerprint(self.env).with_resume(resume.record)
         else:
             started = datetime.now(UTC)
             run_id = uuid.uuid4().hex[:12]      # under a launcher only rank 0 stores rows
             path = self.store.path_for(run_id, started.isoformat())
         result = RunResult(run_id, path)
-        result.fallbacks.extend(self.env.get("hook_errors", []))
+        result.fallbacks.extend(Fingerprint(self.env).hook_errors)
         setups = self._prepare(plan, result)
         base = self.base(run_id, started, plan.suite)
         loopback = any(p.bench.needs_peer for p in plan.cases) and not self.peer
@@ -336,8 +337,8 @@ class Runner:
             extra["netbench_counters"] = kept
         if plan.thresholds:         # the suite's: compare, history and report judge by them
             extra["netbench_thresholds"] = json.dumps(plan.thresholds, sort_keys=True)
-        if self.env.get("resumes"):
-            extra["netbench_resumes"] = json.dumps(self.env["resumes"], default=str)
+        if resumes := Fingerprint(self.env).resumes:
+            extra["netbench_resumes"] = json.dumps(resumes, default=str)
         writer = self.store.open_run(path, extra)
         in_flight: tuple[int, str] | None = None
         this_round: set[int] = set()
@@ -401,7 +402,7 @@ class Runner:
         read is said once a run."""
         if not self.count:
             return None
-        snap = counters.snapshot(self.env.get("sysfs_root") or "/sys")
+        snap = counters.snapshot(Fingerprint(self.env).sysfs_root or "/sys")
         self._say_once(snap.notes)
         return snap
 
@@ -469,13 +470,13 @@ class Runner:
 
     def base(self, run_id: str, started: datetime, suite: str) -> dict[str, Any]:
         """What every row of this host's part of the run carries: the run and the fingerprint."""
+        env = Fingerprint(self.env)
         return {
             "schema_version": SCHEMA_VERSION, "run_id": run_id, "label": self.label,
-            "started_at": started, "host": self.env.get("host"), "suite": suite,
-            "env_kernel": self.env.get("kernel"), "env_os": self.env.get("os"),
-            "env_cpu": self.env.get("cpu_model"),
+            "started_at": started, "host": env.host, "suite": suite,
+            "env_kernel": env.kernel, "env_os": env.os, "env_cpu": env.cpu_model,
             "env_json": json.dumps(self.env, sort_keys=True, default=str),
-            **{f"env_{k}": self.env.get("versions", {}).get(k)
+            **{f"env_{k}": env.versions.get(k)
                for k in ("netbench", "python", "torch", "nccl", "rdma_core")},
         }
 
@@ -538,7 +539,7 @@ class Runner:
             setups.append((family, setup))
             self.env = {**self.env, **setup.env}
             if setup.reprobe:    # keep what the CLI added (launcher, collective env)
-                self.env = {**self.env, **probe(self.env.get("sysfs_root"))}
+                self.env = {**self.env, **probe(Fingerprint(self.env).sysfs_root)}
             if setup.fallback:
                 result.fallbacks.append(setup.fallback)
         return setups
@@ -592,16 +593,16 @@ class Runner:
 
     def _common(self, index: int, bench: Benchmark, case: Case, base: Mapping[str, Any],
                 measured: Measurement | None = None) -> dict[str, Any]:
-        m = measured or Measurement({})
+        m, env = measured or Measurement({}), Fingerprint(self.env)
         peer = self.peer if self.peer else ("loopback" if bench.needs_peer else None)
         return {
             **base, "peer": peer, "case_index": index, "benchmark": bench.name,
             "family": bench.family, "op": bench.op,
             "transport": m.transport or bench.transport, "device": m.device,
             "msg_size": case.msg_size, "params": params_json(case.params), "resolved": "{}",
-            "env_nic": nic_summary(self.env, m.device),
-            "env_rdma_device": rdma_summary(self.env, m.device),
-            "env_gpu": gpu_summary(self.env, m.pci_address),
+            "env_nic": env.nic_summary(m.device),
+            "env_rdma_device": env.rdma_summary(m.device),
+            "env_gpu": env.gpu_summary(m.pci_address),
             "route": json.dumps(m.routes) if m.routes is not None else None,
             "placement": m.placement or None,
             **self._traits(bench, case, measured),

@@ -16,6 +16,7 @@ from typing import Any
 from netbench.env.launch import LaunchInfo, collective_env
 from netbench.env.probe import probe
 from netbench.errors import UsageError
+from netbench.fingerprint import Launcher
 from netbench.run.runner import (
     Resume,
     RunEvents,
@@ -62,10 +63,10 @@ def run_env(sysfs_root: str | None, launched: LaunchInfo | None) -> dict[str, An
     """The fingerprint every row of the run is stored with: the probe's, the collective
     libraries' settings, and under a launcher this rank's place in the job."""
     env = probe(sysfs_root)
-    env["collective_env"] = collective_env()
+    env.update(collective_env=collective_env())
     if launched:
-        env["launcher"] = {"name": launched.launcher, "rank": launched.rank,
-                           "world_size": launched.world_size, "job": launched.job_id()}
+        env.update(launcher=Launcher(name=launched.launcher, rank=launched.rank,
+                                     world_size=launched.world_size, job=launched.job_id()))
     return env
 
 

@@ -20,7 +20,6 @@ from netbench.store.schema import (
     measured_params,
     params_json,
     params_of,
-    rdma_netdevs,
     split_unit,
     thin,
 )
@@ -30,5 +29,5 @@ __all__ = [
     "ResultStore", "Store",
     "RunWriter", "StoreWarning", "arrow_schema", "case_counts", "check_run_id", "clean_value",
     "columns_of", "counters_of", "env_of", "import_jsonl", "keyed", "load", "measured_params",
-    "params_json", "params_of", "rdma_netdevs", "split_unit", "thin",
+    "params_json", "params_of", "split_unit", "thin",
 ]

@@ -412,17 +412,6 @@ def env_of(text: Any) -> dict[str, Any]:
     return env if isinstance(env, dict) else {}
 
 
-def rdma_netdevs(env_text: Any) -> dict[str, str]:
-    """The netdev under each RDMA port (``rxe0:1`` -> ``eth0``), as a run's probe found them
-    (its env_json); {} where none was recorded."""
-    out = {}
-    for dev in env_of(env_text).get("rdma_devices") or []:
-        for port in (dev.get("ports") or []) if isinstance(dev, dict) else []:
-            if isinstance(port, dict) and isinstance(port.get("netdev"), str):
-                out[f"{dev.get('name')}:{port.get('port')}"] = port["netdev"]
-    return out
-
-
 def _footer_envs(metadata: Mapping[bytes, bytes] | None) -> dict[str, dict[str, Any]]:
     """Each host's environment the footer keeps; a host whose entry is no JSON object (a
     forged `{"vm": [1, 2]}`) is left out, never an AttributeError in every reader."""

@@ -30,6 +30,7 @@ from typing import Any
 from netbench import registry
 from netbench.env.launch import rendezvous_address
 from netbench.errors import NetbenchError, UsageError
+from netbench.fingerprint import Fingerprint
 from netbench.run.peer import Server
 from netbench.run.runner import Runner, plan_fingerprint
 from netbench.run.suite import Plan, PlannedCase
@@ -448,7 +449,7 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Store, optio
             raise UsageError(f"rendezvous store {options.store!r}: one of {', '.join(STORES)}")
         meet = Rendezvous(meet_host, meet_port, rank, world, options.join_timeout,
                           options.store)
-        me = {"host": str(env.get("host") or socket.gethostname()), "device": device,
+        me = {"host": Fingerprint(env).host or socket.gethostname(), "device": device,
               "addr": addr, "port": port}
         try:
             return _run(meet, plan, env, rank, world, me, store, options, say)

@@ -26,11 +26,13 @@ from netbench.api import (
     Case,
     Context,
     CpuMeter,
+    Fingerprint,
     Measurement,
     Metric,
     NetbenchError,
     Param,
     PeerError,
+    Record,
     RunSetup,
     ServerSession,
     SkipCase,
@@ -115,8 +117,8 @@ class _Rdma(Benchmark):
 
     def available(self, env: Mapping[str, Any]) -> str | None:
         no_pyverbs = importlib.util.find_spec("pyverbs") is None
-        if not env.get("rdma_devices"):
-            why = env.get("softroce_error")
+        if not Fingerprint(env).rdma_devices:
+            why = Fingerprint(env).softroce_error
             return (f"no RDMA device, and soft-RoCE failed: {why}" if why else NO_DEVICE_HINT) + (
                 "; and " + PYVERBS_HINT if no_pyverbs else "")
         return PYVERBS_HINT if no_pyverbs else None
@@ -126,12 +128,12 @@ class _Rdma(Benchmark):
         """`[suite] softroce = "auto"|NETDEV`: with no RDMA device, make a soft-RoCE one for
         this run and remove it afterwards; if that cannot be done, every case says why."""
         netdev = options.get("softroce")
-        if not netdev or env.get("rdma_devices"):
+        if not netdev or Fingerprint(env).rdma_devices:
             return None
         try:
             used = softroce.add(netdev, "rxe0")
         except NetbenchError as exc:
-            return RunSetup(env={"softroce_error": str(exc)},
+            return RunSetup(env=Record(softroce_error=str(exc)),
                             fallback=f"no RDMA device, and soft-RoCE could not be set up: {exc}")
         return RunSetup(reprobe=True, close=lambda: softroce.remove("rxe0"),
                         fallback=f"no RDMA device: created soft-RoCE rxe0 on {used} for this "
