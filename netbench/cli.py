@@ -186,8 +186,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
           else console.compare_text(base_sel, cand_sel, verdicts, failed, changes, args.all,
                                     news, new, unasked,
                                     cmp.thresholds_text(thresholds, source)))
-    if any(v.verdict.fails_gate(allow_lost=args.allow_lost) for v in verdicts) or any(
-            n.gated for n in news):
+    if any(v.verdict.fails_gate(allow_lost=args.allow_lost) for v in [*verdicts, *news]):
         return 1
     if args.fail_on_noisy and cmp.undecided(verdicts):
         return 3
@@ -299,7 +298,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     print(console.accept_text(spec, chosen, outcomes))
     if args.junit:
         accept.junit(spec, outcomes, args.junit)
-    return 1 if any(not o.passed for o in outcomes) else 0
+    return 1 if any(o.verdict.fails_gate() for o in outcomes) else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

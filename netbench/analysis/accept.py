@@ -57,6 +57,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from netbench.analysis.cases import flow_of, probed_line_rate, roles
+from netbench.analysis.verdict import Verdict
 from netbench.api import finite, parse_size
 from netbench.env import counters
 from netbench.errors import UsageError
@@ -99,6 +100,14 @@ class Outcome:
     measured: list[tuple[str, float]]      # (case, value): cases named as the console does
     expected: str
     message: str
+
+    @property
+    def verdict(self) -> Verdict:
+        """The check's outcome in the one spelling compare and history use: a check with
+        nothing measured is lost (a device gone), one below what it expects regressed."""
+        if self.passed:
+            return Verdict.UNCHANGED
+        return Verdict.LOST if not self.measured else Verdict.REGRESSED
 
     def measured_text(self, most: int = 8) -> str:
         """Each case's value with its unit, as every output of accept shows them; beyond

@@ -423,27 +423,50 @@ def compare(base: Any, cand: Any, thresholds: Mapping[str, float], alpha: float 
     for key in common:
         check_units(key, a[key], b[key])
     past = noise_history(history)
-    tested = [invocation_test(side(a[k]), side(b[k]), past.get(k, Past()),
-                              counts=is_error_metric(k[2])) for k in common]
-    adjusted = adjust([p for p, _, _ in tested])
+    questions = [Question(k, a[k], b[k], past.get(k, Past())) for k in common]
     verdicts = []
-    for key, (p, evidence, sd), q in zip(common, tested, adjusted):
-        x, y = a[key], b[key]
-        bench, params, metric = key
-        threshold = threshold_for(thresholds, bench, metric)
-        change = change_of(x, y)
-        runs = len(past.get(key, Past()).values)
-        j = judge(side(x), side(y), change, x["better"], threshold, q, evidence, alpha,
-                  history_runs=runs, what=bench, sd=sd, past=past.get(key), p_value=p,
-                  extreme=extreme_of(metric, x, y), counts=is_error_metric(metric),
-                  cost=bool(x.get("cost")))
+    for q, j in zip(questions, judge_family(questions, thresholds, alpha)):
+        (bench, params, metric), x, y = q.key, q.base, q.cand
         verdicts.append(MetricVerdict(
             bench, params, x["msg_size"], metric, x["unit"], x["better"], x["value"],
-            y["value"], change, threshold, (len(x["values"]), len(y["values"])),
-            runs if j.evidence == "history" else 0, (x["busy"], y["busy"]),
-            (x.get("steal"), y.get("steal")), per_work.get(key, ("", ""))[1],
+            y["value"], change_of(x, y), threshold_for(thresholds, bench, metric),
+            (len(x["values"]), len(y["values"])),
+            len(q.past.values) if j.evidence == "history" else 0, (x["busy"], y["busy"]),
+            (x.get("steal"), y.get("steal")), per_work.get(q.key, ("", ""))[1],
             **j.decision()))
     return [*lost, *verdicts]
+
+
+@dataclass
+class Question:
+    """One case metric to judge: its two sides as ``pool`` made them, the case's earlier runs
+    (its run-level noise model), and how many runs the baseline side pooled (history's
+    window; a comparison's sides are its own runs: 0)."""
+    key: tuple[str, str, str]
+    base: Mapping[str, Any]
+    cand: Mapping[str, Any]
+    past: Past
+    against: int = 0
+
+
+def judge_family(questions: Sequence[Question], thresholds: Mapping[str, float] | None,
+                 alpha: float = 0.05) -> list[Judgement]:
+    """One family of tests judged, the one way netbench judges: each metric's invocation test,
+    the p-values adjusted together (Benjamini-Hochberg), each decided by ``verdict.judge``
+    against its threshold. A comparison is one family; so is each run's steps in a history.
+    compare and history call this, and the pytest plugin and the dashboard call them."""
+    tested = [invocation_test(side(q.base), side(q.cand), q.past,
+                              counts=is_error_metric(q.key[2])) for q in questions]
+    out = []
+    for q, (p, evidence, sd), adjusted in zip(questions, tested, adjust([t[0] for t in tested])):
+        bench, _, metric = q.key
+        out.append(judge(side(q.base), side(q.cand), change_of(q.base, q.cand),
+                         q.base["better"], threshold_for(thresholds or {}, bench, metric),
+                         adjusted, evidence, alpha,
+                         history_runs=q.against + len(q.past.values), what=bench, sd=sd,
+                         past=q.past, p_value=p, extreme=extreme_of(metric, q.base, q.cand),
+                         counts=is_error_metric(metric), cost=bool(q.base.get("cost"))))
+    return out
 
 
 # --- a cost per unit of work ----------------------------------------------------------------------

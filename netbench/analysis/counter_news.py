@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from netbench.analysis.verdict import Verdict
 from netbench.env import counters
 from netbench.fingerprint import Fingerprint
 from netbench.store import counters_of
@@ -34,6 +35,12 @@ class CounterNews:
     candidate: int              # the most it grew in one candidate invocation
     where: list[str] = field(default_factory=list)   # the counters that grew, whole
     gated: bool = True          # on the case's own device (fails compare); else shown
+
+    @property
+    def verdict(self) -> Verdict:
+        """An error counter quiet before and grown now on the case's own device regressed;
+        one of the namespace's (loopback TCP) is shown, no verdict on the case."""
+        return Verdict.REGRESSED if self.gated else Verdict.UNCHANGED
 
 
 def _own(key: str, device: Any, peer_device: Any, netdev: str | None = None) -> bool:

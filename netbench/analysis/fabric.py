@@ -28,6 +28,7 @@ from netbench.analysis.localize import (
     reference,
     slow_cut,
 )
+from netbench.analysis.verdict import Verdict
 from netbench.env.counters import by_name, is_error, netns_wide
 from netbench.env.topology import Topology, infer
 from netbench.errors import UsageError
@@ -61,6 +62,10 @@ class HostVerdict:
     @property
     def at_fault(self) -> bool:
         return self.pairs >= 2 and self.slow > HOST_SHARE * self.pairs
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.REGRESSED if self.at_fault else Verdict.UNCHANGED
 
 
 @dataclass
@@ -129,6 +134,15 @@ class Matrix:
     def flagged(self) -> bool:
         return bool(self.faulty_hosts or self.suspects or self.slow_links or self.failed
                     or self.errors)
+
+    @property
+    def verdict(self) -> Verdict:
+        """The sweep's outcome in the one spelling: a pair that measured nothing is lost; a
+        host, element or link named is a regression (of the fabric against its own healthy
+        rate); else unchanged."""
+        if self.failed:
+            return Verdict.LOST
+        return Verdict.REGRESSED if self.flagged() else Verdict.UNCHANGED
 
 
 def _line_rates(measured: Any) -> dict[str, float]:

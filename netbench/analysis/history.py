@@ -21,21 +21,20 @@ from typing import Any
 from netbench.analysis.cases import is_headline
 from netbench.analysis.compare import (
     MetricVerdict,
-    adjust,
+    Question,
     change_of,
     check_units,
     env_changes,
     extreme_of,
+    judge_family,
     lost_verdicts,
     mean_known,
     pool,
-    side,
-    threshold_for,
 )
 from netbench.analysis.counter_news import counter_news
 from netbench.analysis.error_metrics import is_error_metric, with_error_metrics
 from netbench.analysis.segments import change_points
-from netbench.analysis.verdict import HISTORY_RUNS, Judgement, Past, invocation_test, judge
+from netbench.analysis.verdict import HISTORY_RUNS, Judgement, Past
 from netbench.errors import NetbenchError, UsageError
 from netbench.store import keyed
 from netbench.store.protocol import ReadableStore
@@ -188,8 +187,7 @@ def build(store: ReadableStore, labels: Sequence[str] = (), benchmarks: Sequence
     started = {r["run_id"]: r["started_at"] for r in runs}
     keys = list(dict.fromkeys(k for r in order for k in pooled[r]))
     series, single = [], []
-    pending: list[tuple[Step, dict[str, Any], dict[str, Any], tuple[str, str, str],
-                        float, Past]] = []
+    pending: list[tuple[Step, Question]] = []
     for key in keys:
         present = [r for r in order if key in pooled[r]]
         if len(present) < 2:
@@ -223,25 +221,17 @@ def build(store: ReadableStore, labels: Sequence[str] = (), benchmarks: Sequence
                             [pooled[r][key]["busy"] for r in earlier],
                             [pooled[r][key].get("steal") for r in earlier])
                 step.change = change_of(base, pooled[run_id][key])
-                step.p_value, step.evidence, sd = invocation_test(
-                    side(base), side(pooled[run_id][key]), past,
-                    counts=is_error_metric(key[2]))
                 step.against = len(before)
-                pending.append((step, base, pooled[run_id][key], key, sd, past))
+                pending.append((step, Question(key, base, pooled[run_id][key], past,
+                                               against=len(before))))
             s.steps.append(step)
         series.append(s)
     # Each run's steps are one family of tests (as a comparison is): adjusted together.
     for run_id in order:
         family = [t for t in pending if t[0].run_id == run_id]
-        for (step, base, cand, key, sd, past), q in zip(
-                family, adjust([t[0].p_value for t in family])):
-            threshold = threshold_for(thresholds or {}, key[0], key[2])
-            step.adopt(judge(side(base), side(cand), step.change or 0.0, base["better"],
-                             threshold, q, step.evidence, alpha,
-                             history_runs=step.against + len(past.values), what=key[0],
-                             sd=sd, past=past, p_value=step.p_value,
-                             extreme=extreme_of(key[2], base, cand),
-                             counts=is_error_metric(key[2]), cost=bool(base.get("cost"))))
+        for (step, _), judged in zip(family, judge_family([q for _, q in family], thresholds,
+                                                          alpha)):
+            step.adopt(judged)
     if not series and not lost:       # a lost case is news enough without a trend
         what = "; ".join(f"{b} {m} (run {r})" for b, m, r in single[:5])
         raise NetbenchError("a trend needs a case measured in at least two runs; every chosen "

@@ -673,7 +673,7 @@ def fabric_ending(result: Any, matrices: Sequence[Any], as_json: bool,
     summary = verdicts.summary(matrices) + "\n"
     stored = (f"stored {len(result.rows)} rows of {result.schedule.pairs} pairs in run "
               f"{result.run_id} ({where})\n")
-    code = 1 if any(m.flagged() for m in matrices) else 0
+    code = 1 if any(m.verdict.fails_gate() for m in matrices) else 0
     if not as_json:
         return summary, stored, code
     data = json.dumps(json_safe({"run_id": result.run_id,
