@@ -19,18 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from netbench import __version__, hooks, registry
-from netbench.api import json_safe
 from netbench.errors import NetbenchError, UsageError
 from netbench.store.protocol import ReadableStore
 from netbench.textfile import printable as shown  # stored text may hold ANSI escapes
-
-
-def _format_default(param: Any) -> str:
-    from netbench.api import format_size
-
-    if param.kind == "size":
-        return format_size(param.default)
-    return str(param.default)
 
 
 def _store(directory: str) -> Any:
@@ -42,6 +33,7 @@ def _store(directory: str) -> Any:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from netbench.env.probe import probe
+    from netbench.report import console
 
     env = probe(args.sysfs_root)
     benchmarks = registry.all_benchmarks()
@@ -56,29 +48,10 @@ def cmd_list(args: argparse.Namespace) -> int:
             "params": [{"name": p.name, "kind": p.kind, "default": p.default,
                         "accepted": p.accepted(), "help": p.help} for p in bench.params],
         })
-    broken = registry.broken_plugins()
     loaded, broken_hooks, _ = hooks.load()
-    if args.json:
-        print(json.dumps({"benchmarks": entries, "broken_plugins": broken,
-                          "hooks": [name for name, _ in loaded],
-                          "broken_hooks": list(broken_hooks)}, indent=2))
-        return 0
-    for entry, bench in zip(entries, benchmarks.values()):
-        state = "ready" if entry["available"] else f"unavailable: {entry['reason']}"
-        print(f"{entry['name']:<14} [{entry['transport']}] {entry['description']}")
-        print(f"{'':<14} {state}")
-        for param in bench.params:
-            print(f"{'':<16}{param.name} = {_format_default(param):<10} {param.help} "
-                  f"({param.accepted()})")
-        metrics = ", ".join(f"{m.name} [{m.unit}, {m.better} is better]"
-                            for m in bench.metrics)
-        print(f"{'':<16}metrics: {metrics}")
-    for name, why in broken.items():
-        print(f"{name:<14} BROKEN PLUGIN: {why}")
-    if loaded:
-        print("hooks: " + ", ".join(name for name, _ in loaded))
-    for why in broken_hooks:
-        print(f"BROKEN HOOK: {why}")
+    catalog = {"benchmarks": entries, "broken_plugins": registry.broken_plugins(),
+               "hooks": [name for name, _ in loaded], "broken_hooks": list(broken_hooks)}
+    print(json.dumps(catalog, indent=2) if args.json else console.list_text(catalog))
     return 0
 
 
@@ -152,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                    timeout=args.timeout, peer=args.peer,
                                    sysfs_root=args.sysfs_root, no_counters=args.no_counters)
     out, err, code = console.run_ending(
-        result, store, len(plan.cases), rank=launched.rank if quiet else None,
+        result, len(plan.cases), rank=launched.rank if quiet else None,
         as_json=args.json, resumed=resume is not None, jsonl=args.jsonl, resume_command=again)
     sys.stdout.write(out)
     sys.stderr.write(err)
@@ -161,9 +134,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
-    from netbench.analysis.counter_news import counter_news
     from netbench.analysis.selection import resolve
-    from netbench.report import console
+    from netbench.report import console, formats
 
     store = _store(args.results)
     base_sel = resolve(store, args.baseline)
@@ -172,31 +144,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
     try:
-        verdicts = cmp.judge_selections(store, base_sel, cand_sel, thresholds, args.alpha,
-                                        args.pool_hosts, not args.no_history)
+        done = cmp.comparison(store, base_sel, cand_sel, thresholds, source, args.alpha,
+                              args.pool_hosts, not args.no_history)
     except NetbenchError as exc:
         print(f"netbench: error: {shown(exc)}", file=sys.stderr)
         return 2
-    changes = cmp.env_changes(base_sel.rows, cand_sel.rows)
-    failed = cmp.failed_cases(base_sel.rows, cand_sel.rows)
-    news = counter_news(base_sel.rows, cand_sel.rows)      # errors quiet before, grown now
-    new, unasked = (f(base_sel.rows, cand_sel.rows) for f in (cmp.new_cases, cmp.not_asked))
-    print(cmp.to_json(verdicts, changes, {"baseline": base_sel, "candidate": cand_sel}, failed,
-                      news, new, unasked, (thresholds, source)) if args.json
-          else console.compare_text(base_sel, cand_sel, verdicts, failed, changes, args.all,
-                                    news, new, unasked,
-                                    cmp.thresholds_text(thresholds, source)))
-    if any(v.verdict.fails_gate(allow_lost=args.allow_lost) for v in [*verdicts, *news]):
+    print(formats.compare_json(done) if args.json else console.compare_text(done, args.all))
+    if done.fails_gate(args.allow_lost):
         return 1
-    if args.fail_on_noisy and cmp.undecided(verdicts):
+    if args.fail_on_noisy and cmp.undecided(done.verdicts):
         return 3
     return 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from netbench.analysis import compare as cmp
     from netbench.analysis import history as hist
-    from netbench.report import console
+    from netbench.report import console, formats
 
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: a significance level between 0 and 1")
@@ -205,8 +168,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     h = hist.build(store, args.label or (), args.benchmark or (),
                    args.metric or (), args.last, args.window, thresholds, args.alpha,
                    args.host or ())
-    print(hist.to_json(h) if args.json else
-          cmp.thresholds_text(thresholds, source) + "\n" + console.history_text(h, args.window))
+    print(formats.history_json(h) if args.json else
+          console.thresholds_text(thresholds, source) + "\n" + console.history_text(h, args.window))
     failing = console.history_gate(h, args.allow_lost)
     if failing and not args.json:
         print(f"netbench: the newest run {failing}", file=sys.stderr)
@@ -268,7 +231,7 @@ def _planner(args: argparse.Namespace, shape: Any, plan: Any) -> Any:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from netbench.report import console
+    from netbench.report import console, formats
 
     index = _store(args.results).runs()
     if args.label:
@@ -276,19 +239,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if index.empty:
         raise NetbenchError(f"no stored runs in {args.results}"
                             + (f" with label {args.label!r}" if args.label else ""))
-    if args.json:
-        out = index.drop(columns=["path"]).assign(     # a fabric's shape: a flag, not MBs
-            started_at=index["started_at"].map(lambda t: t.isoformat()),
-            topology=index["topology"].map(bool))
-        print(json.dumps(json_safe(out.to_dict("records")), indent=1, allow_nan=False))
-        return 0
-    print(console.runs_table(index))
+    print(formats.runs_json(index) if args.json else console.runs_table(index))
     return 0
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
     from netbench.analysis import accept
-    from netbench.report import console
+    from netbench.report import console, formats
 
     spec = accept.load_spec(args.spec, registry.catalog())
     store = _store(args.results)
@@ -297,14 +254,15 @@ def cmd_accept(args: argparse.Namespace) -> int:
         store, spec, chosen.run_ids), accept.read_counters(store, chosen.run_ids))
     print(console.accept_text(spec, chosen, outcomes))
     if args.junit:
-        accept.junit(spec, outcomes, args.junit)
+        formats.accept_junit(spec, outcomes, args.junit)
     return 1 if any(o.verdict.fails_gate() for o in outcomes) else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis.selection import resolve
-    from netbench.report import dashboard
+    from netbench.analysis.views import dashboard_views
+    from netbench.report import console, dashboard
 
     store = _store(args.results)
     verdicts, base, cand = [], None, None
@@ -315,13 +273,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         cand = resolve(store, args.candidate, keep_unmeasured=True)
         thresholds, source = _thresholds(args, store, [*base.run_ids, *cand.run_ids])
         verdicts = cmp.judge_selections(store, base, cand, thresholds)
-        print(f"baseline:  {base.describe()}\ncandidate: {cand.describe()}\n"
-              f"{cmp.thresholds_text(thresholds, source)}")
-    info = dashboard.render(store, args.output or str(Path(args.results) / "_dashboard.html"),
-                            args.run, args.label, base, cand, verdicts)   # beside its store
-    print(f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB); first view: {info['view']} "
-          f"= run {info['run']}; charts: {', '.join(info['charts']) or 'none'}; "
-          f"{len(info['views'])} view(s) in the picker")
+        print(console.sides_text(base, cand, thresholds, source))
+    views = dashboard_views(store, args.run, args.label, base, cand, verdicts)
+    info = dashboard.render(views, args.output or str(Path(args.results) / "_dashboard.html"))
+    print(console.report_text(info))                      # the page is beside its store
     return 0
 
 

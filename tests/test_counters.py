@@ -442,6 +442,8 @@ def test_a_sweeps_error_counters_name_the_link_their_pairs_share_not_the_hosts()
     import pandas as pd
 
     from netbench.analysis import fabric
+    from netbench.report.console import fabric_text
+    from netbench.report.formats import fabric_json
     from netbench.sweep import simulate as sim
 
     topo = sim.fat_tree(4, 4, 2, routing="dest")
@@ -458,10 +460,10 @@ def test_a_sweeps_error_counters_name_the_link_their_pairs_share_not_the_hosts()
     (m,) = fabric.analyse(pd.DataFrame(rows), topology=topo)
     assert m.errors and all(v == {"rx_crc_errors": 5} for v in m.errors.values())
     assert [s.elements for s in m.error_localization.suspects] == [["link:leaf1->spine0"]]
-    text = fabric.summary([m])
+    text = fabric_text([m])
     assert "ERRORS link:leaf1->spine0: 24 of 24 pairs through it grew error counters" in text
     assert "HOST" not in text and m.flagged()
-    (out,) = fabric.as_json([m])
+    (out,) = fabric_json([m])
     assert out["error_suspects"] == [{"elements": ["link:leaf1->spine0"], "pairs": 24,
                                       "with_errors": 24}] and len(out["errors"]) == 24
 

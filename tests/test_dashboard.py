@@ -234,7 +234,7 @@ def test_dashboard_never_misleads(tmp_path):
 def test_a_skip_only_benchmark_is_credited_to_its_latest_run():
     import pandas as pd
 
-    from netbench.report.dashboard import latest_per_benchmark
+    from netbench.analysis.selection import latest_per_benchmark
 
     index = pd.DataFrame([{"run_id": "old", "benchmarks": ["gpu.h2d", "tcp.rr"],
                            "ok_benchmarks": ["tcp.rr"]},

@@ -504,8 +504,9 @@ def test_a_slow_host_is_named_by_what_its_data_does(tmp_path, bench, op, params,
     import json as json_
 
     from netbench import registry
-    from netbench.analysis.fabric import analyse, summary
+    from netbench.analysis.fabric import analyse
     from netbench.api import Case
+    from netbench.report.console import fabric_text as summary
 
     declared = registry.get(bench)
     case = Case(bench, {p.name: p.default for p in declared.params} | json_.loads(params))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 
 from netbench.analysis.elements import element_table, worst
-from netbench.analysis.fabric import analyse, summary
+from netbench.analysis.fabric import analyse
+from netbench.report.console import fabric_text as summary
 from netbench.sweep import simulate as sim
 
 BAD = "link:leaf1--spine0"

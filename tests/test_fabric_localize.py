@@ -96,7 +96,8 @@ def test_a_slow_trunk_between_two_leaves_is_named_and_no_host_blamed(two_leaves,
     assert "HOST" not in verdict and "LINK leaf" not in verdict, verdict
     # The same rows without the topology: the path between the two inferred groups.
     from netbench import load as netbench_load
-    from netbench.analysis.fabric import analyse, summary
+    from netbench.analysis.fabric import analyse
+    from netbench.report.console import fabric_text as summary
 
     rows = netbench_load(res)
     (inferred,) = analyse(pd.DataFrame(rows[rows["status"] == "ok"]), 0.4)

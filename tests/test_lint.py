@@ -313,6 +313,21 @@ def test_the_cli_stays_thin():
     assert imports_of(PACKAGE / "cli.py") & chosen_here == set()
 
 
+def _aligned_columns(source: str) -> list[str]:
+    """f-string fields padded into columns ({name:<14}): a table being laid out."""
+    return sorted(f"line {node.lineno}" for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.FormattedValue) and node.format_spec is not None
+                  and any(isinstance(v, ast.Constant) and any(c in str(v.value) for c in "<>^")
+                          for v in node.format_spec.values))
+
+
+def test_the_cli_lays_out_no_table():
+    """Every table (list, runs, compare, history, accept) is report/'s: cli.py prints what
+    report/ returns."""
+    assert _aligned_columns((PACKAGE / "cli.py").read_text()) == []
+    assert _aligned_columns('def f(e):\n    print(f"{e:<14} {e!r}")\n') == ["line 2"]
+
+
 def test_the_thin_cli_rule_can_fail():
     code = ("def cmd_x(args):\n" + "    print(args)\n" * 40
             + "def build_parser():\n" + "    pass\n" * 200)
@@ -376,3 +391,62 @@ def test_the_fingerprint_key_rule_can_fail():
             '    return {"speed_mbps": 1}, "fw_ver" in nic, env["name"]\n')
     assert _keys_spelled(code, _fingerprint_keys()) == [
         "line 2: 'nics'", "line 2: 'rdma_devices'", "line 3: 'fw_ver'", "line 3: 'speed_mbps'"]
+
+
+# --- presentation is handed data ------------------------------------------------------------------
+
+# What only analysis does: read a store, choose runs, judge them.
+STORE_READERS = ("netbench.store.protocol", "netbench.store.parquet", "netbench.store.jsonl",
+                 "netbench.analysis.selection", "netbench.analysis.views")
+CHOOSING_CALLS = {"read", "runs", "resolve", "dashboard_views", "analyse", "build",
+                  "judge_selections", "judge_family", "comparison", "invocation_test", "judge"}
+
+
+def _calls(source: str, names: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            if name in names:
+                found.append(f"line {node.lineno}: {name}()")
+    return sorted(found)
+
+
+def _documents(source: str) -> list[str]:
+    """Where a module writes a document a machine reads: JUnit XML, indented JSON, print."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("xml"):
+            found.append(f"line {node.lineno}: imports {node.module}")
+        elif isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id == "print":
+                found.append(f"line {node.lineno}: print()")
+            elif isinstance(f, ast.Attribute) and f.attr == "dumps" \
+                    and any(k.arg == "indent" for k in node.keywords):
+                found.append(f"line {node.lineno}: json.dumps(indent=)")
+    return sorted(found)
+
+
+def test_presentation_is_handed_data_and_analysis_writes_no_document():
+    """report/ renders what analysis chose and judged (analysis.views, compare.Comparison,
+    history.History, fabric matrices): it reads no store and chooses no run; text, JSON and
+    JUnit are all written in report/, none in analysis/."""
+    mods = _modules()
+    report = [m for m in mods if _stage(m) == "report"]
+    assert _offenders(mods, report, STORE_READERS) == []
+    found = {str(p.relative_to(ROOT)): hits for p in (PACKAGE / "report").rglob("*.py")
+             if (hits := _calls(p.read_text(), CHOOSING_CALLS))}
+    assert found == {}
+    written = {str(p.relative_to(ROOT)): hits for p in (PACKAGE / "analysis").rglob("*.py")
+               if (hits := _documents(p.read_text()))}
+    assert written == {}
+
+
+def test_the_presentation_rules_can_fail():
+    code = ("from xml.etree import ElementTree\nimport json\n"
+            "def f(store, h):\n    rows = store.read(['a'])\n    print(json.dumps(h, indent=1))\n")
+    assert _calls(code, CHOOSING_CALLS) == ["line 4: read()"]
+    assert _documents(code) == ["line 1: imports xml.etree", "line 5: json.dumps(indent=)",
+                                "line 5: print()"]

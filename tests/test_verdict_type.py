@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 import pytest
 from conftest import ROOT
 
-from netbench.analysis import compare, history
-from netbench.analysis.compare import MetricVerdict
+from netbench.analysis.compare import Comparison, MetricVerdict
 from netbench.analysis.history import History, Series, Step
+from netbench.analysis.selection import Selection
 from netbench.analysis.verdict import UNDECIDED, VERDICTS, Judgement, Side, Verdict, judge
+from netbench.report.formats import compare_json, history_json
 
 WORDS = {v.value for v in Verdict}
 HOME = ROOT / "netbench" / "analysis" / "verdict.py"
@@ -97,7 +98,9 @@ def test_compare_json_keeps_its_keys_and_plain_words():
     assert j.verdict is Verdict.REGRESSED and (j.p_value, j.p_adjusted) == (2e-5, 1e-4)
     v = _metric(**j.decision())
     assert asdict(v)["verdict"] == "regressed"
-    out = json.loads(compare.to_json([v], []))["verdicts"][0]
+    side = Selection(None, ["r1"], "run r1")
+    done = Comparison(side, side, [v], [], [], [], [], [], {}, "")
+    out = json.loads(compare_json(done))["verdicts"][0]
     assert set(out) == COMPARE_KEYS
     assert (out["verdict"], out["p_value"], out["p_adjusted"], out["evidence"]) == (
         "regressed", 2e-5, 1e-4, "repeats")
@@ -111,7 +114,7 @@ def test_history_json_keeps_its_keys_and_a_first_run_unjudged():
                            evidence="repeats", needs="about 9 repeats a side"))
     h = History([], [Series("rdma.write_bw", "{}", "bw_avg", "u", "higher", None,
                             [first, newest])], [], [])
-    steps = json.loads(history.to_json(h))["series"][0]["steps"]
+    steps = json.loads(history_json(h))["series"][0]["steps"]
     assert all(set(s) == STEP_KEYS for s in steps)
     assert (steps[0]["verdict"], steps[0]["evidence"]) == ("", "")
     assert (steps[1]["verdict"], steps[1]["p_value"], steps[1]["p_adjusted"],

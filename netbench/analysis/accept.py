@@ -54,7 +54,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from xml.etree import ElementTree
 
 from netbench.analysis.cases import flow_of, probed_line_rate, roles
 from netbench.analysis.verdict import Verdict
@@ -63,7 +62,7 @@ from netbench.env import counters
 from netbench.errors import UsageError
 from netbench.store import counters_of, measured_params
 from netbench.store.protocol import ReadableStore
-from netbench.textfile import load_toml, printable, write_atomic
+from netbench.textfile import load_toml, printable
 from netbench.units import from_gbit, is_rate
 
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
@@ -250,27 +249,7 @@ def choose_run(store: ReadableStore, spec: Spec, run: str | None, label: str | N
     wanted = sorted({c.benchmark for c in spec.checks})
     if run and label:
         raise UsageError("--run and --label name the same thing: give one")
-    ref = run or label
-    if ref is None and spec.suite:
-        index = store.runs()
-        if not index.empty and (index["suite"] == spec.suite).any():
-            return resolve(_SuiteView(store, spec.suite), None, wanted)
-    return resolve(store, ref, wanted)
-
-
-class _SuiteView:
-    """A store seen through one suite's runs (accept's default prefers the spec's suite)."""
-
-    def __init__(self, store: ReadableStore, suite: str) -> None:
-        self._store, self._suite = store, suite
-        self.directory = store.directory
-
-    def runs(self) -> Any:
-        index = self._store.runs()
-        return index[index["suite"] == self._suite].reset_index(drop=True)
-
-    def read(self, run_ids: Any, columns: Any = None) -> Any:
-        return self._store.read(run_ids, columns)
+    return resolve(store, run or label, wanted, suite=spec.suite or None)
 
 
 def kept_topology(store: ReadableStore, spec: Spec, run_ids: Sequence[str]) -> Any:
@@ -606,24 +585,3 @@ def _bounds(check: Check, extra: str | None) -> str:
         parts.append("counters a case: " + ", ".join(f"{name} +{most} at most" for name, most
                                                       in check.max_delta.items()))
     return " and ".join(parts)
-
-
-def junit(spec: Spec, outcomes: list[Outcome], path: str | Path) -> None:
-    """The console's words (case names, units) as JUnit XML. Every text is ``printable``: a
-    control character is no legal XML 1.0, and CI shows these texts on a terminal."""
-    name = printable(spec.name)
-    suite = ElementTree.Element("testsuite", name=name, tests=str(len(outcomes)),
-                                failures=str(sum(not o.passed for o in outcomes)))
-    for outcome in outcomes:
-        case = ElementTree.SubElement(suite, "testcase", classname=name,
-                                      name=printable(outcome.check.name))
-        if not outcome.passed:
-            failure = ElementTree.SubElement(case, "failure",
-                                             message=printable(outcome.message))
-            failure.text = printable(f"expected {outcome.expected}; "
-                                     + (f"measured {outcome.measured_text()}"
-                                        if outcome.measured else "nothing measured"))
-    # Atomic, a regular file only (a FIFO named by --junit hung the gate), never through a
-    # link another user planted.
-    write_atomic(Path(path), lambda tmp: ElementTree.ElementTree(suite).write(
-        tmp, encoding="unicode", xml_declaration=True))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from netbench.analysis.error_metrics import is_error_metric, with_error_metrics
@@ -28,7 +28,6 @@ from netbench.analysis.verdict import (
     invocation_test,
     judge,
 )
-from netbench.api import json_safe
 from netbench.errors import NetbenchError, UsageError
 from netbench.fingerprint import Fingerprint
 from netbench.stats import median_sorted
@@ -128,16 +127,6 @@ def thresholds_of_runs(flags: Sequence[str], path: str | None,
     if flags:
         source = f"{source} and --threshold" if source else "--threshold"
     return out, source
-
-
-def thresholds_text(thresholds: Mapping[str, float], source: str) -> str:
-    """One line saying which thresholds judged, so a verdict is never read against the wrong
-    line: "thresholds: goodput 3%, ... (suite driver-regression's ...); default 5%"."""
-    if not source:
-        return "thresholds: 5% for every metric (the default; --thresholds FILE sets them)"
-    shown = ", ".join(f"{k} {v * 100:.4g}%" for k, v in sorted(thresholds.items()))
-    rest = "" if "default" in thresholds else "; 5% for the rest"
-    return f"thresholds: {shown}{rest} ({source})"
 
 
 def _check_threshold_keys(thresholds: Mapping[str, float],
@@ -646,6 +635,40 @@ def history_rows(store: ReadableStore, base_ids: Sequence[str], cand_ids: Sequen
     return rows.sort_values(["started_at", "run_id"], kind="stable")
 
 
+@dataclass
+class Comparison:
+    """`netbench compare`'s answer, made once here and handed to report/ (text or JSON): the
+    sides chosen, each metric's verdict, and what else the reader must know."""
+    baseline: Any                     # analysis.selection.Selection
+    candidate: Any
+    verdicts: list[MetricVerdict]
+    changes: list[tuple[str, str | None, str | None]]    # env_changes
+    failed: list[tuple[str, str, str, str]]              # failed_cases
+    news: list[Any]                                      # analysis.counter_news
+    new: list[tuple[str, str]]                           # new_cases
+    unasked: list[tuple[str, str]]                       # not_asked
+    thresholds: Mapping[str, float]
+    source: str                                          # where the thresholds came from
+
+    def fails_gate(self, allow_lost: bool = False) -> bool:
+        """A regressed or lost metric, or an error counter grown on a case's own device."""
+        return any(v.verdict.fails_gate(allow_lost=allow_lost)
+                   for v in [*self.verdicts, *self.news])
+
+
+def comparison(store: ReadableStore, base: Any, cand: Any, thresholds: Mapping[str, float],
+               source: str = "", alpha: float = 0.05, pool_hosts: bool = False,
+               use_history: bool = True) -> Comparison:
+    """Two chosen sides judged (``judge_selections``), with the cases they could not judge,
+    the error counters that grew, and what changed in the environment between them."""
+    from netbench.analysis.counter_news import counter_news
+
+    verdicts = judge_selections(store, base, cand, thresholds, alpha, pool_hosts, use_history)
+    a, b = base.rows, cand.rows
+    return Comparison(base, cand, verdicts, env_changes(a, b), failed_cases(a, b),
+                      counter_news(a, b), new_cases(a, b), not_asked(a, b), thresholds, source)
+
+
 def judge_selections(store: ReadableStore, base: Any, cand: Any, thresholds: Mapping[str, float],
                      alpha: float = 0.05, pool_hosts: bool = False,
                      use_history: bool = True) -> list[MetricVerdict]:
@@ -706,35 +729,3 @@ def env_changes(base: Any, cand: Any) -> list[tuple[str, str | None, str | None]
     used = devices_used(base, cand)
     a, b = _env(base).facts(used), _env(cand).facts(used)
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-
-
-def to_json(verdicts: Sequence[MetricVerdict], changes: Sequence[tuple[str, Any, Any]],
-            sides: Mapping[str, Any] | None = None,
-            failed: Sequence[tuple[str, str, str, str]] = (), news: Sequence[Any] = (),
-            new: Sequence[tuple[str, str]] = (),
-            unasked: Sequence[tuple[str, str]] = (),
-            thresholds: tuple[Mapping[str, float], str] | None = None) -> str:
-    """Verdicts (lost cases first), environment changes, and (``sides``: name -> Selection)
-    the runs chosen; ``news``: error counters quiet before and grown now
-    (analysis.counter_news); ``new``: cases only the candidate measured; ``unasked``: cases
-    only the baseline measured, which no candidate run was asked to run; ``thresholds``:
-    those that judged and their source (``thresholds_of_runs``)."""
-    chosen = {name: {"what": sel.what, "run_ids": sel.run_ids,
-                     "left_out": [{"run_id": r, "why": w} for r, w in sel.left_out]}
-              for name, sel in (sides or {}).items()}
-    return json.dumps(json_safe({"selection": chosen,
-                                 "verdicts": [asdict(v) for v in verdicts],
-                                 "failed_cases": [{"side": s, "benchmark": b, "params": p,
-                                                   "reason": r} for s, b, p, r in failed],
-                                 "environment_changes": [{"what": k, "baseline": a,
-                                                          "candidate": b}
-                                                         for k, a, b in changes],
-                                 "counter_news": [asdict(n) for n in news],
-                                 "new_cases": [{"benchmark": b, "params": p}
-                                               for b, p in new],
-                                 "not_asked_cases": [{"benchmark": b, "params": p}
-                                                     for b, p in unasked],
-                                 "thresholds": {"values": dict(thresholds[0]),
-                                                "source": thresholds[1] or "default 5%"}
-                                 if thresholds is not None else None}),
-                      indent=2, allow_nan=False)

@@ -10,14 +10,11 @@ matrix is a host's egress and a column its ingress (rdma.read_bw moves data the 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from netbench.analysis.cases import flow_of, headline_of, probed_line_rate, roles
 from netbench.analysis.elements import ElementStat, element_table
-from netbench.analysis.elements import worst as worst_elements
 from netbench.analysis.localize import (
     MIN_DEFICIT,
     Localization,
@@ -373,114 +370,3 @@ def _strings(column: Any) -> list[str]:
     codes, names = pd.factorize(column)
     names = [str(n) for n in names]
     return [names[i] for i in codes.tolist()]
-
-
-def summary(matrices: Sequence[Matrix], worst: int = 10) -> str:
-    """What the terminal prints: per case, the hosts at fault, the slow links, the failed
-    pairs and the worst pairs."""
-    lines = []
-    for m in matrices:
-        params = json.loads(m.params or "{}")
-        case = " ".join(f"{k}={v}" for k, v in sorted(params.items())
-                        if k in ("msg_size", "streams", "direction", "qps", "bidirectional"))
-        healthy = m.localization.reference if m.localization else None
-        lines.append(f"{m.benchmark} {case}".rstrip() + f": {m.metric} over "
-                     f"{len(m.endpoints)} endpoints, {len(m.cells)} pairs, median "
-                     + (f"{m.median:.4g} {m.unit}" if m.median is not None else "-")
-                     + (f", healthy {healthy:.4g} (the fast pairs' median)"
-                        if healthy is not None and m.median is not None else "")
-                     + (f"; slow: {m.localization.cut_from}"
-                        if m.localization and m.localization.cut is not None else ""))
-        if len(m.cells) > worst:
-            lines[-1] += f" (the {worst} worst below)"
-        for h in m.faulty_hosts:
-            lines.append(f"  HOST {h.name}: slow {h.role} with {h.slow} of {h.pairs} peers "
-                         f"(median {h.median_ratio:.2f} x the healthy rate): its NIC, PCIe path "
-                         "or config")
-        loc = m.localization
-        for suspect in m.suspects:
-            lines.append("  " + suspect.text(m.unit, loc.inferred if loc else False, m.roles))
-        unexplained = m.unexplained
-        for c in m.slow_links:
-            if (c.client, c.server) in unexplained:
-                lines.append(f"  LINK {c.client} -> {c.server}: {c.ratio:.2f} x the healthy rate, "
-                             "while both hosts are fine with their other peers: the pair's "
-                             "own path (one pair: retest it)")
-        if m.elements and m.topology is not None and not m.topology.inferred:
-            # The links' and switches' evidence, worst first, named or not (hosts have their
-            # own lines; an inferred shape's groups are no names to send an engineer to).
-            lines.append("  worst elements (median of the pairs through each, x healthy):")
-            lines += [f"    {e.text()}" for e in worst_elements(m.elements, WORST_ELEMENTS,
-                                                                   hosts=False)]
-        lines += _error_lines(m)
-        for note in m.notes:
-            lines.append(f"  note: {note}")
-        for c in m.failed:
-            lines.append(f"  FAILED {c.client} -> {c.server}: {c.reason}")
-        line = m.cells["of_line"].dropna() if "of_line" in m.cells else []
-        if len(line):
-            lines.append(f"  vs the probed link rate: median {line.median():.2f}, worst "
-                         f"{line.min():.2f}")
-        for c in m.worst(worst):
-            lines.append(f"    {c.client:>20} -> {c.server:<20} {c.value:.4g} {m.unit}  "
-                         f"{c.ratio:.2f} x healthy" + ("  slow" if c.slow else ""))
-        if not m.flagged():
-            lines.append("  nothing flagged")
-    return "\n".join(lines)
-
-
-def _error_lines(m: Matrix) -> list[str]:
-    """The elements whose pairs grew error counters, with the evidence; else the pairs."""
-    if not m.errors:
-        return []
-    lines = []
-    loc = m.error_localization
-    for suspect in loc.suspects if loc else []:
-        lines.append(f"  ERRORS {', '.join(suspect.elements[:3])}: {suspect.slow} of "
-                     f"{suspect.pairs} pairs through it grew error counters")
-    for (client, server), grown in sorted(m.errors.items())[:WORST_ELEMENTS * 2]:
-        lines.append(f"    {client} -> {server}: " + ", ".join(
-            f"{k} +{v}" for k, v in sorted(grown.items())))
-    return lines
-
-
-def as_json(matrices: Sequence[Matrix]) -> list[Mapping[str, Any]]:
-    return [{"benchmark": m.benchmark, "params": json.loads(m.params or "{}"),
-             "metric": m.metric, "unit": m.unit, "median": m.median,
-             "endpoints": m.endpoints,
-             "faulty_hosts": [{"host": h.name, "role": h.role, "slow": h.slow,
-                               "pairs": h.pairs} for h in m.faulty_hosts],
-             "slow_links": [{"client": c.client, "server": c.server, "ratio": c.ratio}
-                            for c in m.slow_links],
-             "suspects": [{"elements": s.elements, "kind": s.kind, "slow": s.slow,
-                           "pairs": s.pairs, "median_through": s.median_through,
-                           "median_avoiding": s.median_avoiding, "pinned": s.pinned,
-                           "of_healthy": s.of_healthy, "deficit": s.deficit, "p": s.p,
-                           "text": s.text(m.unit, m.localization.inferred, m.roles)}
-                          for s in m.suspects],
-             "healthy": m.localization.reference if m.localization else None,
-             # The shortfall below healthy a pair read slow at, and why (noise or fixed).
-             "slow_below": m.localization.cut if m.localization else None,
-             "slow_because": m.localization.cut_from if m.localization else "",
-             "topology": m.localization.topology if m.localization else "",
-             # Each element's evidence, where the shape was given (inferred groups: none).
-             "elements": [{"element": e.element, "pairs": e.pairs, "pinned": e.pinned,
-                           "slow": e.slow, "failed": e.failed, "median": e.median,
-                           "median_avoiding": e.median_avoiding} for e in m.elements]
-             if m.topology is not None and not m.topology.inferred else [],
-             "notes": m.notes,
-             # Pairs whose cases grew error counters, and the elements that explain them.
-             "errors": [{"client": c, "server": s, "counters": grown}
-                        for (c, s), grown in sorted(m.errors.items())],
-             "error_suspects": [{"elements": s.elements, "pairs": s.pairs, "with_errors": s.slow}
-                                for s in (m.error_localization.suspects
-                                          if m.error_localization else [])],
-             "failed": [{"client": c.client, "server": c.server, "reason": c.reason}
-                        for c in m.failed],
-             # A traced sweep's pair has a cell per switch path it took ("a>b>c").
-             "cells": [{"client": c.client, "server": c.server, "value": c.value,
-                        "ratio": c.ratio, "slow": c.slow, "cause": c.cause,
-                        "of_line": of_line, "path": path or None}
-                       for c, of_line, path in zip(m.all_cells(), m.cells["of_line"].map(
-                           lambda x: None if x != x else float(x)), m.cells["path"])]}
-            for m in matrices]

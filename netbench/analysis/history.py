@@ -13,9 +13,8 @@ NCCL, torch) is recorded on that run, so a regression points at its run and at w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from netbench.analysis.cases import is_headline
@@ -293,27 +292,3 @@ def sparkline(values: Sequence[float]) -> str:
         return SPARKS[3] * len(values)
     return "".join(SPARKS[min(int((v / scale - low) / (high - low) * len(SPARKS)),
                               len(SPARKS) - 1)] for v in values)
-
-
-def to_json(history: History) -> str:
-    from netbench.api import json_safe
-
-    def when(t: Any) -> str:
-        return t.isoformat() if hasattr(t, "isoformat") else str(t)
-
-    return json.dumps(json_safe({
-        "runs": [{**r, "started_at": when(r["started_at"]),
-                  "changes": [{"what": k, "before": a, "after": b} for k, a, b in r["changes"]],
-                  "news": [vars(n) for n in r.get("news", [])]}
-                 for r in history.runs],
-        "series": [{"benchmark": s.benchmark, "params": json.loads(s.params or "{}"),
-                    "metric": s.metric, "unit": s.unit, "better": s.better,
-                    "steps": [{**vars(step), "started_at": when(step.started_at)}
-                              for step in s.steps],
-                    "change_points": [{**vars(c), "started_at": when(c.started_at)}
-                                      for c in s.change_points]} for s in history.series],
-        "lost_cases": [asdict(v) for v in history.lost],
-        "single_run_cases": [{"benchmark": b, "metric": m, "run_id": r}
-                             for b, m, r in history.single],
-        "left_out": [{"run_id": r, "why": w} for r, w in history.left_out]}),
-        indent=1, allow_nan=False)

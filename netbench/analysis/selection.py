@@ -56,11 +56,13 @@ def _why_not(run: Any, benchmarks: Iterable[str] | None) -> str:
     return "nothing measured: " + (", ".join(parts) or "no cases")
 
 
-def _index(store: ReadableStore) -> Any:
+def _index(store: ReadableStore, suite: str | None = None) -> Any:
     index = store.runs()
     if index.empty:
         raise NetbenchError(f"no results in the store {store.directory}: run `netbench run` "
                             "first")
+    if suite is not None and (index["suite"] == suite).any():
+        index = index[index["suite"] == suite].reset_index(drop=True)
     return index
 
 
@@ -85,14 +87,17 @@ def _pooled(store: ReadableStore, index: Any, what: str, benchmarks: Iterable[st
 
 
 def resolve(store: ReadableStore, ref: str | None, benchmarks: Iterable[str] | None = None,
-            columns: list[str] | None = None, keep_unmeasured: bool = False) -> Selection:
+            columns: list[str] | None = None, keep_unmeasured: bool = False,
+            suite: str | None = None) -> Selection:
     """The runs ``ref`` names, by the rule above (``benchmarks``: what "measured" means).
     ``keep_unmeasured``: a label's or directory's runs that measured nothing are chosen too
-    (a comparison's candidate: its skipped and failed cases are the news, lost cases)."""
+    (a comparison's candidate: its skipped and failed cases are the news, lost cases).
+    ``suite``: with no ``ref``, the latest of that suite's runs, where the store has any
+    (accept prefers its spec's suite)."""
     from netbench.store import ResultStore
 
     if ref is None:
-        index = _index(store)
+        index = _index(store, suite)
         usable = [i for i, (_, r) in enumerate(index.iterrows()) if _measured(r, benchmarks)]
         if not usable:
             # Nothing measured anywhere: judge the latest run that tried, saying so (its
@@ -132,6 +137,31 @@ def resolve(store: ReadableStore, ref: str | None, benchmarks: Iterable[str] | N
     labels = sorted({str(x) for x in index["label"] if x})
     raise UsageError(f"{ref!r} is not a results directory, run id or label in "
                      f"{store.directory}; labels there: {', '.join(labels[:20]) or 'none'}")
+
+
+def latest_per_benchmark(index: Any) -> dict[str, str]:
+    """benchmark -> the latest of these runs (rows of the store's index, oldest first) that
+    measured it (that only skipped it, if none did)."""
+    measured: dict[str, str] = {}
+    tried: dict[str, str] = {}
+    for _, run in index.iterrows():                      # oldest first: later runs win
+        for bench in run["benchmarks"]:
+            tried[bench] = run["run_id"]
+            if bench in run["ok_benchmarks"]:
+                measured[bench] = run["run_id"]
+    return {**tried, **measured}
+
+
+def newest_of_each(store: ReadableStore, index: Any) -> Any:
+    """The rows of each benchmark from the latest of these runs that measured it (that tried
+    it, if none did): a label's page in the dashboard."""
+    import pandas as pd
+
+    picks = latest_per_benchmark(index)
+    frame = store.read(sorted(set(picks.values())))
+    # A row mask, also where no row was readable (an empty list would pick no columns).
+    keep = [picks.get(b) == r for b, r in zip(frame["benchmark"], frame["run_id"])]
+    return frame.loc[pd.Series(keep, index=frame.index, dtype=bool)]
 
 
 def kept_topology(index: Any, run_ids: Iterable[str]) -> Any:

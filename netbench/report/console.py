@@ -28,7 +28,6 @@ from netbench.api import Case, format_size, json_safe
 from netbench.env import counters
 from netbench.fingerprint import Fingerprint, Nic
 from netbench.store import columns_of, counters_of
-from netbench.store.protocol import Store
 from netbench.store.schema import split_unit
 from netbench.textfile import printable  # stored params and hosts may hold escapes
 from netbench.units import readable
@@ -523,7 +522,7 @@ def resuming(resume: Any) -> str:
             f"{len(resume.record['redone'])} to run")
 
 
-def run_ending(result: Any, store: Store, n_cases: int, *, rank: int | None, as_json: bool,
+def run_ending(result: Any, n_cases: int, *, rank: int | None, as_json: bool,
                resumed: bool, jsonl: str | None, resume_command: str) -> tuple[str, str, int]:
     """What `netbench run` prints when its run ends, as (stdout, stderr, exit code).
 
@@ -545,7 +544,7 @@ def run_ending(result: Any, store: Store, n_cases: int, *, rank: int | None, as_
         out, err = rows + "\n", [table]
     else:
         out, err = table, []
-    err += _run_notes(result, store, resumed)
+    err += _run_notes(result, resumed)
     if result.interrupted:
         err += _stop_notes(result, n_cases, resumed, jsonl, resume_command)
         return out, "".join(err), stopped
@@ -557,7 +556,7 @@ def run_ending(result: Any, store: Store, n_cases: int, *, rank: int | None, as_
     return out, "".join(err), 0
 
 
-def _run_notes(result: Any, store: Store, resumed: bool) -> list[str]:
+def _run_notes(result: Any, resumed: bool) -> list[str]:
     """Fallbacks said once with a count, skipped cases grouped by reason, and what the run's
     file holds."""
     err = []
@@ -574,7 +573,7 @@ def _run_notes(result: Any, store: Store, resumed: bool) -> list[str]:
     # What the run's file holds (a part that turned unreadable is not in it), not what ran.
     n_rows, by_status = len(result.rows), {s: result.count(s) for s in
                                            ("ok", "skipped", "failed")}
-    kept = store.stored(result.path) if hasattr(store, "stored") and result.path else None
+    kept = result.stored
     if kept is not None:
         n_rows, by_status = kept
     counts = ", ".join(f"{by_status[s]} {s}" for s in ("ok", "skipped", "failed"))
@@ -668,17 +667,40 @@ def fabric_ending(result: Any, matrices: Sequence[Any], as_json: bool,
     """What `netbench fabric` prints on rank 0 after the sweep, as (stdout, stderr, exit
     code): the verdicts as JSON with ``as_json`` (the summary then goes to stderr), the
     summary, and where the rows went; exit 1 when a matrix flags something."""
-    from netbench.analysis import fabric as verdicts  # here: a run never loads it
+    from netbench.report.formats import fabric_json
 
-    summary = verdicts.summary(matrices) + "\n"
+    summary = fabric_text(matrices) + "\n"
     stored = (f"stored {len(result.rows)} rows of {result.schedule.pairs} pairs in run "
               f"{result.run_id} ({where})\n")
     code = 1 if any(m.verdict.fails_gate() for m in matrices) else 0
     if not as_json:
         return summary, stored, code
     data = json.dumps(json_safe({"run_id": result.run_id,
-                                 "matrices": verdicts.as_json(matrices)}), allow_nan=False)
+                                 "matrices": fabric_json(matrices)}), allow_nan=False)
     return data + "\n", summary + stored, code
+
+
+def list_text(catalog: Mapping[str, Any]) -> str:
+    """`netbench list`: each benchmark, whether it can run here and why not, its params with
+    their defaults and accepted values, its metrics; broken plugins and hooks."""
+    lines = []
+    for entry in catalog["benchmarks"]:
+        state = "ready" if entry["available"] else f"unavailable: {entry['reason']}"
+        lines.append(f"{entry['name']:<14} [{entry['transport']}] {entry['description']}")
+        lines.append(f"{'':<14} {state}")
+        for p in entry["params"]:
+            default = format_size(p["default"]) if p["kind"] == "size" else str(p["default"])
+            lines.append(f"{'':<16}{p['name']} = {default:<10} {p['help']} ({p['accepted']})")
+        metrics = ", ".join(f"{m['name']} [{m['unit']}, {m['better']} is better]"
+                            for m in entry["metrics"])
+        lines.append(f"{'':<16}metrics: {metrics}")
+    for name, why in catalog["broken_plugins"].items():
+        lines.append(f"{name:<14} BROKEN PLUGIN: {why}")
+    if catalog["hooks"]:
+        lines.append("hooks: " + ", ".join(catalog["hooks"]))
+    for why in catalog["broken_hooks"]:
+        lines.append(f"BROKEN HOOK: {why}")
+    return "\n".join(lines)
 
 
 def probe_text(raw: Mapping[str, Any]) -> str:
@@ -740,20 +762,42 @@ def runs_table(index: Any) -> str:
     return "\n".join(lines)
 
 
-def compare_text(baseline: Any, candidate: Any, verdicts: Sequence[Any],
-                 failed: Sequence[tuple[str, str, str, str]],
-                 changes: Sequence[tuple[str, Any, Any]], everything: bool = False,
-                 news: Sequence[Any] = (), new: Sequence[tuple[str, str]] = (),
-                 unasked: Sequence[tuple[str, str]] = (), thresholds: str = "") -> str:
-    """`netbench compare`: the two sides (selections), which thresholds judged, the verdicts
-    (``compare_summary``),
-    the cases no side could judge, error counters quiet before and grown now, and what
-    changed in the environment."""
+def thresholds_text(thresholds: Mapping[str, float], source: str) -> str:
+    """One line saying which thresholds judged, so a verdict is never read against the wrong
+    line: "thresholds: goodput 3%, ... (suite driver-regression's ...); default 5%"."""
+    if not source:
+        return "thresholds: 5% for every metric (the default; --thresholds FILE sets them)"
+    shown = ", ".join(f"{k} {v * 100:.4g}%" for k, v in sorted(thresholds.items()))
+    rest = "" if "default" in thresholds else "; 5% for the rest"
+    return f"thresholds: {shown}{rest} ({source})"
+
+
+
+def sides_text(base: Any, cand: Any, thresholds: Mapping[str, float], source: str) -> str:
+    """The two sides a report compares (Selections) and the thresholds that judged them."""
+    return (f"baseline:  {base.describe()}\ncandidate: {cand.describe()}\n"
+            f"{thresholds_text(thresholds, source)}")
+
+
+def report_text(info: Mapping[str, Any]) -> str:
+    """`netbench report`: where the page went and what its first view draws."""
+    return (f"wrote {info['path']} ({info['bytes'] / 1e6:.1f} MB); first view: {info['view']} "
+            f"= run {info['run']}; charts: {', '.join(info['charts']) or 'none'}; "
+            f"{len(info['views'])} view(s) in the picker")
+
+
+def compare_text(done: Any, everything: bool = False) -> str:
+    """`netbench compare` (``analysis.compare.Comparison``): the two sides (selections),
+    which thresholds judged, the verdicts (``compare_summary``), the cases no side could
+    judge, error counters quiet before and grown now, and what changed in the environment."""
     from netbench.analysis.cases import headlines
 
+    baseline, candidate, verdicts = done.baseline, done.candidate, done.verdicts
+    failed, changes, news, new, unasked = (done.failed, done.changes, done.news, done.new,
+                                           done.unasked)
     lines = [f"baseline:  {printable(baseline.describe())}",
              f"candidate: {printable(candidate.describe())}",
-             *([printable(thresholds)] if thresholds else []),
+             printable(thresholds_text(done.thresholds, done.source)),
              compare_summary(verdicts, {**headlines(baseline.rows),
                                         **headlines(candidate.rows)}, everything=everything)]
     lost = {(v.benchmark, v.params) for v in verdicts if v.verdict == Verdict.LOST}
@@ -888,3 +932,79 @@ def accept_text(spec: Any, chosen: Any, outcomes: Sequence[Any]) -> str:
     failed = sum(not o.passed for o in outcomes)
     lines.append(f"{len(outcomes) - failed} passed, {failed} failed")
     return "\n".join(lines)
+
+
+
+
+def fabric_text(matrices: Sequence[Any], worst: int = 10) -> str:
+    """What the terminal prints: per case, the hosts at fault, the slow links, the failed
+    pairs and the worst pairs."""
+    from netbench.analysis.elements import worst as worst_elements
+    from netbench.analysis.fabric import WORST_ELEMENTS  # here: a run never loads it
+
+    lines = []
+    for m in matrices:
+        params = json.loads(m.params or "{}")
+        case = " ".join(f"{k}={v}" for k, v in sorted(params.items())
+                        if k in ("msg_size", "streams", "direction", "qps", "bidirectional"))
+        healthy = m.localization.reference if m.localization else None
+        lines.append(f"{m.benchmark} {case}".rstrip() + f": {m.metric} over "
+                     f"{len(m.endpoints)} endpoints, {len(m.cells)} pairs, median "
+                     + (f"{m.median:.4g} {m.unit}" if m.median is not None else "-")
+                     + (f", healthy {healthy:.4g} (the fast pairs' median)"
+                        if healthy is not None and m.median is not None else "")
+                     + (f"; slow: {m.localization.cut_from}"
+                        if m.localization and m.localization.cut is not None else ""))
+        if len(m.cells) > worst:
+            lines[-1] += f" (the {worst} worst below)"
+        for h in m.faulty_hosts:
+            lines.append(f"  HOST {h.name}: slow {h.role} with {h.slow} of {h.pairs} peers "
+                         f"(median {h.median_ratio:.2f} x the healthy rate): its NIC, PCIe path "
+                         "or config")
+        loc = m.localization
+        for suspect in m.suspects:
+            lines.append("  " + suspect.text(m.unit, loc.inferred if loc else False, m.roles))
+        unexplained = m.unexplained
+        for c in m.slow_links:
+            if (c.client, c.server) in unexplained:
+                lines.append(f"  LINK {c.client} -> {c.server}: {c.ratio:.2f} x the healthy rate, "
+                             "while both hosts are fine with their other peers: the pair's "
+                             "own path (one pair: retest it)")
+        if m.elements and m.topology is not None and not m.topology.inferred:
+            # The links' and switches' evidence, worst first, named or not (hosts have their
+            # own lines; an inferred shape's groups are no names to send an engineer to).
+            lines.append("  worst elements (median of the pairs through each, x healthy):")
+            lines += [f"    {e.text()}" for e in worst_elements(m.elements, WORST_ELEMENTS,
+                                                                   hosts=False)]
+        lines += _error_lines(m)
+        for note in m.notes:
+            lines.append(f"  note: {note}")
+        for c in m.failed:
+            lines.append(f"  FAILED {c.client} -> {c.server}: {c.reason}")
+        line = m.cells["of_line"].dropna() if "of_line" in m.cells else []
+        if len(line):
+            lines.append(f"  vs the probed link rate: median {line.median():.2f}, worst "
+                         f"{line.min():.2f}")
+        for c in m.worst(worst):
+            lines.append(f"    {c.client:>20} -> {c.server:<20} {c.value:.4g} {m.unit}  "
+                         f"{c.ratio:.2f} x healthy" + ("  slow" if c.slow else ""))
+        if not m.flagged():
+            lines.append("  nothing flagged")
+    return "\n".join(lines)
+
+
+def _error_lines(m: Any) -> list[str]:
+    """The elements whose pairs grew error counters, with the evidence; else the pairs."""
+    if not m.errors:
+        return []
+    from netbench.analysis.fabric import WORST_ELEMENTS
+
+    lines = []
+    loc = m.error_localization
+    for suspect in loc.suspects if loc else []:
+        lines.append(f"  ERRORS {', '.join(suspect.elements[:3])}: {suspect.slow} of "
+                     f"{suspect.pairs} pairs through it grew error counters")
+    for (client, server), grown in sorted(m.errors.items())[:WORST_ELEMENTS * 2]:
+        lines.append(f"    {client} -> {server}: " + ", ".join(
+            f"{k} +{v}" for k, v in sorted(grown.items())))
+    return lines

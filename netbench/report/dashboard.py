@@ -30,11 +30,10 @@ from netbench.analysis.cases import (
     param_text,
 )
 from netbench.analysis.verdict import Verdict
-from netbench.errors import NetbenchError, UsageError
+from netbench.errors import NetbenchError
 from netbench.fingerprint import Fingerprint
 from netbench.report.console import counter_growth, headline_first, loopback_errors
 from netbench.stats import median_sorted
-from netbench.store.protocol import ReadableStore
 from netbench.textfile import write_atomic
 
 # One colour per Verdict (a test holds them together); this order is the legend's.
@@ -760,18 +759,6 @@ def _was(value: Any) -> str:
     return "(not recorded)" if missing else str(value)
 
 
-def latest_per_benchmark(index: Any) -> dict[str, str]:
-    """benchmark -> the latest run that measured it (that only skipped it, if none did)."""
-    measured: dict[str, str] = {}
-    tried: dict[str, str] = {}
-    for _, run in index.iterrows():                      # oldest first: later runs win
-        for bench in run["benchmarks"]:
-            tried[bench] = run["run_id"]
-            if bench in run["ok_benchmarks"]:
-                measured[bench] = run["run_id"]
-    return {**tried, **measured}
-
-
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(visible(c))}</td>" for c in r) + "</tr>"
@@ -902,60 +889,18 @@ CHART_NAMES = {"comparison": "Comparison", "trend": "Trend across runs",
                "cpu": "CPU cost per Gbit/s", "busbw": "Collective bus bandwidth",
                "h2d": "Host-to-GPU feed", "other": "Other benchmarks"}
 _WITH_BASELINE = ("bandwidth", "latency", "busbw", "h2d")
-MAX_VIEWS = 8           # the picker's labels, newest first (each is a page of charts)
-TREND_RUNS = 30
-
-
-def _rows_of(store: ReadableStore, index: Any) -> Any:
-    """Each benchmark from the latest of these runs that measured it (that tried it, if none
-    did), as compare and accept choose (netbench.analysis.selection)."""
-    import pandas as pd
-
-    picks = latest_per_benchmark(index)
-    frame = store.read(sorted(set(picks.values())))
-    # A row mask, also where no row was readable (an empty list would pick no columns).
-    keep = [picks.get(b) == r for b, r in zip(frame["benchmark"], frame["run_id"])]
-    return frame.loc[pd.Series(keep, index=frame.index, dtype=bool)]
-
-
-def _topology(index: Any, run_ids: Sequence[str]) -> Any:
-    """The fabric's shape kept with these runs (a sweep given --topology), else None: the
-    heatmap's verdicts then localize on the elements the sweep was told of."""
-    from netbench.analysis.selection import kept_topology
-
-    try:
-        return kept_topology(index, run_ids)
-    except UsageError:
-        return None           # unreadable, or several: judged on the inferred shape
-
-
-def _charts(rows: Any, topology: Any = None) -> dict[str, dict[str, Any] | None]:
+def _charts(rows: Any, matrix: Any = None) -> dict[str, dict[str, Any] | None]:
     # A fabric run's curves are its pairs' median, the spread over pairs as the error bar;
     # the pairs themselves are the heatmap's, its elements the switch graph's.
     from netbench.report.heatmap import fabric_chart
     from netbench.report.switchgraph import switch_graph
 
-    matrix = _fabric(rows, topology)
     charts = {"bandwidth": bandwidth_chart(rows), "latency": latency_chart(rows),
               "cpu": cpu_chart(rows), "busbw": busbw_chart(rows), "h2d": h2d_chart(rows),
               "fabric": fabric_chart(matrix) if matrix is not None else None,
               "fabric_graph": switch_graph(matrix) if matrix is not None else None}
     charts["other"] = other_chart(rows, charts)
     return charts
-
-
-def _fabric(rows: Any, topology: Any = None) -> Any:
-    """The view's fabric sweep judged (the case with the most pairs), if it has one."""
-    from netbench.analysis.fabric import analyse
-
-    if rows.empty or "peer" not in rows:
-        return None
-    pairs = rows["host"].fillna("").astype(str) + "->" + rows["peer"].fillna("").astype(str)
-    if pairs.nunique() < 3:
-        return None
-    matrices = [m for m in analyse(rows, topology=topology)
-                if m.cells is not None and len(m.cells) > 2]
-    return max(matrices, key=lambda m: len(m.cells)) if matrices else None
 
 
 def _missing(rows: Any) -> dict[str, str]:
@@ -1022,112 +967,60 @@ def _side(rows: Any) -> str:
     return ", ".join(labels) or ", ".join(sorted(set(rows["run_id"].astype(str))))[:40]
 
 
-def _view(title: str, rows: Any, latest: Any, runs: list[str], base: Any = None,
-          verdicts: Sequence[Any] = (), trend: Any = None,
-          topology: Any = None) -> dict[str, Any]:
-    figures = _charts(rows, topology)
-    based = _charts(base) if base is not None else {}
+def _view(view: Any) -> dict[str, Any]:
+    """One view (``analysis.views.View``) as the page's data: its charts, what it does not
+    draw and why, its environment."""
+    rows, base = view.rows, view.base
+    title = view.title if view.kind != "label" else (
+        f"label '{visible(view.name)}'" if view.name else "runs without a label")
+    figures = _charts(rows, view.matrix)
+    based = _charts(base, view.base_matrix) if base is not None else {}
     sides = (_side(rows), _side(base)) if base is not None else ("", "")
     for name in _WITH_BASELINE:
         figures[name] = _with_baseline(figures[name], based.get(name), sides)
     figures = {k: single_size(v) if k in _WITH_BASELINE else v for k, v in figures.items()}
     figures["comparison"] = comparison_chart(
-        verdicts, {**headlines(base), **headlines(rows)} if base is not None
+        view.verdicts, {**headlines(base), **headlines(rows)} if base is not None
         else headlines(rows))
-    figures["trend"] = trend_chart(trend)
+    figures["trend"] = trend_chart(view.trend)
     missing = _missing(rows)
-    labels = sorted({str(x) or "(no label)" for x in rows["label"].fillna("")})
+    runs = view.runs
     return {"title": title,
             "figures": {k: _safe(v) for k, v in figures.items() if v is not None},
             "missing": {k: html.escape(visible(v)) for k, v in missing.items()},
-            "env": environment_panel(rows, latest, base), "runs": runs, "labels": labels,
+            "env": environment_panel(rows, view.latest, base), "runs": runs,
+            "labels": view.labels,
             "note": html.escape(visible(
                 f"{title}: {len(rows)} rows from run(s) {', '.join(runs)}; each benchmark "
                 "from the latest of them that measured it. Error bars: the spread of "
                 "repeats, else the 95% interval from the stored samples."))}
 
 
-def _trend(store: ReadableStore, labels: Sequence[Any]) -> Any:
-    """The headline metric of every benchmark over the newest runs of these labels only
-    (None: no trend): a view never shows another label's runs."""
-    from netbench.analysis.history import build
-
-    try:
-        h = build(store, labels=list(labels), last=TREND_RUNS, headline_only=True)
-    except NetbenchError:
-        return None
-    h.series = sorted(h.series, key=lambda s: -len(s.steps))[:12]
-    return h
+def _key(view: Any) -> str:
+    """A view's page address: no control characters in it."""
+    return "compare" if view.kind == "compare" else f"{view.kind}:{visible(view.name or '')}"
 
 
-def _labels_of(index: Any, run_ids: Sequence[str]) -> list[Any]:
-    """The stored labels (as stored: None stays None) of these runs."""
-    return list(dict.fromkeys(index.loc[index["run_id"].isin(list(run_ids)), "label"]))
-
-
-def render(store: ReadableStore, out: str | Path, run: str | None = None, label: str | None = None,
-           baseline: Any = None, candidate: Any = None, verdicts: Sequence[Any] = ()
-           ) -> dict[str, Any]:
-    """Write the dashboard; returns what it drew (for the CLI and tests).
-
-    Views, one shown at a time through the picker: the comparison (with --baseline and
-    --candidate), else the run asked for, else the label asked for, else the label of the
-    latest run that measured something; then each other label, newest first."""
+def render(chosen: Any, out: str | Path) -> dict[str, Any]:
+    """Write the dashboard of the views analysis chose (``analysis.views.Views``), one shown
+    at a time through the picker; returns what it drew (for the CLI and tests)."""
     from plotly.offline import get_plotlyjs
 
-    from netbench.analysis.selection import resolve
-
-    index = store.runs()
-    if index.empty:
-        raise NetbenchError(f"the store {store.directory} is empty: nothing to draw; run "
-                            "`netbench run` first")
     views: dict[str, dict[str, Any]] = {}
-    chosen = ""
-    if baseline is not None and candidate is not None:
-        chosen = "compare"
-        both = _labels_of(index, [*baseline.run_ids, *candidate.run_ids])
-        views[chosen] = _view(f"{candidate.what} vs {baseline.what}", candidate.rows, None,
-                              candidate.run_ids, baseline.rows, verdicts, _trend(store, both))
-    if run:
-        if not (index["run_id"] == run).any():
-            raise NetbenchError(f"no run {run!r} in the store")
-        sel = resolve(store, run)
-        views[f"run:{run}"] = _view(f"run {run}", sel.rows, None, sel.run_ids,
-                                    trend=_trend(store, _labels_of(index, [run])),
-                                    topology=_topology(index, sel.run_ids))
-        chosen = chosen or f"run:{run}"
-    labels = list(dict.fromkeys(index["label"].fillna("")[::-1]))       # newest first
-    if label is not None and label not in labels:
-        raise UsageError(f"--label {label!r} names no run; labels there: "
-                         f"{', '.join(x for x in labels if x) or 'none'}")
-    if not chosen:
-        if label is None:
-            measured = index[index["ok"] > 0]
-            label = (measured if not measured.empty else index)["label"].fillna("").iloc[-1]
-        chosen = f"label:{visible(label)}"
-    for name in ([label] if label is not None else []) + labels:
-        key = f"label:{visible(name)}"       # a page address: no control characters in it
-        if key in views or len(views) >= MAX_VIEWS + 2:
-            continue
-        every = index[index["label"].fillna("") == name]
-        measured = every[every["ok"] > 0]
-        rows = _rows_of(store, measured if not measured.empty else every)
-        newest = store.read([every["run_id"].iloc[-1]])      # what the label's last run skipped
-        views[key] = _view(f"label '{visible(name)}'" if name else "runs without a label",
-                           rows, newest, list(dict.fromkeys(rows["run_id"])),
-                           trend=_trend(store, list(dict.fromkeys(every["label"]))),
-                           topology=_topology(index, list(dict.fromkeys(rows["run_id"]))))
+    for view in chosen.views:
+        views.setdefault(_key(view), _view(view))
+    first = _key(chosen.views[chosen.chosen])
     blocks = [f'<div class="chart" id="chart-{name}"></div>' for name in CHARTS]
     # What a view does not draw, and why, in one list after what it draws: placeholders
     # between the charts pushed the first chart down the page.
     blocks.append('<div class="empty" id="missing"></div>')
-    picker = "".join(f'<option value="{html.escape(k)}"{" selected" if k == chosen else ""}>'
+    picker = "".join(f'<option value="{html.escape(k)}"{" selected" if k == first else ""}>'
                      f'{html.escape(v["title"])}</option>' for k, v in views.items())
     page = _PAGE.format(
         title=html.escape("netbench dashboard"), plotly=get_plotlyjs(), blocks="\n".join(blocks),
         picker=picker,
         # No "<" at all inside the script: no label can close it or open a comment there.
-        data=json.dumps({"views": views, "chosen": chosen, "charts": CHARTS,
+        data=json.dumps({"views": views, "chosen": first, "charts": CHARTS,
                          "names": CHART_NAMES},
                         default=_json_default).replace("<", "\\u003c"))
     out = Path(out)
@@ -1136,7 +1029,7 @@ def render(store: ReadableStore, out: str | Path, run: str | None = None, label:
         write_atomic(out, lambda tmp: tmp.write_text(page))
     except OSError as exc:
         raise NetbenchError(f"cannot write {out}: {exc.strerror}") from None
-    view = views[chosen]
+    view = views[first]
     drawn = sorted(view["figures"])
     return {"run": ", ".join(view["runs"]), "view": view["title"], "views": list(views),
             "charts": sorted(drawn), "path": str(out), "bytes": len(page)}

@@ -146,6 +146,9 @@ class RunResult:
     stopped_by: str = ""                     # SIGINT, SIGTERM or SIGHUP when interrupted
     cut_off: tuple[int, str] | None = None   # the case in flight then (index, description)
     fallbacks: list[str] = field(default_factory=list)
+    # What the run's file holds once it ended (a part that turned unreadable is not in it):
+    # (rows, cases by status), or None where its store cannot say (JSON lines, no store).
+    stored: tuple[int, dict[str, int]] | None = None
 
     def count(self, status: str) -> int:
         keys = {(r["case_index"]) for r in self.rows if r["status"] == status}

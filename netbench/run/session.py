@@ -96,7 +96,10 @@ def measure(plan: Plan, store: Store, env: dict[str, Any], resume: Resume | None
     runner = Runner(store, env, label=label, peer=peer, reporter=events)
     runner.every = every
     with stop_on_signals():
-        return runner.run(plan, resume)
+        result = runner.run(plan, resume)
+    if hasattr(store, "stored") and result.path:
+        result.stored = store.stored(result.path)
+    return result
 
 
 @contextlib.contextmanager
