@@ -33,6 +33,7 @@ from netbench.analysis.compare import (
 from netbench.analysis.counter_news import counter_news
 from netbench.analysis.error_metrics import is_error_metric, with_error_metrics
 from netbench.analysis.segments import change_points
+from netbench.analysis.selection import series_runs
 from netbench.analysis.verdict import HISTORY_RUNS, Judgement, Past
 from netbench.errors import NetbenchError, UsageError
 from netbench.store import keyed
@@ -105,31 +106,8 @@ def build(store: ReadableStore, labels: Sequence[str] = (), benchmarks: Sequence
         raise UsageError(f"--window {window}: at least 1 earlier run to judge a step against")
     if last is not None and last < 2:
         raise UsageError(f"--last {last}: a trend needs at least 2 runs")
-    index = store.runs()
-    if index.empty:
-        raise NetbenchError(f"no results in the store {store.directory}: run `netbench run` "
-                            "first")
-    known = set(index["label"])
-    for label in labels:
-        if label not in known:
-            raise UsageError(f"label {label!r} names no run in {store.directory}; labels there: "
-                             f"{', '.join(sorted(str(x) for x in known if x)) or 'none'}")
-    if labels:
-        index = index[index["label"].isin(labels)]
-    if hosts:
-        index = index[index["host"].isin(hosts)]
+    index, usable, left_out = series_runs(store, labels, benchmarks, hosts, last)
     wanted = set(benchmarks) or None
-    measured = [bool((wanted or set(b)) & set(b)) for b in index["ok_benchmarks"]]
-    usable = index[measured]
-    if last is not None:
-        usable = usable.tail(last)
-    # What was passed over among the runs the window spans (not the whole store's past).
-    since = usable["started_at"].iloc[0] if not usable.empty else None
-    left_out = [(r, "nothing measured" if not ok else "did not measure "
-                 + ", ".join(sorted(wanted or [])))
-                for r, ok, m, t in zip(index["run_id"], index["ok_benchmarks"], measured,
-                                       index["started_at"])
-                if not m and (since is None or t >= since)]
     lost = _lost(store, index, usable, wanted, window)
     if lost:        # the newest run is the candidate: its cases are lost, not left out
         left_out = [(r, w) for r, w in left_out if r != index["run_id"].iloc[-1]]

@@ -18,7 +18,7 @@ resolved to, and what was left out and why.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,36 @@ def resolve(store: ReadableStore, ref: str | None, benchmarks: Iterable[str] | N
     labels = sorted({str(x) for x in index["label"] if x})
     raise UsageError(f"{ref!r} is not a results directory, run id or label in "
                      f"{store.directory}; labels there: {', '.join(labels[:20]) or 'none'}")
+
+
+def series_runs(store: ReadableStore, labels: Sequence[str] = (),
+                benchmarks: Sequence[str] = (), hosts: Sequence[str] = (),
+                last: int | None = None) -> tuple[Any, Any, list[tuple[str, str]]]:
+    """A history's runs: the store's index of these labels' runs on these hosts, the runs of
+    it that measured the benchmarks wanted (the ``last`` newest), and the runs passed over
+    among those the chosen span covers, with why (not the whole store's past)."""
+    index = _index(store)
+    known = set(index["label"])
+    for label in labels:
+        if label not in known:
+            raise UsageError(f"label {label!r} names no run in {store.directory}; labels there: "
+                             f"{', '.join(sorted(str(x) for x in known if x)) or 'none'}")
+    if labels:
+        index = index[index["label"].isin(labels)]
+    if hosts:
+        index = index[index["host"].isin(hosts)]
+    wanted = set(benchmarks) or None
+    measured = [bool((wanted or set(b)) & set(b)) for b in index["ok_benchmarks"]]
+    usable = index[measured]
+    if last is not None:
+        usable = usable.tail(last)
+    since = usable["started_at"].iloc[0] if not usable.empty else None
+    left_out = [(r, "nothing measured" if not ok else "did not measure "
+                 + ", ".join(sorted(wanted or [])))
+                for r, ok, m, t in zip(index["run_id"], index["ok_benchmarks"], measured,
+                                       index["started_at"])
+                if not m and (since is None or t >= since)]
+    return index, usable, left_out
 
 
 def latest_per_benchmark(index: Any) -> dict[str, str]:
