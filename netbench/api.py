@@ -452,6 +452,13 @@ class Benchmark:
         the skip a run records. Override where a param decides it (a device choice)."""
         return self.available(env)
 
+    def window_params(self, seconds: float) -> dict[str, Any] | None:
+        """The params that make one invocation measure for ``seconds`` (a soak's window:
+        `netbench soak` runs the case window after window), or None where this benchmark
+        cannot run for a given time. Raise UsageError for a window shorter than it can
+        measure, naming the least it can."""
+        return None
+
     def run(self, case: Case, ctx: Context) -> Measurement:
         raise NotImplementedError
 

@@ -112,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     env.update(no_counters=True) if args.no_counters else None   # kept: it read none
     resume = None
     if args.resume:
-        resume, args.label = session.resume_run(store, args.resume, plan, env.get("host"),
+        resume, args.label = session.resume_run(store, args.resume, plan, env,
                                                 args.label, parquet=not (quiet or args.jsonl))
         print(console.resuming(resume), file=sys.stderr)
     events = console.Reporter(open(os.devnull, "w")) if quiet else console.Reporter()
@@ -129,6 +129,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         as_json=args.json, resumed=resume is not None, jsonl=args.jsonl, resume_command=again)
     sys.stdout.write(out)
     sys.stderr.write(err)
+    return code
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    from netbench.analysis import soak
+    from netbench.report import console, formats
+    from netbench.run import session
+    from netbench.run.wire import parse_hostport
+    from netbench.units import parse_duration
+
+    duration, window = (parse_duration(getattr(args, k), f"--{k}") for k in ("duration", "window"))
+    plan = session.soaked(session.plan_target(args.target, args.param or [], args.timeout),
+                          duration, window)
+    store = _store(args.results)
+    if args.peer:
+        parse_hostport(args.peer, 1)
+    env = session.run_env(args.sysfs_root, None)
+    resume = None
+    if args.resume:
+        resume, args.label = session.resume_run(store, args.resume, plan, env,
+                                                args.label, parquet=True)
+        print(console.resuming(resume), file=sys.stderr)
+    events = console.SoakProgress(len(plan.cases), window)
+    result = session.measure(plan, store, env, resume, label=args.label or "",
+                             peer=args.peer, events=events)
+    again = session.resume_command(result.run_id, args.target, args.param or [],
+                                   results=args.results, repeat=None, timeout=args.timeout,
+                                   peer=args.peer, sysfs_root=args.sysfs_root,
+                                   soak=(args.duration, args.window))
+    judged = soak.judge(store.read([result.run_id])) if result.path else []
+    print(formats.soak_json(judged, result.run_id) if args.json
+          else console.soak_text(judged, result.run_id))
+    notes, code = console.soak_ending(result, again)
+    sys.stderr.write(notes)
     return code
 
 
@@ -430,6 +464,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "same host): its finished cases are kept, the rest run under its run id")
     p.add_argument("--no-counters", action="store_true", help=NO_COUNTERS)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("soak", help="a burn-in: one benchmark or suite measured window after "
+                       "window for hours; each window stored as it ends, the dips named")
+    p.add_argument("target", help="tcp.stream, tcp.rr, an rdma.* benchmark, or a suite of them")
+    p.add_argument("-p", "--param", action="append", metavar="KEY=VALUE", help="benchmark param")
+    p.add_argument("--duration", required=True, help="how long in all: 4h, 90m, 600 (seconds)")
+    p.add_argument("--window", default="10s", help="seconds a window (default 10s)")
+    for flag in ("--peer", "--label", "--sysfs-root", "--resume"):
+        p.add_argument(flag, help=f"as for `netbench run` ({flag})")
+    p.add_argument("--results", default="results", help="results directory (default results/)")
+    p.add_argument("--timeout", type=float, help="seconds allowed a window (default: 3 windows)")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.set_defaults(func=cmd_soak)
 
     p = sub.add_parser("fabric", help="every pair of hosts: one process per host under srun, "
                        "mpirun or torchrun; an N x N matrix that names the bad host or link "

@@ -12,6 +12,7 @@ None or an empty tuple for what it lacks, never a KeyError or a TypeError.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -60,13 +61,14 @@ class Cache(TypedDict):
 
 
 def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+    """A text as stored ("" stays ""), or None where it is none."""
+    return value if isinstance(value, str) else None
 
 
 def _count(value: Any) -> int | None:
-    """A positive whole number, or None (a forged "8" or -1 is no count)."""
+    """A positive whole number, or None (a forged "8", -1 or 1e400 is no count)."""
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-        and value > 0 and value == int(value) else None
+        and math.isfinite(value) and value > 0 and value == int(value) else None
 
 
 def _objects(value: Any) -> list[Mapping[str, Any]]:
@@ -404,7 +406,7 @@ class Fingerprint:
             if used is not None and dev.name not in used:
                 continue
             if dev.fw_ver:
-                flat[f"{dev.name} firmware"] = dev.fw_ver
+                flat[f"{dev.name} firmware"] = str(dev.fw_ver)
             for port in dev.ports:
                 for name in ("rate", "state", "link_layer"):
                     if getattr(port, name):

@@ -77,6 +77,22 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECAS
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
+_DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|min|h|d)?\s*")
+_SECONDS = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
+            "d": 86400.0}
+
+
+def parse_duration(text: str | float, what: str = "duration") -> float:
+    """Seconds from "4h", "90m", "10s", "500ms", "1.5h" or a number of seconds; a UsageError
+    naming ``what`` and what is accepted otherwise."""
+    match = _DURATION.fullmatch(str(text))
+    seconds = float(match.group(1)) * _SECONDS[match.group(2)] if match else math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"{what} {text!r}: a positive time: seconds (10, 2.5s), minutes (90m), "
+                         "hours (4h) or days (1d)")
+    return seconds
+
+
 def finite(value: float) -> float:
     """``value`` if it is a finite number; NaN and infinities are never a user's number (NaN
     compares false with everything, so a gate given one would always pass)."""

@@ -225,7 +225,8 @@ def test_element_bounds_are_checked_when_the_spec_loads(tmp_path):
                        "min_link_median, min_switch_median")
     spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n')
     assert_clean_error(netbench("accept", str(spec)), "min_link_median, min_switch_median, "
-                       "max_element_deficit or max_delta")
+                       "max_element_deficit, min_window_line_rate, max_dips, max_link_downs, "
+                       "max_errors_per_hour or max_delta")
     spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
                     'max_element_deficit = 1.5\n')
     assert_clean_error(netbench("accept", str(spec)), "s.toml:4:", "max_element_deficit = 1.5",

@@ -52,3 +52,10 @@ def test_a_captures_host_facts_replace_the_readers():
     assert changed["kernel"] == "6.1-captured" and changed["captured_host_facts"] is True
     assert Fingerprint({**captured, **changed}).nic("eth0").firmware == "fw-9"
     assert with_captured(captured, None) == {"captured_host_facts": False}
+
+
+def test_a_stored_infinity_or_an_empty_text_reads_as_it_is_never_raises():
+    env = Fingerprint('{"memory_bytes": 1e400, "cpu_cache": {"bytes": Infinity}, "os": "",'
+                      ' "cpu_cores": NaN}')
+    assert env.memory_bytes is None and env.cpu_cache is None and env.cpu_cores is None
+    assert env.os == "" and env.kernel is None          # "" as stored; missing is None

@@ -119,3 +119,23 @@ def test_history_json_keeps_its_keys_and_a_first_run_unjudged():
     assert (steps[0]["verdict"], steps[0]["evidence"]) == ("", "")
     assert (steps[1]["verdict"], steps[1]["p_value"], steps[1]["p_adjusted"],
             steps[1]["needs"]) == ("noisy", 0.2, 0.3, "about 9 repeats a side")
+
+
+def test_accept_fabric_and_counter_news_say_their_outcome_as_a_verdict_their_gates_ask():
+    from netbench.analysis.accept import Check, Outcome
+    from netbench.analysis.counter_news import CounterNews
+
+    check = Check("c", "tcp.stream", "goodput")
+    passed, below = Outcome(check, True, [("a", 1.0)], "", ""), Outcome(
+        check, False, [("a", 1.0)], "", "")
+    gone = Outcome(check, False, [], "", "")
+    assert [o.verdict for o in (passed, below, gone)] == [
+        Verdict.UNCHANGED, Verdict.REGRESSED, Verdict.LOST]
+    assert gone.verdict.fails_gate() and not gone.verdict.fails_gate(allow_lost=True)
+    own, shown = CounterNews("b", "{}", "rx_crc_errors", 0, 3), CounterNews(
+        "b", "{}", "RetransSegs", 0, 9, gated=False)
+    assert (own.verdict, shown.verdict) == (Verdict.REGRESSED, Verdict.UNCHANGED)
+    side = Selection(None, ["r1"], "run r1")
+    news_only = Comparison(side, side, [], [], [], [own], [], [], {}, "")
+    assert news_only.fails_gate() and news_only.fails_gate(allow_lost=True)
+    assert not Comparison(side, side, [], [], [], [shown], [], [], {}, "").fails_gate()

@@ -27,6 +27,14 @@ A spec is TOML, and may be the suite file itself (``[[check]]`` entries beside `
     metric = "goodput"
     max_delta = { RetransSegs = 100, carrier_changes = 0, symbol_error = 0 }
 
+    [[check]]                  # a burn-in (netbench soak): its windows, one after another
+    benchmark = "rdma.write_bw"
+    metric = "bw_avg"
+    min_window_line_rate = 0.9 # every window at 90% of the line rate or more
+    max_dips = 0               # windows under 0.9 of the reference, consecutive ones one dip
+    max_link_downs = 0         # carrier changes, link_downed in the whole soak
+    max_errors_per_hour = 10   # the device's own error counters' growth an hour
+
 A ``max_delta`` bound is on each case's counter deltas (netbench.env.counters), each name
 summed over the objects that have it (every interface's carrier_changes, every port's
 symbol_error) or given whole (``"net/eth0/rx_dropped"``). A case whose counters were not read
@@ -65,11 +73,13 @@ from netbench.store.protocol import ReadableStore
 from netbench.textfile import load_toml, printable
 from netbench.units import from_gbit, is_rate
 
+# Bounds on a burn-in (`netbench soak`): its windows judged as analysis.soak judges them.
+SOAK_BOUNDS = ("min_window_line_rate", "max_dips", "max_link_downs", "max_errors_per_hour")
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
                "max", "min_line_rate", "min_host_median", "min_link_median", "min_switch_median",
-               "max_element_deficit", "max_delta")
+               "max_element_deficit", "max_delta", *SOAK_BOUNDS)
 BOUNDS = ("min", "max", "min_line_rate", "min_host_median", "min_link_median",
-          "min_switch_median", "max_element_deficit", "max_delta")
+          "min_switch_median", "max_element_deficit", *SOAK_BOUNDS, "max_delta")
 ELEMENT_BOUNDS = {"min_link_median": "link", "min_switch_median": "switch"}
 
 
@@ -90,6 +100,10 @@ class Check:
     params: dict[str, Any] = field(default_factory=dict)
     unit: str = ""                         # the metric's, as the rows judged store it
     max_delta: dict[str, int] = field(default_factory=dict)   # counter -> most it may grow
+    min_window_line_rate: float | None = None   # a soak's every window, x the line rate
+    max_dips: int | None = None                 # a soak's dips (windows under 0.9 of it)
+    max_link_downs: int | None = None           # carrier changes and link downs in a soak
+    max_errors_per_hour: float | None = None    # its own device's error counters' growth
 
 
 @dataclass
@@ -208,7 +222,8 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
                 else None,
                 msg_size_max=parse_size(entry["msg_size_max"]) if "msg_size_max" in entry
                 else None,
-                params=dict(entry.get("params") or {}), max_delta=dict(deltas))
+                params=dict(entry.get("params") or {}), max_delta=dict(deltas),
+                **{k: _soak_bound(entry, k, fail) for k in SOAK_BOUNDS})
         except (TypeError, ValueError) as exc:
             fail(str(exc))
         checks.append(check)
@@ -224,6 +239,25 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
                              f"\"probe\", not {line_rate!r}")
     suite = (data.get("suite") or {}).get("name") if data.get("case") else None
     return Spec(str(accept.get("name") or path.stem), suite, line_rate, checks)
+
+
+def _soak_bound(entry: Mapping[str, Any], key: str, fail: Any) -> Any:
+    """A soak bound as written: a share of the line rate above 0, or a count (or rate) of
+    at least 0."""
+    value = entry.get(key)
+    if value is None:
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+    if key == "min_window_line_rate" and not (number and 0 < value <= 10):
+        fail(f"{key} = {value!r}: a share of the line rate above 0 (0.9 = every window of "
+             "the soak at 90% of it or more)", key)
+    if key in ("max_dips", "max_link_downs") and not (number and value >= 0
+                                                       and float(value).is_integer()):
+        fail(f"{key} = {value!r}: a whole number >= 0", key)
+    if key == "max_errors_per_hour" and not (number and value >= 0):
+        fail(f"{key} = {value!r}: a number >= 0 (error counters' growth an hour)", key)
+    return int(value) if key in ("max_dips", "max_link_downs") else float(value)
 
 
 def _counts(table: Any) -> bool:
@@ -429,8 +463,51 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
         failures += _element_deficits(check, rows, topology)
     if check.max_delta:
         failures += _counter_failures(check, rows, counters_read or set())
+    if any(getattr(check, k) is not None for k in SOAK_BOUNDS):
+        failures += _soak_failures(check, spec, rows)
     return Outcome(check, not failures, measured, _bounds(check, bound_text),
                    "; ".join(failures) or "all measured values within bounds")
+
+
+def _soak_failures(check: Check, spec: Spec, rows: list[Any]) -> list[str]:
+    """A burn-in's windows against the soak bounds (analysis.soak): every window at
+    ``min_window_line_rate`` of the line rate, at most ``max_dips`` dips, ``max_link_downs``
+    link events and ``max_errors_per_hour``."""
+    import pandas as pd
+
+    from netbench.analysis.soak import judge
+
+    fixed = None if spec.line_rate in (None, "probe") else float(spec.line_rate)
+    failures = []
+    for c in judge(pd.DataFrame(rows), metric=check.metric, line_rate=fixed):
+        name = f"{c.benchmark} {c.metric}"
+        if c.windows < 2:
+            failures.append(f"{name}: {c.windows} window: not a soak (netbench soak)")
+            continue
+        bound = check.min_window_line_rate
+        if bound is not None and not c.reference_from.startswith("line rate"):
+            failures.append(f"{name}: line rate unknown (a virtual interface, or none probed; "
+                            "set [accept] line_rate)")
+        elif bound is not None:
+            low = [s for _, _, s in c.timeline if s == s and s < bound]
+            if low:
+                worst = min(c.dips, key=lambda d: d.depth) if c.dips else None
+                failures.append(
+                    f"{name}: {len(low)} of {c.windows} windows under {bound:.0%} of the "
+                    f"{c.reference_from} (lowest {c.lowest:.2f}"
+                    + (f", a dip from {worst.start:%H:%M:%S} for {worst.seconds:.0f} s"
+                       if worst else "") + ")")
+        if check.max_dips is not None and len(c.dips) > check.max_dips:
+            failures.append(f"{name}: {len(c.dips)} dips > {check.max_dips} ("
+                            + "; ".join(f"{d.start:%H:%M:%S} {d.seconds:.0f} s at "
+                                        f"{d.depth:.2f}" for d in c.dips[:5]) + ")")
+        if check.max_link_downs is not None and c.link_events > check.max_link_downs:
+            failures.append(f"{name}: {c.link_events} link events > {check.max_link_downs}")
+        if check.max_errors_per_hour is not None \
+                and c.errors_per_hour > check.max_errors_per_hour:
+            failures.append(f"{name}: {c.errors_per_hour:,.1f} errors an hour > "
+                            f"{check.max_errors_per_hour:g}")
+    return failures
 
 
 def _counter_failures(check: Check, rows: list[Any], read: set[str]) -> list[str]:
@@ -581,6 +658,12 @@ def _bounds(check: Check, extra: str | None) -> str:
         if getattr(check, key) is not None:
             parts.append(f"every {kind} >= {getattr(check, key):g} x the healthy rate (the "
                          "median of its pairs)")
+    if check.min_window_line_rate is not None:
+        parts.append(f"every soak window >= {check.min_window_line_rate:.0%} of line rate")
+    for key, what in (("max_dips", "dips"), ("max_link_downs", "link events"),
+                      ("max_errors_per_hour", "errors an hour")):
+        if getattr(check, key) is not None:
+            parts.append(f"<= {getattr(check, key):g} {what} in the soak")
     if check.max_delta:
         parts.append("counters a case: " + ", ".join(f"{name} +{most} at most" for name, most
                                                       in check.max_delta.items()))

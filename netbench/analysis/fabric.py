@@ -34,7 +34,6 @@ from netbench.units import from_gbit, is_rate
 
 THRESHOLD = 0.10          # a pair this far below the healthy rate (above, for latency) is slow
 HOST_SHARE = 0.5          # a host is at fault when more than this share of its pairs is slow
-WORST_ELEMENTS = 3        # elements the summary quotes, lowest median first
 
 
 @dataclass
@@ -60,9 +59,6 @@ class HostVerdict:
     def at_fault(self) -> bool:
         return self.pairs >= 2 and self.slow > HOST_SHARE * self.pairs
 
-    @property
-    def verdict(self) -> Verdict:
-        return Verdict.REGRESSED if self.at_fault else Verdict.UNCHANGED
 
 
 @dataclass

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from netbench import stats
@@ -136,6 +136,116 @@ class Reporter:
                        f"{status}: the reason given at [{first_said}]")
         prefix = self._label if self.interactive else "   "
         self._write(f"{prefix} -> {outcome} ({elapsed:.1f} s)\n")
+
+
+class SoakProgress(Reporter):
+    """A soak's progress, one line a window (rewritten in place on a terminal), as perftest's
+    --run_infinitely prints: elapsed, remaining, the current window, the worst window so far
+    and the error counters that grew so far."""
+
+    def __init__(self, windows: int, window: float, stream: TextIO | None = None) -> None:
+        super().__init__(stream)
+        self.windows, self.window = windows, window
+        self._began = time.monotonic()
+        self._worst: tuple[float, str, int] | None = None     # (score, text, window)
+        self._events = 0
+        self._done = 0                   # windows this process ran (a resume ran some before)
+
+    def start_run(self, run_id: str, suite: str, n_cases: int, label: str) -> None:
+        tag = f", label {label!r}" if label else ""
+        self._write(f"netbench soak {run_id}: {suite}, {n_cases:,} windows of "
+                    f"{self.window:g} s ({duration_text(n_cases * self.window)}){tag}\n")
+
+    def start_case(self, index: int, case: Case, description: str | None = None) -> None:
+        pass
+
+    def end_case(self, index: int, planned: Any, rows: Sequence[Mapping[str, Any]]) -> None:
+        wanted = getattr(getattr(planned, "bench", None), "headline", None)
+        ok = [r for r in rows if r["status"] == "ok"]
+        first = next((r for r in ok if r["metric"] == wanted), ok[0] if ok else None)
+        now = "failed: " + str(rows[0]["reason"])[:80] if rows and not ok else "-"
+        if first is not None and first["value"] is not None:
+            value = float(first["value"])
+            factor, unit = readable([value], str(first["unit"]))
+            now = f"{first['metric']} {format_value(value * factor)} {unit}"
+            score = value if first["better"] != "lower" else -value
+            if self._worst is None or score < self._worst[0]:
+                self._worst = (score, now, index + 1)
+        for row in rows[:1]:
+            grown = counters_of(row.get("counters")) or {}
+            self._events += sum(v for k, v in grown.items() if counters.is_error(k)
+                                and not counters.netns_wide(k))
+        self._done += 1
+        elapsed = time.monotonic() - self._began
+        left = max(self.windows - index - 1, 0) * elapsed / self._done
+        worst = f"{self._worst[1]} (window {self._worst[2]})" if self._worst else "-"
+        line = (f"soak {duration_text(elapsed)} elapsed, about {duration_text(left)} left; "
+                f"window {index + 1}/{self.windows}: {now}; worst {worst}; "
+                f"{self._events:,} error events")
+        self._write(("\r\x1b[K" + line) if self.interactive else line + "\n")
+
+
+def dip_line(dip: Any) -> str:
+    """A dip as an engineer reads it: "14:02:10-14:02:30 (20 s, 4 windows): 0.48 of line rate
+    10 Gbit/s; veth0 carrier_changes +2"."""
+    end = dip.start + timedelta(seconds=dip.seconds)
+    grown = ", ".join(f"{_counter_name(k)} +{v:,}" for k, v in sorted(dip.events.items()))
+    return (f"{dip.start:%H:%M:%S}-{end:%H:%M:%S} ({dip.seconds:.0f} s, {dip.windows} "
+            f"window{'s' if dip.windows > 1 else ''}): {dip.depth:.2f} of the reference"
+            + (f"; {printable(grown)}" if grown else ""))
+
+
+def _counter_name(key: str) -> str:
+    """"net/eth0/statistics/carrier_changes" reads "eth0 carrier_changes"; an RDMA port's
+    and the kernel's stay whole."""
+    parts = key.removeprefix("far/").split("/")
+    where = "far " if key.startswith("far/") else ""
+    if len(parts) >= 3 and parts[0] in ("net", "ethtool"):
+        return f"{where}{parts[1]} {parts[-1]}"
+    return key
+
+
+def soak_ending(result: Any, resume_command: str) -> tuple[str, int]:
+    """What a soak says on stderr when it ends, and its exit code: how an interrupted soak
+    goes on (130, 143 or 129: the signal's), a window that failed (1), else 0."""
+    notes = [f"fallback: {note}\n" for note in dict.fromkeys(result.fallbacks)]
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(result.tally.items()))
+    if result.path is not None:
+        notes.append(f"stored {counts or 'no'} windows in {result.path}\n")
+    if result.interrupted:
+        notes.append(f"netbench: soak {result.run_id} stopped ({result.stopped_by or 'SIGINT'}); "
+                     f"the windows that ended are kept. Go on with:\n  {resume_command}\n")
+        return "".join(notes), 128 + int(getattr(signal, result.stopped_by or "SIGINT"))
+    return "".join(notes), 1 if result.tally.get("failed") else 0
+
+
+def soak_text(cases: Sequence[Any], run_id: str) -> str:
+    """`netbench soak`'s verdict (``analysis.soak.judge``): each case's windows against the
+    reference (lowest, p1, median), its dips with what the counters saw inside them, and
+    the errors per hour."""
+    lines = []
+    for c in cases:
+        factor, unit = readable([c.reference] if c.reference else [], c.unit)
+        ref = (f"{format_value(c.reference * factor)} {unit}, {c.reference_from}"
+               if c.reference else "unknown")
+        lines.append(f"{printable(c.benchmark)} {c.metric}: {c.windows:,} windows over "
+                     f"{duration_text(c.seconds)} in run {run_id}; reference {ref}")
+        lines.append(f"  windows of the reference: lowest {fixed(c.lowest, 2)}, p1 "
+                     f"{fixed(c.p1, 2)}, median {fixed(c.median, 2)}")
+        for dip in c.dips[:20]:
+            lines.append(f"  DIP {dip_line(dip)}")
+        if len(c.dips) > 20:
+            lines.append(f"  ... and {len(c.dips) - 20} more dips")
+        if not c.dips:
+            lines.append("  no dip: every window reached 0.9 of the reference")
+        lines.append(f"  errors: {c.errors_per_hour:,.1f} an hour ({sum(c.errors.values()):,} "
+                     f"in all), link events {c.link_events}"
+                     + ("; " + ", ".join(printable(f"{_counter_name(k)} +{v:,}") for k, v in
+                                        sorted(c.errors.items())[:6]) if c.errors else ""))
+        if c.namespace:
+            lines.append("  the namespace's TCP (any traffic's, not gated): " + ", ".join(
+                f"{_counter_name(k)} +{v:,}" for k, v in sorted(c.namespace.items())[:4]))
+    return "\n".join(lines) if lines else f"run {run_id}: no window measured"
 
 
 def _varying_params(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -772,7 +882,6 @@ def thresholds_text(thresholds: Mapping[str, float], source: str) -> str:
     return f"thresholds: {shown}{rest} ({source})"
 
 
-
 def sides_text(base: Any, cand: Any, thresholds: Mapping[str, float], source: str) -> str:
     """The two sides a report compares (Selections) and the thresholds that judged them."""
     return (f"baseline:  {base.describe()}\ncandidate: {cand.describe()}\n"
@@ -934,13 +1043,13 @@ def accept_text(spec: Any, chosen: Any, outcomes: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
+WORST_ELEMENTS = 3        # elements the fabric's summary quotes, lowest median first
 
 
 def fabric_text(matrices: Sequence[Any], worst: int = 10) -> str:
     """What the terminal prints: per case, the hosts at fault, the slow links, the failed
     pairs and the worst pairs."""
     from netbench.analysis.elements import worst as worst_elements
-    from netbench.analysis.fabric import WORST_ELEMENTS  # here: a run never loads it
 
     lines = []
     for m in matrices:
@@ -997,8 +1106,6 @@ def _error_lines(m: Any) -> list[str]:
     """The elements whose pairs grew error counters, with the evidence; else the pairs."""
     if not m.errors:
         return []
-    from netbench.analysis.fabric import WORST_ELEMENTS
-
     lines = []
     loc = m.error_localization
     for suspect in loc.suspects if loc else []:

@@ -971,8 +971,7 @@ def _view(view: Any) -> dict[str, Any]:
     """One view (``analysis.views.View``) as the page's data: its charts, what it does not
     draw and why, its environment."""
     rows, base = view.rows, view.base
-    title = view.title if view.kind != "label" else (
-        f"label '{visible(view.name)}'" if view.name else "runs without a label")
+    title = visible(view.title) if view.kind == "label" else view.title
     figures = _charts(rows, view.matrix)
     based = _charts(base, view.base_matrix) if base is not None else {}
     sides = (_side(rows), _side(base)) if base is not None else ("", "")

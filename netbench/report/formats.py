@@ -142,3 +142,23 @@ def runs_json(index: Any) -> str:
         started_at=index["started_at"].map(lambda t: t.isoformat()),
         topology=index["topology"].map(bool))
     return json.dumps(json_safe(out.to_dict("records")), indent=1, allow_nan=False)
+
+
+def soak_json(cases: Sequence[Any], run_id: str) -> str:
+    """`netbench soak --json`: each case's burn-in (``analysis.soak.SoakCase``): its windows
+    against the reference, every dip with the counters that grew in it, the errors per hour,
+    and the timeline (window start, value, share of the reference)."""
+    def when(t: Any) -> str:
+        return t.isoformat() if hasattr(t, "isoformat") else str(t)
+
+    return json.dumps(json_safe({"run_id": run_id, "cases": [{
+        "benchmark": c.benchmark, "params": json.loads(c.params or "{}"), "metric": c.metric,
+        "unit": c.unit, "better": c.better, "reference": c.reference,
+        "reference_from": c.reference_from, "windows": c.windows, "seconds": c.seconds,
+        "lowest": c.lowest, "p1": c.p1, "median": c.median,
+        "dips": [{"start": when(d.start), "seconds": d.seconds, "windows": d.windows,
+                  "depth": d.depth, "events": d.events} for d in c.dips],
+        "link_events": c.link_events, "errors": c.errors, "namespace_counters": c.namespace,
+        "errors_per_hour": c.errors_per_hour,
+        "timeline": [[when(t), v, s] for t, v, s in c.timeline]} for c in cases]}),
+        indent=1, allow_nan=False)

@@ -149,6 +149,7 @@ class RunResult:
     # What the run's file holds once it ended (a part that turned unreadable is not in it):
     # (rows, cases by status), or None where its store cannot say (JSON lines, no store).
     stored: tuple[int, dict[str, int]] | None = None
+    tally: dict[str, int] = field(default_factory=dict)   # cases by status, as they ended
 
     def count(self, status: str) -> int:
         keys = {(r["case_index"]) for r in self.rows if r["status"] == status}
@@ -160,6 +161,10 @@ def plan_fingerprint(plan: Plan) -> str:
     resumed run must be the same plan, or its case indices would mean other cases."""
     import hashlib
 
+    if plan.soak is not None:      # its windows, as the soak's cases and rounds say
+        one = [[p.case.benchmark, params_json(p.case.params)] for p in plan.cases.cases]
+        return hashlib.sha256(json.dumps([plan.suite, one, "soak", plan.soak.window,
+                                          plan.soak.rounds]).encode()).hexdigest()[:16]
     cases = [[p.case.benchmark, params_json(p.case.params)] for p in plan.cases]
     return hashlib.sha256(json.dumps([plan.suite, cases]).encode()).hexdigest()[:16]
 
@@ -349,7 +354,7 @@ class Runner:
             for index, planned in enumerate(plan.cases):
                 if resume is not None and index in resume.done:
                     continue                # finished before the interruption: kept
-                if id(planned) in this_round:
+                if plan.soak is None and id(planned) in this_round:
                     # A repeat's round begins (a suite's cases again): a fresh loopback
                     # server, so where the scheduler put the far end (and what its process
                     # kept) is drawn again a repeat, not held for the whole run. Held, it
@@ -364,7 +369,11 @@ class Runner:
                 in_flight = (index, description)
                 self.reporter.start_case(index, planned.case, description)
                 rows = self.measure(index, planned, base)
-                result.rows.extend(rows)
+                # A soak's rows are in its file as each window ends; kept here, a day of
+                # windows would grow without bound: only the newest window is.
+                result.rows[len(result.rows) if plan.soak is None else 0:] = rows
+                status = rows[0]["status"] if rows else "failed"
+                result.tally[status] = result.tally.get(status, 0) + 1
                 result.fallbacks.extend(self._case_fallbacks)
                 self._case_fallbacks.clear()
                 writer.append(rows)
@@ -531,7 +540,7 @@ class Runner:
         if not plan.options:
             return setups
         seen = set()
-        for planned in plan.cases:
+        for planned in getattr(plan.cases, "cases", plan.cases):    # a soak's: one round
             family = planned.bench.family
             if family in seen:
                 continue

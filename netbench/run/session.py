@@ -9,14 +9,14 @@ from __future__ import annotations
 import contextlib
 import shlex
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from netbench.env.launch import LaunchInfo, collective_env
 from netbench.env.probe import probe
 from netbench.errors import UsageError
-from netbench.fingerprint import Launcher
+from netbench.fingerprint import Fingerprint, Launcher
 from netbench.run.runner import (
     Resume,
     RunEvents,
@@ -26,7 +26,14 @@ from netbench.run.runner import (
     plan_fingerprint,
     prepare_resume,
 )
-from netbench.run.suite import Plan, load_suite, parse_cli_params, plan_single, repeated
+from netbench.run.suite import (  # noqa: F401  (soaked: the CLI plans a soak here)
+    Plan,
+    load_suite,
+    parse_cli_params,
+    plan_single,
+    repeated,
+    soaked,
+)
 from netbench.store import JsonlStore, NullStore
 from netbench.store.protocol import ReadableStore, Store
 from netbench.textfile import printable as shown  # a run id given on the command line
@@ -70,7 +77,7 @@ def run_env(sysfs_root: str | None, launched: LaunchInfo | None) -> dict[str, An
     return env
 
 
-def resume_run(store: ReadableStore, run_id: str, plan: Plan, host: str | None,
+def resume_run(store: ReadableStore, run_id: str, plan: Plan, env: Mapping[str, Any],
                label: str | None, *,
                parquet: bool) -> tuple[Resume, str]:
     """``--resume run_id``: what is left of it, and its own label (a resumed run keeps it).
@@ -80,7 +87,7 @@ def resume_run(store: ReadableStore, run_id: str, plan: Plan, host: str | None,
         raise UsageError("--resume continues a run in the Parquet store (not with "
                          "--jsonl, and from rank 0 under a launcher)")
     refuse_a_complete_run(store, run_id, plan)
-    resume = prepare_resume(store, run_id, plan, host, label)
+    resume = prepare_resume(store, run_id, plan, Fingerprint(env).host, label)
     index = store.runs()
     return resume, str(index[index["run_id"] == run_id]["label"].iloc[0] or "")
 
@@ -121,11 +128,14 @@ def stop_on_signals() -> Iterator[None]:
 
 def resume_command(run_id: str, target: str, param_items: Sequence[str], *, results: str,
                    repeat: int | None, timeout: float | None, peer: str | None,
-                   sysfs_root: str | None, no_counters: bool = False) -> str:
+                   sysfs_root: str | None, no_counters: bool = False,
+                   soak: tuple[str, str] | None = None) -> str:
     """The command that continues this run: the same target, params and options that shape
     the plan or reach the same store and peer, then --resume (``results`` left out where it
-    is the CLI's default)."""
-    words = ["netbench", "run", target]
+    is the CLI's default). ``soak``: a burn-in's --duration and --window, as given."""
+    words = ["netbench", "soak" if soak else "run", target]
+    if soak:
+        words += ["--duration", soak[0], "--window", soak[1]]
     for param in param_items:
         words += ["-p", param]
     for flag, value in (("--results", None if results == "results" else results),

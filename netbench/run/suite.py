@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,13 +51,79 @@ class PlannedCase:
 @dataclass(frozen=True)
 class Plan:
     suite: str            # suite name, or the benchmark name for a single run
-    cases: list[PlannedCase]
+    cases: Sequence[PlannedCase]   # a list; a soak's Windows
     # The [suite] table's options for the families' run set-up (Benchmark.prepare_run), e.g.
     # softroce = "auto": the RDMA family makes an rxe device when there is none.
     options: dict[str, Any] = field(default_factory=dict)
     # The suite's [thresholds] (metric or benchmark:metric -> a fraction): stored with the
     # run, so compare, history and report judge its runs by them unless told otherwise.
     thresholds: dict[str, float] = field(default_factory=dict)
+    soak: Soak | None = None      # a burn-in: its cases are windows (Windows), made as run
+
+
+# A soak of 1 s windows for a week is 604,800 windows: the plan is never a list of them.
+MAX_WINDOWS = 10_000_000
+SOAK_BENCHMARKS_HINT = "tcp.stream, tcp.rr and the rdma.* benchmarks"
+
+
+@dataclass(frozen=True)
+class Soak:
+    """A burn-in: ``rounds`` passes over the plan's cases, each case one ``window`` of
+    seconds a pass, ``duration`` seconds in all."""
+    duration: float
+    window: float
+    rounds: int
+
+
+class Windows(Sequence[PlannedCase]):
+    """A soak's cases, window after window (every case of the plan once a round), made as
+    they are asked for: memory stays flat however long the soak (a list of 86,400 windows is
+    not). Each window is its own PlannedCase, so the runner never takes one for a repeat."""
+
+    def __init__(self, cases: Sequence[PlannedCase], rounds: int) -> None:
+        self.cases, self.rounds = list(cases), rounds
+
+    def __len__(self) -> int:
+        return len(self.cases) * self.rounds
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        one = self.cases[index % len(self.cases)]
+        return PlannedCase(one.case, one.bench, one.timeout)
+
+    def __iter__(self) -> Iterator[PlannedCase]:
+        for _ in range(self.rounds):
+            for one in self.cases:
+                yield PlannedCase(one.case, one.bench, one.timeout)
+
+
+def soaked(plan: Plan, duration: float, window: float) -> Plan:
+    """``plan`` as a burn-in: each case measured window after window (its benchmark's
+    ``window_params``) for ``duration`` seconds in all. A UsageError names a benchmark that
+    cannot run for a given time, a window it cannot measure, and a soak of under two windows."""
+    cases = []
+    for planned in plan.cases:
+        params = planned.bench.window_params(window)
+        if params is None:
+            raise UsageError(f"{planned.case.benchmark} cannot run for a given time, so it "
+                             f"cannot soak; {SOAK_BENCHMARKS_HINT} can")
+        (case,) = planned.bench.expand({**planned.case.params, **params})
+        cases.append(PlannedCase(case, planned.bench, max(planned.timeout, 3 * window + 30)))
+    distinct = list({(c.case.benchmark, repr(sorted(c.case.params.items()))): c
+                     for c in cases}.values())      # --repeat has no meaning in a soak
+    rounds = math.floor(duration / (window * len(distinct)) + 1e-9)
+    if rounds < 2:
+        raise UsageError(f"--duration {duration:g} s holds fewer than two windows of "
+                         f"{window:g} s for each of {len(distinct)} case(s): a soak is judged "
+                         "window against window")
+    if rounds * len(distinct) > MAX_WINDOWS:
+        raise UsageError(f"{rounds * len(distinct):,} windows: at most {MAX_WINDOWS:,}; "
+                         "take longer windows")
+    return Plan(plan.suite, Windows(distinct, rounds), plan.options, plan.thresholds,
+                Soak(duration, window, rounds))
 
 
 def plan_single(name: str, raw_params: Mapping[str, Any],

@@ -37,6 +37,7 @@ from netbench.api import (
     ServerSession,
     SkipCase,
     Traits,
+    UsageError,
     softroce,
     stats,
 )
@@ -114,6 +115,12 @@ def _lat_metrics(unit: str, what: str) -> tuple[Metric, ...]:
 class _Rdma(Benchmark):
     transport = "rdma"
     verb: ClassVar[str]
+
+    def window_params(self, seconds: float) -> dict[str, Any] | None:
+        if seconds < 0.1:
+            raise UsageError(f"{self.name}: a window of {seconds:g} s is shorter than it can "
+                             "measure; at least 0.1 s")
+        return {"duration": seconds}      # perftest -D: a figure per window
 
     def available(self, env: Mapping[str, Any]) -> str | None:
         no_pyverbs = importlib.util.find_spec("pyverbs") is None

@@ -372,6 +372,13 @@ class TcpStream(_TcpBenchmark):
         _AFFINITY,
     )
 
+    def window_params(self, seconds: float) -> dict[str, Any] | None:
+        # Samples of 0.1 s: a window of fewer than 5 says nothing of a dip inside it.
+        if seconds < 0.5:
+            raise UsageError(f"tcp.stream: a window of {seconds:g} s is shorter than it can "
+                             "measure; at least 0.5 s (5 goodput samples)")
+        return {"duration": seconds, "warmup": 0.0}   # the stream never idles between them
+
     def traits(self, case: Case, measured: Measurement | None = None) -> Traits:
         return replace(super().traits(case, measured), flow=case.params["direction"])
 
@@ -503,6 +510,12 @@ class TcpRr(_TcpBenchmark):
               "python (the fallback), auto = compiled where built",
               choices=("auto", "compiled", "python")),
     )
+
+    def window_params(self, seconds: float) -> dict[str, Any] | None:
+        if seconds < 0.1:
+            raise UsageError(f"tcp.rr: a window of {seconds:g} s is shorter than it can "
+                             "measure; at least 0.1 s")
+        return {"duration": seconds}
 
     def _run(self, case: Case, ctx: Context) -> Measurement:
         params = case.params

@@ -1,0 +1,169 @@
+"""Burn-in (`netbench soak`): a case window after window, each window stored as it ends, the
+dips named with what the counters saw in them. The known answers run tcp.stream through a
+real veth shaped with tc tbf, whose rate is lowered mid-soak; the rest are the verdict on
+windows as stored, and bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+from test_netns import _reshape, shaped_pair  # noqa: F401  (a fixture)
+
+from netbench.analysis.soak import judge
+from netbench.run.peer import ServerProcess
+
+RATE_MBIT = 1000
+
+
+def _windows(values, seconds=5.0, counters=None, device="eth9", env=None):
+    start = datetime(2026, 12, 5, 14, 0, tzinfo=UTC)
+    return pd.DataFrame([{
+        "run_id": "r", "benchmark": "tcp.stream", "params": "{}", "case_index": i,
+        "metric": "goodput", "value": v, "unit": "Gbit/s", "better": "higher",
+        "status": "ok", "headline": "goodput", "device": device,
+        "case_started_at": start + timedelta(seconds=i * seconds), "case_seconds": seconds,
+        "counters": json.dumps((counters or {}).get(i, {})),
+        "env_json": json.dumps(env or {})} for i, v in enumerate(values)])
+
+
+def test_a_dip_is_named_with_its_start_length_depth_and_the_counters_inside_it():
+    values = [1.0] * 12 + [0.5, 0.48, 0.5, 0.5] + [1.0] * 8
+    grown = {13: {"net/eth9/statistics/carrier_changes": 2}, 3: {"tcp/RetransSegs": 40}}
+    (case,) = judge(_windows(values, counters=grown))
+    assert case.reference_from == "the soak's median window" and case.reference == 1.0
+    (dip,) = case.dips
+    assert dip.start == datetime(2026, 12, 5, 14, 1, tzinfo=UTC) and dip.windows == 4
+    assert dip.seconds == 20.0 and dip.depth == 0.48
+    assert dip.events == {"net/eth9/statistics/carrier_changes": 2}
+    assert case.link_events == 2 and case.namespace == {"tcp/RetransSegs": 40}
+    assert case.errors_per_hour == pytest.approx(2 / (24 * 5 / 3600))
+    assert (case.lowest, case.median) == (0.48, 1.0)
+
+
+def test_the_line_rate_is_the_reference_only_where_the_link_is_real():
+    nic = {"name": "eth9", "speed_mbps": 10000, "virtual": False}
+    (real,) = judge(_windows([9.4, 9.5, 4.0], env={"nics": [nic]}))
+    assert real.reference_from == "line rate 10 Gbit/s" and len(real.dips) == 1
+    (veth,) = judge(_windows([0.94, 0.95, 0.4], env={"nics": [{**nic, "virtual": True}]}))
+    assert veth.reference_from == "the soak's median window"
+    (told,) = judge(_windows([0.94, 0.95, 0.4]), line_rate=1.0)
+    assert told.reference_from == "line rate 1 Gbit/s" and told.dips[0].depth == 0.4
+
+
+def test_a_latency_soak_dips_when_it_grows():
+    rows = _windows([10.0, 10.2, 30.0, 9.9]).assign(metric="lat_p50", unit="us",
+                                                    better="lower", headline="lat_p50")
+    (case,) = judge(rows)
+    assert [d.windows for d in case.dips] == [1] and case.dips[0].depth == pytest.approx(
+        10.0 / 30.0, rel=0.02)
+
+
+def _netbench(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "netbench", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=kw.pop("timeout", 60), **kw)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["tcp.stream", "--duration", "9s", "--window", "5s"], "fewer than two windows"),
+    (["tcp.stream", "--duration", "1m", "--window", "0.2s"], "at least 0.5 s"),
+    (["mem.copy", "--duration", "1m"], "cannot run for a given time"),
+    (["tcp.stream", "--duration", "soon"], "--duration 'soon': a positive time"),
+    (["tcp.stream", "--duration", "1h", "--window", "-1"], "--window '-1'"),
+])
+def test_a_soak_it_cannot_run_is_refused_naming_what_it_can(args, needle, tmp_path):
+    proc = _netbench("soak", *args, "--results", str(tmp_path))
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_keeps_the_windows_and_resume_goes_on_to_one_soak(tmp_path):
+    """A soak stopped mid-way keeps every window that ended and says how to go on; the
+    resumed soak is the same run, every window once."""
+    cmd = [sys.executable, "-m", "netbench", "soak", "tcp.stream", "--duration", "8s",
+           "--window", "1s", "--results", str(tmp_path), "-p", "msg_size=64K"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    again = next(line.strip() for line in err.splitlines() if "--resume" in line)
+    assert again.startswith("netbench soak tcp.stream --duration 8s --window 1s")
+    run_id = again.split()[-1]
+    words = again.split()[1:]
+    done = _netbench(*words, "--json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    (case,) = json.loads(done.stdout)["cases"]
+    assert case["windows"] == 8 and json.loads(done.stdout)["run_id"] == run_id
+    starts = [t for t, _, _ in case["timeline"]]
+    assert len(set(starts)) == 8
+
+
+@pytest.mark.root
+def test_a_rate_halved_for_20_s_of_a_3_minute_soak_is_exactly_the_one_dip(
+        shaped_pair, tmp_path):  # noqa: F811
+    """The known answer: tcp.stream through tbf at 1000 Mbit/s for 3 minutes in 5 s windows;
+    60 s in, 500 Mbit/s for 20 s. Exactly that dip, starting within a window of when it
+    began, ~0.5 deep; every other window at 0.9 of the rate or more; the acceptance rule
+    on the windows fails on it, naming it."""
+    ns_a, ns_b, dev_a = shaped_pair
+    for ns, dev in ((ns_a, dev_a), (ns_b, dev_a.replace("nbva", "nbvb"))):
+        _reshape(ns, dev, RATE_MBIT)
+    server = ServerProcess(bind="10.203.0.2", prefix=("ip", "netns", "exec", ns_b))
+    marks = {}
+
+    def shape_later():
+        time.sleep(60)
+        marks["low"] = datetime.now(UTC)
+        _reshape(ns_a, dev_a, RATE_MBIT // 2)
+        time.sleep(20)
+        _reshape(ns_a, dev_a, RATE_MBIT)
+        marks["high"] = datetime.now(UTC)
+
+    try:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns_a, sys.executable, "-m", "netbench", "soak",
+             "tcp.stream", "--peer", server.address, "--duration", "3m", "--window", "5s",
+             "--results", str(tmp_path), "--json"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert "netbench soak" in proc.stderr.readline()     # its first line: it began
+        shaper = threading.Thread(target=shape_later, daemon=True)
+        shaper.start()
+        out, err = proc.communicate(timeout=400)
+        shaper.join(30)
+    finally:
+        server.stop()
+        _reshape(ns_a, dev_a, RATE_MBIT)
+    assert proc.returncode == 0, err
+    (case,) = json.loads(out)["cases"]
+    print(json.dumps({k: case[k] for k in ("windows", "lowest", "p1", "median", "dips")},
+                     default=str))
+    assert case["windows"] == 36
+    (dip,) = case["dips"]
+    start = datetime.fromisoformat(dip["start"])
+    assert abs((start - marks["low"]).total_seconds()) <= 5.5, (start, marks["low"])
+    assert 15 <= dip["seconds"] <= 30 and 0.4 <= dip["depth"] <= 0.6
+    rate = RATE_MBIT / 1000
+    low, high = marks["low"], marks["high"]
+    others = [v / rate for t, v, _ in case["timeline"]
+              if not low - timedelta(seconds=5.5) < datetime.fromisoformat(t) < high]
+    assert others and min(others) >= 0.9, others
+    spec = tmp_path / "soak.toml"
+    spec.write_text('[accept]\nline_rate = 1\n\n[[check]]\nbenchmark = "tcp.stream"\n'
+                    'metric = "goodput"\nmin_window_line_rate = 0.9\nmax_dips = 0\n')
+    verdict = _netbench("accept", str(spec), "--results", str(tmp_path),
+                        "--junit", str(tmp_path / "j.xml"))
+    assert verdict.returncode == 1, verdict.stdout + verdict.stderr
+    assert "1 dips > 0" in verdict.stdout and "windows under 90% of the line rate 1 Gbit/s" \
+        in verdict.stdout, verdict.stdout
+    assert "1 dips &gt; 0" in (tmp_path / "j.xml").read_text() or "1 dips > 0" in (
+        tmp_path / "j.xml").read_text()
+    os.remove(tmp_path / "j.xml")
