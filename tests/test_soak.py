@@ -167,3 +167,44 @@ def test_a_rate_halved_for_20_s_of_a_3_minute_soak_is_exactly_the_one_dip(
     assert "1 dips &gt; 0" in (tmp_path / "j.xml").read_text() or "1 dips > 0" in (
         tmp_path / "j.xml").read_text()
     os.remove(tmp_path / "j.xml")
+
+
+@pytest.mark.root
+def test_a_link_down_for_2_s_is_one_dip_named_with_its_carrier_change(
+        shaped_pair, tmp_path):  # noqa: F811
+    """The far end's veth down for 2 s, 15 s into a 40 s soak of 5 s windows: the dip and
+    the carrier changes are named together, in the same window."""
+    ns_a, ns_b, dev_a = shaped_pair
+    dev_b = dev_a.replace("nbva", "nbvb")
+    for ns, dev in ((ns_a, dev_a), (ns_b, dev_b)):
+        _reshape(ns, dev, RATE_MBIT)
+    server = ServerProcess(bind="10.203.0.2", prefix=("ip", "netns", "exec", ns_b))
+
+    def flap():
+        time.sleep(15)
+        subprocess.run(["ip", "-n", ns_b, "link", "set", dev_b, "down"], check=True)
+        time.sleep(2)
+        subprocess.run(["ip", "-n", ns_b, "link", "set", dev_b, "up"], check=True)
+
+    try:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns_a, sys.executable, "-m", "netbench", "soak",
+             "tcp.stream", "--peer", server.address, "--duration", "40s", "--window", "5s",
+             "--results", str(tmp_path), "--json"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert "netbench soak" in proc.stderr.readline()
+        flapper = threading.Thread(target=flap, daemon=True)
+        flapper.start()
+        out, err = proc.communicate(timeout=200)
+        flapper.join(30)
+    finally:
+        server.stop()
+        subprocess.run(["ip", "-n", ns_b, "link", "set", dev_b, "up"], capture_output=True)
+    assert proc.returncode == 0, err
+    (case,) = json.loads(out)["cases"]
+    print(json.dumps({k: case[k] for k in ("windows", "lowest", "dips", "link_events")}))
+    assert case["dips"], case["timeline"]
+    carrier = [d for d in case["dips"] if any(k.endswith("carrier_changes")
+                                              for k in d["events"])]
+    assert len(carrier) == 1 and carrier[0]["depth"] < 0.8, case["dips"]
+    assert case["link_events"] >= 2             # down and up, on this end's veth
