@@ -134,6 +134,43 @@ class NetbenchRunner:
                 f"(p {v.p_adjusted:.3g})" for v in failing), pytrace=False)
         return verdicts
 
+    def soak(self, benchmark: str, duration: float, window: float, line_rate: float | None = None,
+             **params: Any) -> list[Any]:
+        """A burn-in of ``benchmark`` (`netbench soak`): ``duration`` seconds in windows of
+        ``window``, stored in the session's results; each case's windows judged
+        (``netbench.analysis.soak.SoakCase``), against ``line_rate`` Gbit/s where given."""
+        from netbench.analysis.soak import judge
+        from netbench.env.probe import probe
+        from netbench.errors import NetbenchError
+        from netbench.report.console import Reporter
+        from netbench.run.runner import Runner
+        from netbench.run.suite import plan_single, soaked
+        from netbench.store import ResultStore
+
+        try:
+            plan = soaked(plan_single(benchmark, dict(params)), duration, window)
+            store = ResultStore(self.results)
+            runner = Runner(store, probe(), label=self.label, peer=self.peer,
+                            reporter=Reporter(io.StringIO(), interactive=False))
+            result = runner.run(plan)
+        except NetbenchError as exc:
+            pytest.fail(f"netbench: {exc}", pytrace=False)
+        if result.interrupted:
+            raise KeyboardInterrupt
+        if result.tally.get("failed"):
+            pytest.fail(f"{benchmark}: {result.tally['failed']} window(s) failed, the last: "
+                        f"{result.rows[0]['reason'] if result.rows else '?'}", pytrace=False)
+        return judge(store.read([result.run_id]), line_rate=line_rate)
+
+    def assert_soak(self, cases: list[Any], **bounds: Any) -> None:
+        """Fails where a soak (``soak()``'s) breaks accept's soak bounds:
+        ``min_window_line_rate``, ``max_dips``, ``max_link_downs``, ``max_errors_per_hour``."""
+        from netbench.analysis.soak import soak_failures
+
+        failing = [f for c in cases for f in soak_failures(c, **bounds)]
+        if failing:
+            pytest.fail("; ".join(failing), pytrace=False)
+
     def run(self, benchmark: str, **params: Any) -> NetbenchResult:
         from netbench.env.probe import probe
         from netbench.errors import NetbenchError

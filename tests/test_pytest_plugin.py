@@ -92,3 +92,25 @@ def test_a_skipped_benchmark_skips_and_says_nothing_else(pytester, tmp_path, mon
     out.assert_outcomes(skipped=1)
     out.stdout.fnmatch_lines(["*no such hardware here*"])
     assert "was not used" not in out.stdout.str() + out.stderr.str()
+
+
+def test_a_soak_in_the_plugin_is_judged_by_accepts_bounds(pytester, tmp_path, monkeypatch):
+    """netbench.soak runs a real burn-in (tcp.rr on loopback, 4 windows); assert_soak holds it
+    to accept's soak bounds and fails, naming the bound, where it breaks one."""
+    pytester.makepyfile(textwrap.dedent('''
+        import pytest
+
+        def test_soak(netbench):
+            (case,) = netbench.soak("tcp.rr", duration=1.2, window=0.3)
+            assert case.windows == 4 and case.metric == "lat_p50"
+            netbench.assert_soak([case], max_link_downs=0)
+            with pytest.raises(pytest.fail.Exception, match="line rate unknown"):
+                netbench.assert_soak([case], min_window_line_rate=0.9)
+
+        def test_cannot_soak(netbench):
+            netbench.soak("mem.copy", duration=10, window=1)
+    '''))
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--netbench-results",
+                                        str(tmp_path / "rows"))
+    out.assert_outcomes(passed=1, failed=1)
+    out.stdout.fnmatch_lines(["*mem.copy cannot run for a given time*"])

@@ -208,3 +208,28 @@ def test_a_link_down_for_2_s_is_one_dip_named_with_its_carrier_change(
                                               for k in d["events"])]
     assert len(carrier) == 1 and carrier[0]["depth"] < 0.8, case["dips"]
     assert case["link_events"] >= 2             # down and up, on this end's veth
+
+
+def test_a_far_end_that_dies_stops_the_soak_keeping_its_windows_and_resume_goes_on(tmp_path):
+    """The peer killed mid-soak: the soak stops after a few failed windows (not hours of
+    them), keeps the windows before, names why, and the printed --resume finishes it once a
+    peer listens there again."""
+    server = ServerProcess()
+    cmd = [sys.executable, "-m", "netbench", "soak", "tcp.rr", "--peer", server.address,
+           "--duration", "4s", "--window", "0.5s", "--results", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(2.5)
+    server.stop()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "3 windows in a row failed, the last:" in err and "Traceback" not in err, err
+    again = next(line.strip() for line in err.splitlines() if "--resume" in line)
+    revived = ServerProcess(port=server.port)
+    try:
+        done = _netbench(*again.split()[1:], "--json", timeout=120)
+    finally:
+        revived.stop()
+    assert done.returncode == 0, done.stderr
+    (case,) = json.loads(done.stdout)["cases"]
+    assert case["windows"] == 8 and 1 <= case["failed"] <= 3 and case["dips"]

@@ -475,39 +475,12 @@ def _soak_failures(check: Check, spec: Spec, rows: list[Any]) -> list[str]:
     link events and ``max_errors_per_hour``."""
     import pandas as pd
 
-    from netbench.analysis.soak import judge
+    from netbench.analysis.soak import judge, soak_failures
 
     fixed = None if spec.line_rate in (None, "probe") else float(spec.line_rate)
-    failures = []
-    for c in judge(pd.DataFrame(rows), metric=check.metric, line_rate=fixed):
-        name = f"{c.benchmark} {c.metric}"
-        if c.windows < 2:
-            failures.append(f"{name}: {c.windows} window: not a soak (netbench soak)")
-            continue
-        bound = check.min_window_line_rate
-        if bound is not None and not c.reference_from.startswith("line rate"):
-            failures.append(f"{name}: line rate unknown (a virtual interface, or none probed; "
-                            "set [accept] line_rate)")
-        elif bound is not None:
-            low = [s for _, _, s in c.timeline if s == s and s < bound]
-            if low:
-                worst = min(c.dips, key=lambda d: d.depth) if c.dips else None
-                failures.append(
-                    f"{name}: {len(low)} of {c.windows} windows under {bound:.0%} of the "
-                    f"{c.reference_from} (lowest {c.lowest:.2f}"
-                    + (f", a dip from {worst.start:%H:%M:%S} for {worst.seconds:.0f} s"
-                       if worst else "") + ")")
-        if check.max_dips is not None and len(c.dips) > check.max_dips:
-            failures.append(f"{name}: {len(c.dips)} dips > {check.max_dips} ("
-                            + "; ".join(f"{d.start:%H:%M:%S} {d.seconds:.0f} s at "
-                                        f"{d.depth:.2f}" for d in c.dips[:5]) + ")")
-        if check.max_link_downs is not None and c.link_events > check.max_link_downs:
-            failures.append(f"{name}: {c.link_events} link events > {check.max_link_downs}")
-        if check.max_errors_per_hour is not None \
-                and c.errors_per_hour > check.max_errors_per_hour:
-            failures.append(f"{name}: {c.errors_per_hour:,.1f} errors an hour > "
-                            f"{check.max_errors_per_hour:g}")
-    return failures
+    bounds = {k: getattr(check, k) for k in SOAK_BOUNDS}
+    return [f for c in judge(pd.DataFrame(rows), metric=check.metric, line_rate=fixed)
+            for f in soak_failures(c, **bounds)]
 
 
 def _counter_failures(check: Check, rows: list[Any], read: set[str]) -> list[str]:

@@ -56,6 +56,7 @@ class SoakCase:
     errors: dict[str, int]            # the case's own device's error counters that grew
     namespace: dict[str, int]         # the namespace's (the kernel's TCP), shown apart
     timeline: list[tuple[datetime, float, float]]   # (window start, value, share)
+    failed: int = 0                   # windows that failed: in the timeline at 0
 
     @property
     def errors_per_hour(self) -> float:
@@ -97,12 +98,18 @@ def judge(rows: Any, dip_below: float = DIP_BELOW, metric: str | None = None,
     physical link), else the soak's median window."""
     if rows.empty:
         return []
+    import pandas as pd
+
     chosen = is_headline(rows) if metric is None else rows["metric"] == metric
     ok = rows[(rows["status"] == "ok") & chosen]
+    # A window that failed carried nothing: a share of 0 (the link went, the far end died).
+    failed = rows[rows["status"] == "failed"].drop_duplicates(["run_id", "case_index"])
     out = []
-    for (bench, params), group in ok.groupby(["benchmark", "params"], sort=False):
-        group = group.sort_values(["case_started_at", "case_index"], kind="stable")
-        first = group.iloc[0]
+    for (bench, params), measured in ok.groupby(["benchmark", "params"], sort=False):
+        lost = failed[(failed["benchmark"] == bench) & (failed["params"] == params)]
+        group = pd.concat([measured, lost.assign(value=0.0)]).sort_values(
+            ["case_started_at", "case_index"], kind="stable")
+        first = measured.iloc[0]
         values = [float(v) for v in group["value"]]
         better, unit = str(first["better"]), str(first["unit"])
         line = (line_rate or physical_line_rate(first.to_dict())) if is_rate(unit) else None
@@ -118,13 +125,13 @@ def judge(rows: Any, dip_below: float = DIP_BELOW, metric: str | None = None,
             else [{}] * len(group)
         events = [{k: int(v) for k, v in g.items() if counters.is_error(k)} for g in grown]
         out.append(_case(str(bench), str(params), first, reference, source, shares, values,
-                         starts, lengths, events, dip_below))
+                         starts, lengths, events, dip_below, len(lost)))
     return out
 
 
 def _case(bench: str, params: str, first: Any, reference: float | None, source: str,
           shares: list[float], values: list[float], starts: list[Any], lengths: list[float],
-          events: list[dict[str, int]], dip_below: float) -> SoakCase:
+          events: list[dict[str, int]], dip_below: float, failed: int) -> SoakCase:
     dips: list[Dip] = []
     current: Dip | None = None
     for share, start, seconds, grown in zip(shares, starts, lengths, events):
@@ -153,4 +160,40 @@ def _case(bench: str, params: str, first: Any, reference: float | None, source: 
         reference, source, len(values), sum(lengths),
         known[0] if known else None, _quantile(known, 0.01) if known else None,
         _quantile(known, 0.5) if known else None, dips, links, errors, namespace,
-        list(zip(starts, values, shares)))
+        list(zip(starts, values, shares)), failed)
+
+
+def soak_failures(c: SoakCase, min_window_line_rate: float | None = None,
+                  max_dips: int | None = None, max_link_downs: int | None = None,
+                  max_errors_per_hour: float | None = None) -> list[str]:
+    """What of a soak breaks these bounds, each said with its evidence (accept's soak bounds,
+    and the pytest plugin's ``assert_soak``): every window at ``min_window_line_rate`` of the
+    line rate, at most ``max_dips`` dips, ``max_link_downs`` link events and
+    ``max_errors_per_hour``."""
+    name = f"{c.benchmark} {c.metric}"
+    if c.windows < 2:
+        return [f"{name}: {c.windows} window: not a soak (netbench soak)"]
+    failures = []
+    bound = min_window_line_rate
+    if bound is not None and not c.reference_from.startswith("line rate"):
+        failures.append(f"{name}: line rate unknown (a virtual interface, or none probed; "
+                        "set [accept] line_rate)")
+    elif bound is not None:
+        low = [s for _, _, s in c.timeline if s == s and s < bound]
+        if low:
+            worst = min(c.dips, key=lambda d: d.depth) if c.dips else None
+            failures.append(
+                f"{name}: {len(low)} of {c.windows} windows under {bound:.0%} of the "
+                f"{c.reference_from} (lowest {c.lowest:.2f}"
+                + (f", a dip from {worst.start:%H:%M:%S} for {worst.seconds:.0f} s"
+                   if worst else "") + ")")
+    if max_dips is not None and len(c.dips) > max_dips:
+        failures.append(f"{name}: {len(c.dips)} dips > {max_dips} ("
+                        + "; ".join(f"{d.start:%H:%M:%S} {d.seconds:.0f} s at {d.depth:.2f}"
+                                    for d in c.dips[:5]) + ")")
+    if max_link_downs is not None and c.link_events > max_link_downs:
+        failures.append(f"{name}: {c.link_events} link events > {max_link_downs}")
+    if max_errors_per_hour is not None and c.errors_per_hour > max_errors_per_hour:
+        failures.append(f"{name}: {c.errors_per_hour:,.1f} errors an hour > "
+                        f"{max_errors_per_hour:g}")
+    return failures

@@ -212,6 +212,11 @@ def soak_ending(result: Any, resume_command: str) -> tuple[str, int]:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.tally.items()))
     if result.path is not None:
         notes.append(f"stored {counts or 'no'} windows in {result.path}\n")
+    if result.gave_up:
+        notes.append(f"netbench: soak {result.run_id} stopped: {printable(result.gave_up)}; "
+                     "the windows before are kept. Once it can run again, go on with:\n"
+                     f"  {resume_command}\n")
+        return "".join(notes), 1
     if result.interrupted:
         notes.append(f"netbench: soak {result.run_id} stopped ({result.stopped_by or 'SIGINT'}); "
                      f"the windows that ended are kept. Go on with:\n  {resume_command}\n")
@@ -231,7 +236,8 @@ def soak_text(cases: Sequence[Any], run_id: str) -> str:
         lines.append(f"{printable(c.benchmark)} {c.metric}: {c.windows:,} windows over "
                      f"{duration_text(c.seconds)} in run {run_id}; reference {ref}")
         lines.append(f"  windows of the reference: lowest {fixed(c.lowest, 2)}, p1 "
-                     f"{fixed(c.p1, 2)}, median {fixed(c.median, 2)}")
+                     f"{fixed(c.p1, 2)}, median {fixed(c.median, 2)}"
+                     + (f"; {c.failed} failed, counted at 0" if c.failed else ""))
         for dip in c.dips[:20]:
             lines.append(f"  DIP {dip_line(dip)}")
         if len(c.dips) > 20:

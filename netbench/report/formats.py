@@ -155,7 +155,7 @@ def soak_json(cases: Sequence[Any], run_id: str) -> str:
         "benchmark": c.benchmark, "params": json.loads(c.params or "{}"), "metric": c.metric,
         "unit": c.unit, "better": c.better, "reference": c.reference,
         "reference_from": c.reference_from, "windows": c.windows, "seconds": c.seconds,
-        "lowest": c.lowest, "p1": c.p1, "median": c.median,
+        "lowest": c.lowest, "p1": c.p1, "median": c.median, "failed": c.failed,
         "dips": [{"start": when(d.start), "seconds": d.seconds, "windows": d.windows,
                   "depth": d.depth, "events": d.events} for d in c.dips],
         "link_events": c.link_events, "errors": c.errors, "namespace_counters": c.namespace,

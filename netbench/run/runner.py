@@ -137,6 +137,9 @@ class Stopped(KeyboardInterrupt):
         self.name = name
 
 
+SOAK_GIVE_UP = 3     # windows in a row that fail before a soak stops (resumable)
+
+
 @dataclass
 class RunResult:
     run_id: str
@@ -150,6 +153,7 @@ class RunResult:
     # (rows, cases by status), or None where its store cannot say (JSON lines, no store).
     stored: tuple[int, dict[str, int]] | None = None
     tally: dict[str, int] = field(default_factory=dict)   # cases by status, as they ended
+    gave_up: str = ""      # why a soak stopped before its end (its far end gone), said
 
     def count(self, status: str) -> int:
         keys = {(r["case_index"]) for r in self.rows if r["status"] == status}
@@ -350,6 +354,7 @@ class Runner:
         writer = self.store.open_run(path, extra)
         in_flight: tuple[int, str] | None = None
         this_round: set[int] = set()
+        failing = 0                 # a soak's windows failed in a row
         try:
             for index, planned in enumerate(plan.cases):
                 if resume is not None and index in resume.done:
@@ -380,6 +385,14 @@ class Runner:
                 in_flight = None
                 self.reporter.end_case(index, planned, rows)
                 result.fallbacks.extend(hooks.call("case_finished", rows))
+                failing = failing + 1 if status == "failed" else 0
+                if plan.soak is not None and failing >= SOAK_GIVE_UP:
+                    # The far end died (or the device went): stop, every window kept, as
+                    # Ctrl-C does, rather than fail window after window for hours.
+                    result.gave_up = (f"{failing} windows in a row failed, the last: "
+                                      f"{rows[0]['reason'] if rows else '?'}")
+                    result.interrupted = True
+                    break
         except KeyboardInterrupt as exc:
             # Ctrl-C, SIGTERM or SIGHUP (Stopped): the case in flight was cancelled and is not
             # stored (half a measurement is no result, and no failure either), and the run
