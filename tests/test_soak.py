@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 from conftest import ROOT
+from test_dashboard import CHROMIUM, _facts
 from test_netns import _reshape, shaped_pair  # noqa: F401  (a fixture)
 
 from netbench.analysis.soak import judge
@@ -208,6 +209,19 @@ def test_a_link_down_for_2_s_is_one_dip_named_with_its_carrier_change(
                                               for k in d["events"])]
     assert len(carrier) == 1 and carrier[0]["depth"] < 0.8, case["dips"]
     assert case["link_events"] >= 2             # down and up, on this end's veth
+    if CHROMIUM:                                # the timeline, as a reader sees it
+        page = tmp_path / "dash.html"
+        drawn = _netbench("report", "--results", str(tmp_path), "-o", str(page))
+        assert drawn.returncode == 0 and "soak" in drawn.stdout, drawn.stdout + drawn.stderr
+        for width in (800, 1400):
+            _, facts = _facts(tmp_path, page, width=width)
+            soak = facts["soak"]
+            assert soak["shapes"] == len(case["dips"]), soak       # each dip shaded
+            assert any("error counters grew" in t for t in soak["traces"]), soak["traces"]
+            assert any(t.startswith("reference: the soak's median window") for t in
+                       soak["traces"]), soak["traces"]
+            title, bar = soak["boxes"]["title"], soak["boxes"]["modebar"]
+            assert title[2] <= bar[0] or title[3] <= bar[1], (width, title, bar)
 
 
 def test_a_far_end_that_dies_stops_the_soak_keeping_its_windows_and_resume_goes_on(tmp_path):

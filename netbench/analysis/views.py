@@ -31,6 +31,7 @@ class View:
     matrix: Any = None            # its fabric sweep judged (analysis.fabric.Matrix), or None
     base_matrix: Any = None       # the baseline's
     labels: list[str] = field(default_factory=list)
+    soaks: list[Any] = field(default_factory=list)   # its burn-ins (analysis.soak.SoakCase)
 
 
 @dataclass
@@ -80,13 +81,26 @@ def _labels_of(index: Any, run_ids: Sequence[str]) -> list[Any]:
     return list(dict.fromkeys(index.loc[index["run_id"].isin(list(run_ids)), "label"]))
 
 
+def soaks_of(index: Any, rows: Any) -> list[Any]:
+    """The burn-ins among these rows' runs (``netbench soak``, as the store's index says),
+    each case's windows judged."""
+    from netbench.analysis.soak import judge
+
+    if "soak" not in index or rows.empty:
+        return []
+    soaked = set(index.loc[index["soak"].fillna("").astype(bool), "run_id"])
+    return [case for run in dict.fromkeys(rows["run_id"]) if run in soaked
+            for case in judge(rows[rows["run_id"] == run])]
+
+
 def _view(kind: str, name: Any, title: str, rows: Any, runs: list[str], *, latest: Any = None,
           base: Any = None, verdicts: Sequence[Any] = (), trend: Any = None,
-          topology: Any = None) -> View:
+          topology: Any = None, index: Any = None) -> View:
     return View(kind, name, title, rows, runs, latest, base, verdicts, trend,
                 fabric_matrix(rows, topology),
                 fabric_matrix(base) if base is not None else None,
-                sorted({str(x) or "(no label)" for x in rows["label"].fillna("")}))
+                sorted({str(x) or "(no label)" for x in rows["label"].fillna("")}),
+                soaks_of(index, rows) if index is not None else [])
 
 
 def dashboard_views(store: ReadableStore, run: str | None = None, label: str | None = None,
@@ -105,7 +119,7 @@ def dashboard_views(store: ReadableStore, run: str | None = None, label: str | N
         both = _labels_of(index, [*baseline.run_ids, *candidate.run_ids])
         views.append(_view("compare", "", f"{candidate.what} vs {baseline.what}",
                            candidate.rows, candidate.run_ids, base=baseline.rows,
-                           verdicts=verdicts, trend=_trend(store, both)))
+                           verdicts=verdicts, trend=_trend(store, both), index=index))
         chosen = 0
     if run:
         if not (index["run_id"] == run).any():
@@ -113,7 +127,7 @@ def dashboard_views(store: ReadableStore, run: str | None = None, label: str | N
         sel = resolve(store, run)
         views.append(_view("run", run, f"run {run}", sel.rows, sel.run_ids,
                            trend=_trend(store, _labels_of(index, [run])),
-                           topology=_topology(index, sel.run_ids)))
+                           topology=_topology(index, sel.run_ids), index=index))
         chosen = len(views) - 1 if chosen is None else chosen
     labels = list(dict.fromkeys(index["label"].fillna("")[::-1]))       # newest first
     if label is not None and label not in labels:
@@ -137,5 +151,5 @@ def dashboard_views(store: ReadableStore, run: str | None = None, label: str | N
                            f"label '{name}'" if name else "runs without a label", rows, runs,
                            latest=newest,
                            trend=_trend(store, list(dict.fromkeys(every["label"]))),
-                           topology=_topology(index, runs)))
+                           topology=_topology(index, runs), index=index))
     return Views(views, first.get("label", chosen or 0))

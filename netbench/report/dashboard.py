@@ -17,6 +17,7 @@ import json
 import math
 import unicodedata
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from netbench.fingerprint import Fingerprint
 from netbench.report.console import counter_growth, headline_first, loopback_errors
 from netbench.stats import median_sorted
 from netbench.textfile import write_atomic
+from netbench.units import readable
 
 # One colour per Verdict (a test holds them together); this order is the legend's.
 VERDICT_COLOURS = {Verdict.LOST: "#1a1a1a", Verdict.REGRESSED: "#d62728",
@@ -753,6 +755,75 @@ def trend_chart(history: Any) -> dict[str, Any] | None:
         "annotations": notes, "showlegend": True, "legend": {"orientation": "h", "y": -0.25}}}
 
 
+SOAK_POINTS = 2000      # windows a soak's timeline draws at most: the rest binned, lowest kept
+
+
+def _binned(timeline: Sequence[tuple[Any, float, float]], most: int = SOAK_POINTS) -> list[Any]:
+    """A long soak's windows for drawing: at most ``most`` points, each bin drawn by its
+    lowest share (a dip never averages away); judging used every window."""
+    if len(timeline) <= most:
+        return list(timeline)
+    size = -(-len(timeline) // most)
+    return [min(timeline[i:i + size], key=lambda w: w[2] if w[2] == w[2] else math.inf)
+            for i in range(0, len(timeline), size)]
+
+
+def soak_chart(cases: Sequence[Any]) -> dict[str, Any] | None:
+    """Each burn-in's windows over time as a share of its reference (the line rate, or the
+    soak's median window: drawn at 1), dips shaded, windows whose error counters grew marked
+    and named on hover; 24 h of 1 s windows drawn binned (SOAK_POINTS), judged whole."""
+    if not cases:
+        return None
+    traces, shapes = [], []
+    names = case_names([(c.benchmark, c.params) for c in cases])
+    for i, (name, c) in enumerate(zip(names, cases)):
+        colour = PALETTE[i % len(PALETTE)]
+        drawn = _binned(c.timeline)
+        factor, unit = readable([c.reference] if c.reference else [], c.unit)
+        traces.append({
+            "type": "scattergl" if len(drawn) > 500 else "scatter", "mode": "lines+markers",
+            "name": f"{name} {c.metric}", "x": [str(t) for t, _, _ in drawn],
+            "y": [s if s == s else None for _, _, s in drawn],
+            "line": {"color": colour, "width": 1.5}, "marker": {"size": 4, "color": colour},
+            "customdata": [[_fmt(v), c.unit] for _, v, _ in drawn],
+            "hovertemplate": "%{fullData.name}<br>%{x}<br>%{customdata[0]} %{customdata[1]} "
+                             "(%{y:.2f} of the reference)<extra></extra>"})
+        for dip in c.dips:
+            end = dip.start + timedelta(seconds=dip.seconds)
+            shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": str(dip.start),
+                           "x1": str(end), "y0": 0, "y1": 1, "line": {"width": 0},
+                           "fillcolor": "rgba(178,24,43,0.15)", "layer": "below"})
+        marked = [(t, s, text) for dip, text in _dip_events(c)
+                  for t, _, s in c.timeline
+                  if dip.start <= t <= dip.start + timedelta(seconds=dip.seconds)]
+        if marked:
+            traces.append({
+                "type": "scatter", "mode": "markers", "name": f"{name}: error counters grew",
+                "x": [str(t) for t, _, _ in marked],
+                "y": [s if s == s else 0 for _, s, _ in marked],
+                "marker": {"symbol": "x", "size": 11, "color": "#b2182b"},
+                "text": [e for _, _, e in marked],
+                "hovertemplate": "%{x}<br>%{text}<extra></extra>"})
+        reference = (f"{_fmt(c.reference * factor)} {unit}" if c.reference else "unknown")
+        traces.append({"type": "scatter", "mode": "lines", "hoverinfo": "skip",
+                       "name": f"reference: {c.reference_from} ({reference})",
+                       "x": [str(c.timeline[0][0]), str(c.timeline[-1][0])], "y": [1, 1],
+                       "line": {"color": "#555", "dash": "dash", "width": 1}})
+    return {"data": traces, "layout": {
+        "title": {"text": "Burn-in: each window against what the link should reach "
+                          "(shaded: dips under 0.9 of it; x: error counters grew)"},
+        "height": 460, "margin": {"l": 70, "r": 20, "t": 60, "b": 60},
+        "xaxis": {"title": {"text": "window started (UTC)"}, "type": "date"},
+        "yaxis": {"title": {"text": "of the reference (1: all of it)"}, "rangemode": "tozero"},
+        "shapes": shapes, "showlegend": True, "legend": {"orientation": "h", "y": -0.25}}}
+
+
+def _dip_events(case: Any) -> list[tuple[Any, str]]:
+    """Each dip whose windows grew error counters, with them as a hover names them."""
+    return [(dip, ", ".join(f"{k} +{v:,}" for k, v in sorted(dip.events.items())[:6]))
+            for dip in case.dips if dip.events]
+
+
 def _was(value: Any) -> str:
     missing = value is None or value == "" or (isinstance(value, float) and value != value) \
         or str(value) in ("nan", "None")
@@ -880,14 +951,14 @@ def environment_panel(rows: Any, latest: Any = None, base: Any = None) -> str:
             counters_panel(rows))
 
 
-CHARTS = ("comparison", "trend", "fabric", "fabric_graph", "bandwidth", "latency", "cpu",
-          "busbw", "h2d", "other")
+CHARTS = ("comparison", "trend", "soak", "fabric", "fabric_graph", "bandwidth", "latency",
+          "cpu", "busbw", "h2d", "other")
 # What a reader calls each chart (the ids are the page's own).
 CHART_NAMES = {"comparison": "Comparison", "trend": "Trend across runs",
                "fabric": "Fabric pair matrix", "fabric_graph": "Switch graph",
                "bandwidth": "Bandwidth vs message size", "latency": "Latency vs message size",
                "cpu": "CPU cost per Gbit/s", "busbw": "Collective bus bandwidth",
-               "h2d": "Host-to-GPU feed", "other": "Other benchmarks"}
+               "h2d": "Host-to-GPU feed", "other": "Other benchmarks", "soak": "Burn-in timeline"}
 _WITH_BASELINE = ("bandwidth", "latency", "busbw", "h2d")
 def _charts(rows: Any, matrix: Any = None) -> dict[str, dict[str, Any] | None]:
     # A fabric run's curves are its pairs' median, the spread over pairs as the error bar;
@@ -915,7 +986,8 @@ def _missing(rows: Any) -> dict[str, str]:
                           "--candidate B)",
             "trend": "a trend needs a case measured in at least two runs of this view's "
                      "label(s)",
-            "other": ""}      # every benchmark is drawn above: nothing to say
+            "other": "",      # every benchmark is drawn above: nothing to say
+            "soak": "no burn-in in this view (netbench soak: a case window after window)"}
 
 
 def _with_baseline(fig: dict[str, Any] | None, base: dict[str, Any] | None,
@@ -982,6 +1054,7 @@ def _view(view: Any) -> dict[str, Any]:
         view.verdicts, {**headlines(base), **headlines(rows)} if base is not None
         else headlines(rows))
     figures["trend"] = trend_chart(view.trend)
+    figures["soak"] = soak_chart(view.soaks)
     missing = _missing(rows)
     runs = view.runs
     return {"title": title,

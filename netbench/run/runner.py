@@ -347,6 +347,10 @@ class Runner:
         kept = self.counters_kept()
         if kept is not None:        # what is read around each case: a 0 later is a 0
             extra["netbench_counters"] = kept
+        if plan.soak is not None:   # a burn-in: the dashboard draws its timeline
+            extra["netbench_soak"] = json.dumps({"duration": plan.soak.duration,
+                                                 "window": plan.soak.window,
+                                                 "rounds": plan.soak.rounds})
         if plan.thresholds:         # the suite's: compare, history and report judge by them
             extra["netbench_thresholds"] = json.dumps(plan.thresholds, sort_keys=True)
         if resumes := Fingerprint(self.env).resumes:
@@ -369,7 +373,8 @@ class Runner:
                     this_round.clear()
                     if loopback:
                         self._start_loopback()
-                this_round.add(id(planned))
+                if plan.soak is None:
+                    this_round.add(id(planned))
                 description = planned.bench.describe(planned.case)
                 in_flight = (index, description)
                 self.reporter.start_case(index, planned.case, description)
