@@ -643,3 +643,14 @@ def test_a_fifo_dev_zero_or_bytes_not_utf8_among_the_counters_read_as_unread(tmp
     assert snap.values["net/eth0/rx_errors"] == 3 and snap.values["net/eth0/tx_errors"] == 1
     assert not {"net/eth0/rx_dropped", "net/eth0/rx_crc_errors",
                 "net/eth0/rx_fifo_errors"} & set(snap.values)
+
+
+def test_an_interface_that_vanishes_mid_case_is_named_once_not_counter_by_counter():
+    before = counters.Snapshot({"net/eth0/rx_bytes": 5, "net/eth0/carrier_changes": 1,
+                                "net/eth1/rx_bytes": 1, "tcp/RetransSegs": 3})
+    after = counters.Snapshot({"net/eth1/rx_bytes": 9, "net/eth9/rx_bytes": 0,
+                               "tcp/RetransSegs": 3})
+    grown, notes = counters.delta(before, after)
+    assert grown == {"net/eth1/rx_bytes": 8}
+    assert notes == ["net/eth0 vanished during a case (renamed or removed, as a driver reload "
+                     "does): what it counted in that case is unknown"]

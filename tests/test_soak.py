@@ -247,3 +247,37 @@ def test_a_far_end_that_dies_stops_the_soak_keeping_its_windows_and_resume_goes_
     assert done.returncode == 0, done.stderr
     (case,) = json.loads(done.stdout)["cases"]
     assert case["windows"] == 8 and 1 <= case["failed"] <= 3 and case["dips"]
+
+
+@pytest.mark.root
+def test_an_interface_renamed_mid_soak_is_named_and_the_soak_goes_on(
+        shaped_pair, tmp_path):  # noqa: F811
+    """A driver reload renames a port: the interface's counters vanish mid-soak. The soak
+    names it once and goes on to its end."""
+    ns_a, ns_b, dev_a = shaped_pair
+    server = ServerProcess(bind="10.203.0.2", prefix=("ip", "netns", "exec", ns_b))
+
+    def rename():
+        time.sleep(5)
+        for args in (["down"], ["name", "nbren"], ["up"]):
+            subprocess.run(["ip", "-n", ns_a, "link", "set", dev_a, *args]
+                           if args != ["up"] else ["ip", "-n", ns_a, "link", "set", "nbren",
+                                                   "up"], check=True)
+        subprocess.run(["ip", "-n", ns_a, "addr", "replace", "10.203.0.1/24", "dev", "nbren"],
+                       check=True)
+
+    try:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns_a, sys.executable, "-m", "netbench", "soak",
+             "tcp.stream", "--peer", server.address, "--duration", "12s", "--window", "2s",
+             "--results", str(tmp_path)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        renamer = threading.Thread(target=rename, daemon=True)
+        renamer.start()
+        out, err = proc.communicate(timeout=120)
+        renamer.join(30)
+    finally:
+        server.stop()
+    assert proc.returncode == 0, err
+    assert err.count(f"net/{dev_a} vanished during a case") == 1, err
+    assert "6 windows over" in out or "6 ok" in err, out + err

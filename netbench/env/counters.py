@@ -129,19 +129,26 @@ def snapshot(sysfs: str | Path = "/sys", proc: str | Path = "/proc",
 
 
 def delta(before: Snapshot, after: Snapshot) -> tuple[dict[str, int], list[str]]:
-    """What grew between two snapshots, and what went backwards (said, one note a counter,
-    the same words each time: a run says each once; left out)."""
+    """What grew between two snapshots, and what went backwards or vanished (said, one note
+    a counter or an object, the same words each time: a run says each once; left out)."""
     out: dict[str, int] = {}
     notes = []
+    gone: set[str] = set()
     for key, was in before.values.items():
         now = after.values.get(key)
         if now is None:
+            gone.add("/".join(key.split("/")[:2]))
             continue
         if now < was:
             notes.append(f"{key} went backwards during a case (a driver reload or a wrap): "
                          "that case's delta left out")
         elif now > was:
             out[key] = now - was
+    # An interface or port that vanished mid-case (renamed or removed, as a driver reload
+    # does): named once, not a counter at a time; the run goes on reading what is there.
+    present = {"/".join(key.split("/")[:2]) for key in after.values}
+    notes += [f"{obj} vanished during a case (renamed or removed, as a driver reload does): "
+              "what it counted in that case is unknown" for obj in sorted(gone - present)]
     return out, notes
 
 
