@@ -108,8 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = session.choose_store(not quiet, args.jsonl, args.results, _store)
     if args.peer:
         parse_hostport(args.peer, 1)
-    env = session.run_env(args.sysfs_root, launched)
-    env.update(no_counters=True) if args.no_counters else None   # kept: it read none
+    env = session.run_env(args.sysfs_root, launched, args.no_counters)
     resume = None
     if args.resume:
         resume, args.label = session.resume_run(store, args.resume, plan, env,
@@ -228,8 +227,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     launched = launch_info()
     writer = launched is not None and launched.is_writer
     store = session.choose_store(writer, args.jsonl, args.results, _store)
-    env = session.run_env(args.sysfs_root, launched)
-    env.update(no_counters=True) if args.no_counters else None   # kept: it read none
+    env = session.run_env(args.sysfs_root, launched, args.no_counters)
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if writer else \
         (lambda text: None)
     options = fabric.Options(args.pattern, args.direction, args.k, args.center, args.pairs,

@@ -381,7 +381,10 @@ class Runner:
                 rows = self.measure(index, planned, base)
                 # A soak's rows are in its file as each window ends; kept here, a day of
                 # windows would grow without bound: only the newest window is.
-                result.rows[len(result.rows) if plan.soak is None else 0:] = rows
+                if plan.soak is None:
+                    result.rows.extend(rows)
+                else:
+                    result.rows = list(rows)
                 status = rows[0]["status"] if rows else "failed"
                 result.tally[status] = result.tally.get(status, 0) + 1
                 result.fallbacks.extend(self._case_fallbacks)

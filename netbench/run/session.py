@@ -66,10 +66,14 @@ def choose_store(writes: bool, jsonl: str | None, results: str,
     return JsonlStore(jsonl) if jsonl else parquet(results)
 
 
-def run_env(sysfs_root: str | None, launched: LaunchInfo | None) -> dict[str, Any]:
+def run_env(sysfs_root: str | None, launched: LaunchInfo | None,
+            no_counters: bool = False) -> dict[str, Any]:
     """The fingerprint every row of the run is stored with: the probe's, the collective
-    libraries' settings, and under a launcher this rank's place in the job."""
+    libraries' settings, under a launcher this rank's place in the job, and --no-counters
+    (kept: the run read none)."""
     env = probe(sysfs_root)
+    if no_counters:
+        env.update(no_counters=True)
     env.update(collective_env=collective_env())
     if launched:
         env.update(launcher=Launcher(name=launched.launcher, rank=launched.rank,

@@ -87,8 +87,6 @@ class Windows(Sequence[PlannedCase]):
         return len(self.cases) * self.rounds
 
     def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
         if not -len(self) <= index < len(self):
             raise IndexError(index)
         one = self.cases[index % len(self.cases)]
