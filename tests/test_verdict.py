@@ -360,3 +360,25 @@ def test_invocations_agreeing_closer_than_their_own_samples_allow_decide_nothing
     # Windows that agree (a 1% spread) leave the repeats to decide: the floor is no veto.
     tight = invocation_test(Side(base, precision=1e-4), Side(cand, precision=1e-4))
     assert tight[0] < 0.005
+
+
+def test_a_cost_is_judged_by_runs_never_by_one_runs_repeats():
+    """Two quiet runs whose CPU differs by 32% on a 30% threshold, each run's repeats tight
+    (a CI A/A read cpu_server +29.3% so, regressed): where the host ran each run moves what the work
+    costs, and the repeats share it, so it is unverified, saying what decides; three earlier
+    runs that agree make the same change a regression; a rate is still judged by repeats."""
+    base = Side([37.0, 37.4, 36.8], 0.0, 1)
+    cand = Side([48.8, 49.4, 48.6], 0.0, 1)
+    p, evidence, sd = invocation_test(base, cand, Past())
+    assert evidence == "repeats" and p < 1e-4
+    j = judge(base, cand, 0.32, "lower", 0.30, p, evidence, sd=sd, cost=True)
+    assert j.verdict == UNVERIFIED and "earlier runs of this case" in j.needs, j
+    assert "it would read regressed" in j.needs, j
+    assert judge(base, cand, 0.32, "lower", 0.30, p, evidence, sd=sd).verdict == REGRESSED
+    past = Past([37.1, 36.9, 37.3], [0.0, 0.0, 0.0])
+    p, evidence, sd = invocation_test(base, cand, past)
+    j = judge(base, cand, 0.32, "lower", 0.30, p, evidence, sd=sd, cost=True, past=past)
+    assert j.verdict == REGRESSED, j
+    # Error counts are events, never a cost: still decided by the counts.
+    j = judge(base, cand, 0.32, "lower", 0.30, p, evidence, sd=sd, cost=True, counts=True)
+    assert j.verdict != UNVERIFIED, j

@@ -24,8 +24,9 @@ The verdicts:
   invocation a side, no history), or an extreme (a max, a min, a p99.9 of fewer than 10,000
   samples: fewer than ``EXTREME_SAMPLES`` beyond it) judged by one run's repeats alone: the
   rare events an extreme catches come with a run, and its repeats share them (an A/A here:
-  tcp.rr's max -64% between two runs at the same load, each run's three repeats alike). Says
-  what would decide it;
+  tcp.rr's max -64% between two runs at the same load, each run's three repeats alike), or a
+  cost (CPU spent) judged by one run's repeats alone, for the same reason. Says what would
+  decide it;
 - ``disturbed``: it would be a regression (or an improvement) but the two sides ran with
   different amounts of other work on the host (``netbench.env.hostload``: BUSY_CORES apart, or
   STEAL_CORES of the hypervisor's steal), which moves a figure
@@ -36,7 +37,8 @@ The verdicts:
   Load explains a rate or a latency only where a side's case was short of CPU (``starved``:
   it wanted ``STARVED`` of the cores it could have had, ``room``) or the change is within
   what the case moved under such load in its history; otherwise the verdict stands, the
-  load named beside it. A cost (``cost=True``: CPU spent) is cleared only by that history;
+  load named beside it. A cost (``cost=True``: CPU spent) is cleared only by that history,
+  and judged by runs only: one run's repeats share where the host ran it (``unverified``);
   counted events (``counts=True``: retransmits, drops) are never disturbed.
 Each judgement carries ``detectable``: the smallest change its evidence would catch at 80%
 power. Only ``regressed`` and ``lost`` fail a gate by default.
@@ -323,11 +325,21 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
         named = "; ".join(x for x in (named, f"{stolen}; {moved}") if x)
     # Not sides of several runs each either: their values are still repeats, tested as if
     # each were a run (three alike in each of two runs read p 0.003 where the runs say 0.23).
-    if extreme and not (past is not None and len(past.values) > MIN_DF):
+    judged_by_runs = past is not None and len(past.values) > MIN_DF
+    if extreme and not judged_by_runs:
         return made(UNVERIFIED, needs=f"{extreme}, and the rare events it catches come with "
                     f"a run, which the run's repeats share: {MIN_DF + 1} or more earlier runs "
                     "of this case on this host in the store (its history) decide (it would "
                     f"read {verdict})")
+    # So is a cost: the CPU the same work takes moves with where the host ran the run's
+    # processes (a busy sibling hyperthread, the host's clock: neither visible from inside,
+    # no steal), which a run's repeats share (a CI A/A of two quiet runs: cpu_server +29.3%
+    # on a 30% threshold, each run's three repeats within a few percent of each other).
+    if cost and not counts and not judged_by_runs:
+        return made(UNVERIFIED, needs="the CPU a piece of work takes moves with where the "
+                    "host ran each run, which the run's repeats share: "
+                    f"{MIN_DF + 1} or more earlier runs of this case on this host in the "
+                    f"store (its history) decide (it would read {verdict})")
     return made(verdict, disturbed=named)
 
 
