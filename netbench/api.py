@@ -373,6 +373,10 @@ class Context(Protocol):
     # The run traces each data connection's routers (netbench fabric --trace): a benchmark
     # that opens data connections passes it to ``open_data(traced=...)``.
     trace: bool
+    # The case's invocations are one soak's windows, back to back (``netbench soak``): what
+    # a benchmark starts for a case (ranks, a far end) may serve the next window, where a
+    # repeat's must be new (a repeat is an invocation of everything that drifts).
+    soak: bool
 
     def connect(self) -> ClientSession: ...
 

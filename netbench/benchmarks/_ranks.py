@@ -9,7 +9,9 @@ Timing follows nccl-tests: warm-up, barrier, ``iters`` back-to-back operations, 
 time per operation; then one more operation on fresh inputs whose result is checked. The timed
 operations are also cut into windows (``windows``) so that compare has samples to test: on the
 CPU a clock read at each window's edge, on a GPU a CUDA event recorded between windows, which
-adds no synchronisation to the stream.
+adds no synchronisation to the stream. With a ``duration`` (a soak's window) the timed
+operations run until that much time has passed instead, in windows whose size rank 0 decides
+and broadcasts (``timed_for``), so that every rank stops after the same operation.
 """
 
 from __future__ import annotations
@@ -210,9 +212,84 @@ def timed(torch: Any, op: Any, iters: int, device: Any) -> tuple[float, list[flo
     return (stamps[-1] - stamps[0]) / iters, per
 
 
+GROWTH = 8            # a timed-for window holds at most 8x the ops of the one before
+
+
+def next_window(ops: int, took: float, elapsed: float, seconds: float, on_gpu: bool) -> int:
+    """Rank 0's choice of the next window's ops in ``timed_for`` (0: stop), from the last
+    window (``ops`` ops in ``took`` s) and the ``elapsed`` of ``seconds``. Windows grow from one
+    op to ~1/CPU_WINDOWS (1/GPU_WINDOWS) of the duration, so the samples are as many as a
+    counted run's; a remainder under 1.5 windows is one window (no sliver of a sample at the
+    end); the loop stops within half an operation of ``seconds``."""
+    per_op = max(took / ops, 1e-9)
+    left = seconds - elapsed
+    if left < per_op / 2:
+        return 0
+    target = seconds / (GPU_WINDOWS if on_gpu else CPU_WINDOWS)
+    want = min(max(round(target / per_op), 1), GROWTH * ops)
+    rest = max(round(left / per_op), 1)
+    return rest if rest <= 1.5 * want else want
+
+
+def timed_for(torch: Any, dist: Any, op: Any, seconds: float, rank: int,
+              device: Any) -> tuple[float, list[float], int]:
+    """(seconds per op, seconds per op in each window, ops): ``op`` back to back until
+    ``seconds`` have passed on rank 0's clock. The ranks are in lock-step (each op is a
+    collective), so they must stop after the same op: after each window rank 0 broadcasts the
+    next window's op count, 0 to stop. Each window is timed apart (its ops only, as
+    ``timed`` times them); the time per op is the windows' times summed, over all the ops."""
+    on_gpu = device.type == "cuda"
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    control = torch.zeros(1, dtype=torch.int64, device=device)
+    marks: list[tuple[Any, Any, int]] = []       # GPU: (start event, end event, ops)
+    spans: list[tuple[float, int]] = []          # CPU: (seconds, ops)
+    ops, done = 1, 0
+    start = last = time.perf_counter()
+    while ops:
+        if on_gpu:
+            begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            begin.record()
+            for _ in range(ops):
+                op()
+            end.record()
+            marks.append((begin, end, ops))
+        else:
+            t0 = time.perf_counter()
+            for _ in range(ops):
+                op()
+            spans.append((time.perf_counter() - t0, ops))
+        done += ops
+        if rank == 0:
+            sync()                              # the clock counts ops done, not launched
+            now = time.perf_counter()
+            control.fill_(next_window(ops, now - last, now - start, seconds, on_gpu))
+            last = now
+        # Cheap: one 8-byte broadcast a window (~1/64 of the duration), outside its timing.
+        dist.broadcast(control, src=0)
+        ops = int(control.item())
+    if on_gpu:
+        sync()
+        spans = [(b.elapsed_time(e) / 1e3, k) for b, e, k in marks]
+    total = sum(t for t, _ in spans)
+    return total / done, [t / k for t, k in spans], done
+
+
+def _timed_ops(torch: Any, dist: Any, op: Any, spec: Mapping[str, Any], rank: int,
+               device: Any) -> dict[str, Any]:
+    """The timed part of a result: ``iters`` ops (``timed``), or ops for ``duration`` s."""
+    seconds = float(spec.get("duration", 0))
+    if seconds > 0:
+        per_op, per_window, ops = timed_for(torch, dist, op, seconds, rank, device)
+        return {"time_us": per_op * 1e6, "window_us": [w * 1e6 for w in per_window],
+                "ops": ops}
+    per_op, per_window = timed(torch, op, spec["iters"], device)
+    return {"time_us": per_op * 1e6, "window_us": [w * 1e6 for w in per_window]}
+
+
 def run_case(torch: Any, dist: Any, spec: Mapping[str, Any], rank: int, world: int,
              device: Any) -> dict[str, Any]:
-    """Time ``iters`` operations of one case on this rank, then check one fresh result."""
+    """Time ``iters`` operations of one case on this rank (or as many as ``duration`` seconds
+    hold), then check one fresh result."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     try:
         case = _Case(torch, dist, spec, rank, world, device)
@@ -228,12 +305,11 @@ def run_case(torch: Any, dist: Any, spec: Mapping[str, Any], rank: int, world: i
         case.run()
     sync()
     dist.barrier()
-    seconds, per_window = timed(torch, case.run, spec["iters"], device)
+    timing = _timed_ops(torch, dist, case.run, spec, rank, device)
     case.fill()
     case.run()
     sync()
-    return {"kind": "result", "rank": rank, "time_us": seconds * 1e6,
-            "window_us": [w * 1e6 for w in per_window], "wrong": case.wrong(),
+    return {"kind": "result", "rank": rank, **timing, "wrong": case.wrong(),
             "bytes": case.nbytes, "count": case.count}
 
 
@@ -257,7 +333,7 @@ def run_ddp_sync(torch: Any, dist: Any, spec: Mapping[str, Any], rank: int, worl
         step()
     sync()
     dist.barrier()
-    seconds, per_window = timed(torch, step, spec["iters"], device)
+    timing = _timed_ops(torch, dist, step, spec, rank, device)
     for b in buckets:
         b.fill_(rank + 1)
     step()
@@ -265,8 +341,7 @@ def run_ddp_sync(torch: Any, dist: Any, spec: Mapping[str, Any], rank: int, worl
     want = float(sum(r + 1 for r in range(world)))
     tol = 1e-2 * want if dtype in (torch.float16, torch.bfloat16) else 1e-6 * want
     wrong = sum(int(((b.double() - want).abs() > tol).sum().item()) for b in buckets)
-    return {"kind": "result", "rank": rank, "time_us": seconds * 1e6,
-            "window_us": [w * 1e6 for w in per_window], "wrong": wrong,
+    return {"kind": "result", "rank": rank, **timing, "wrong": wrong,
             "bytes": total * elem, "buckets": len(buckets)}
 
 

@@ -47,8 +47,10 @@ def _params(default_size: int) -> tuple[Param, ...]:
         Param("dtype", "choice", "float32", "element type (nccl-tests -d)",
               choices=("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8",
                        "uint8"), sweep=True),
-        Param("iterations", "int", 20, "timed operations (nccl-tests -n)", minimum=1,
-              maximum=1_000_000),
+        Param("iterations", "int", 20, "timed operations (nccl-tests -n; ignored when "
+              "duration > 0)", minimum=1, maximum=1_000_000),
+        Param("duration", "float", 0.0, "seconds of timed operations, as many as fit; 0 = "
+              "use iterations", minimum=0, maximum=3600),
         Param("warmup", "int", 5, "untimed operations first (nccl-tests -w)", minimum=1,
               maximum=100_000),
         Param("master_port", "int", 0, "rendezvous port for spawned ranks; 0 = a free one",
@@ -178,11 +180,21 @@ class _Collective(Benchmark):
                        trail=(("#wrong", "0" if measured else "-"),),
                        bus_factor=_ranks.bus_factor(self.op, int(params["world_size"])))
 
+    def window_params(self, seconds: float) -> dict[str, Any] | None:
+        # Ops timed for ``seconds``; warm-up its least, the one op that tells whether the
+        # backend can run the case (the ranks are warm from the window before). Under 0.1 s
+        # (as tcp.rr and rdma.*), a large message is a handful of ops.
+        if seconds < 0.1:
+            raise UsageError(f"{self.name}: a window of {seconds:g} s is shorter than it can "
+                             "measure; at least 0.1 s")
+        return {"duration": seconds, "warmup": 1}
+
     def _spec(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return {"op": self.op, "bytes": params["msg_size"], "dtype": params["dtype"],
-                "iters": params["iterations"], "warmup": params["warmup"],
-                "reduce_op": params.get("reduce_op", "sum"), "root": params.get("root", 0),
-                "in_place": params.get("in_place", False)}
+        return _timed({"op": self.op, "bytes": params["msg_size"], "dtype": params["dtype"],
+                       "iters": params["iterations"], "warmup": params["warmup"],
+                       "reduce_op": params.get("reduce_op", "sum"),
+                       "root": params.get("root", 0),
+                       "in_place": params.get("in_place", False)}, params)
 
     def run(self, case: Case, ctx: Context) -> Measurement:
         params = case.params
@@ -196,10 +208,14 @@ class _Collective(Benchmark):
             ctx.shared.setdefault("coll.launched", _LaunchedGroup(dist))
         else:
             _check_host_can_run(world, backend)
+            # A soak's windows run one after another on the same ranks, as the runner keeps
+            # a soak's far end (new ones would idle the fabric for the seconds a rank start
+            # takes, between every two windows).
+            identity = "" if getattr(ctx, "soak", False) else json.dumps(
+                {**spec, "world": world, "backend": backend}, sort_keys=True)
             group = ctx.shared.setdefault("coll.ranks", _Group()).get(
                 world, backend, params["master_port"], params["pg_timeout"],
-                params.get("cpu_bind", "none"),
-                json.dumps({**spec, "world": world, "backend": backend}, sort_keys=True))
+                params.get("cpu_bind", "none"), identity)
             from . import _ranks
             try:
                 results = group.run(spec, max(ctx.remaining() - 5, 10))
@@ -234,9 +250,24 @@ class _Collective(Benchmark):
             note = (f"size rounded from {params['msg_size']} to {nbytes} bytes (a multiple of "
                     f"the element size{' x world_size' if self.op in _SPLIT else ''}, as "
                     "nccl-tests does)")
+        note = "; ".join(filter(None, [note, _ops_note(results, params)]))
         samples = {"time_us": window, "algbw": rates, "busbw": [r * factor for r in rates]}
         return Measurement(values, samples, device=_ranks_label(world), transport=backend,
                            note=note, op_bytes=nbytes)
+
+
+def _timed(spec: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` timed for ``duration`` seconds where the params give one (a spec without
+    one is the counted run's, unchanged)."""
+    return {**spec, "duration": params["duration"]} if params.get("duration") else spec
+
+
+def _ops_note(results: list[dict[str, Any]], params: Mapping[str, Any],
+              what: str = "operations") -> str:
+    """How many ops a timed case ran (every rank the same: rank 0 decided), else ""."""
+    if "ops" not in results[0]:
+        return ""
+    return f"{int(results[0]['ops']):,} {what} timed in {params['duration']:g} s (duration)"
 
 
 _SPLIT = ("all_gather", "reduce_scatter", "all_to_all")
@@ -382,9 +413,10 @@ class CollDdpSync(_Collective):
     )
 
     def _spec(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return {"op": "ddp_sync", "model_params": params["model_params"],
-                "dtype": params["dtype"], "bucket_bytes": int(params["bucket_mb"] * (1 << 20)),
-                "iters": params["iterations"], "warmup": params["warmup"]}
+        return _timed({"op": "ddp_sync", "model_params": params["model_params"],
+                       "dtype": params["dtype"],
+                       "bucket_bytes": int(params["bucket_mb"] * (1 << 20)),
+                       "iters": params["iterations"], "warmup": params["warmup"]}, params)
 
     def _measure(self, results: list[dict[str, Any]], world: int, backend: str,
                  params: Mapping[str, Any]) -> Measurement:
@@ -406,6 +438,7 @@ class CollDdpSync(_Collective):
                   "scaling_efficiency": compute / step if step else 0.0}
         note = (f"{results[0]['buckets']} buckets of {params['bucket_mb']:g} MiB; "
                 f"{params['overlap']:.0%} of comm assumed hidden behind {compute:g} ms compute")
+        note = "; ".join(filter(None, [note, _ops_note(results, params, "steps")]))
         window_ms = [w / 1e3 for w in _window_times(results)]
         factor = _ranks.bus_factor("all_reduce", world)
         return Measurement(values, {"comm_ms": window_ms,

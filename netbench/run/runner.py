@@ -41,11 +41,12 @@ class _CaseContext:
                  connect: Callable[[float], ClientSession], deadline: float,
                  progress: Callable[[float], None], shared: dict[str, Any],
                  trace: bool = False, every: float = 0.0,
-                 on_interval: Callable[..., None] | None = None) -> None:
+                 on_interval: Callable[..., None] | None = None, soak: bool = False) -> None:
         self.env = env
         self.peer = peer
         self.shared = shared
         self.trace = trace
+        self.soak = soak
         self.every = every
         self._on_interval = on_interval
         self.cancelled = threading.Event()
@@ -284,6 +285,7 @@ class Runner:
                  peer: str | None = None, reporter: RunEvents | None = None) -> None:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.trace = False        # trace each data connection's routers (fabric --trace)
+        self._soaking = False     # the plan is a soak: its invocations are windows (Context.soak)
         self.every = 0.0          # seconds between a case's interval lines (run --interval)
         # Steer traced connections through these switches (each as its addresses): a
         # fabric sweep's pair meant to load one link.
@@ -333,6 +335,7 @@ class Runner:
             run_id = uuid.uuid4().hex[:12]      # under a launcher only rank 0 stores rows
             path = self.store.path_for(run_id, started.isoformat())
         result = RunResult(run_id, path)
+        self._soaking = plan.soak is not None
         result.fallbacks.extend(Fingerprint(self.env).hook_errors)
         setups = self._prepare(plan, result)
         base = self.base(run_id, started, plan.suite)
@@ -586,7 +589,7 @@ class Runner:
         ctx = _CaseContext(self.env, self.peer, self._connect,
                            time.monotonic() + planned.timeout, self.reporter.progress,
                            self._shared, self.trace, self.every,
-                           getattr(self.reporter, "interval", None))
+                           getattr(self.reporter, "interval", None), self._soaking)
         outcome: dict[str, Any] = {}
 
         def work() -> None:

@@ -63,7 +63,7 @@ class Plan:
 
 # A soak of 1 s windows for a week is 604,800 windows: the plan is never a list of them.
 MAX_WINDOWS = 10_000_000
-SOAK_BENCHMARKS_HINT = "tcp.stream, tcp.rr and the rdma.* benchmarks"
+SOAK_BENCHMARKS_HINT = "tcp.stream, tcp.rr, the rdma.* and the coll.* benchmarks"
 
 
 @dataclass(frozen=True)
