@@ -5,9 +5,10 @@ them), so a day of 1 s windows is simulated in minutes.
 
     python bench/soak_cost.py --windows 1000 10000 86400
 
-Prints, at each length: the process's peak RSS, the bytes stored a window (the parts while
-it runs, the compacted file after), and the seconds the harness spends a window. Memory must
-not grow with the length (docs/soak.md quotes the figures).
+Prints, at each length: the process's RSS at each quarter of the soak and its peak with the
+final compaction, the part files and bytes stored a window while it runs (merged every
+MERGE_PARTS windows), the compacted file's bytes a window, and the harness's time a window.
+Memory must not grow with the length (docs/soak.md quotes the figures).
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+
+def _rss_kb() -> int:
+    """The process's resident set now (not its peak), in KiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
 
 
 def one(windows: int, window: float) -> dict:
@@ -66,10 +76,17 @@ def one(windows: int, window: float) -> dict:
 
         def end_case(self, index, planned, rows):
             if (index + 1) % max(windows // 4, 1) == 0:
-                parts = next(results.glob("*.parts"), None)
-                stored = sum(p.stat().st_size for p in parts.glob("part-*")) if parts else 0
-                sizes.append((index + 1, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                              stored))
+                # The RSS first, then a scan with no Path per entry: globbing 20,000 parts
+                # was itself the growth an earlier reading of this script saw.
+                rss = _rss_kb()
+                stored = files = 0
+                for folder in os.scandir(results):
+                    if folder.name.endswith(".parts"):
+                        for entry in os.scandir(folder.path):
+                            if entry.name.startswith("part-"):
+                                stored += entry.stat().st_size
+                                files += 1
+                sizes.append((index + 1, rss, stored, files))
 
     runner.reporter = Watch()
     result = runner.run(plan)
@@ -77,6 +94,8 @@ def one(windows: int, window: float) -> dict:
     final = sum(p.stat().st_size for p in results.glob("*.parquet"))
     subprocess.run(["rm", "-rf", str(results)], check=False)
     return {"windows": windows, "rss_kb_at_quarters": [s[1] for s in sizes],
+            "peak_rss_kb_with_compaction": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "part_files_at_end": sizes[-1][3] if sizes else None,
             "parts_bytes_a_window": round(sizes[-1][2] / sizes[-1][0]) if sizes else None,
             "file_bytes_a_window": round(final / windows),
             "harness_ms_a_window": round(1000 * took / windows, 2),

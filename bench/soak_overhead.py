@@ -27,6 +27,12 @@ def sh(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=20)
 
 
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp).timestamp()
+
+
 def main() -> None:
     from netbench.run.peer import ServerProcess
 
@@ -72,9 +78,15 @@ def main() -> None:
                     values = [v for _, v, _ in case["timeline"]]
                     mean = sum(values) / len(values)
                     ratios.append(mean / one)
+                    # The link's idle time between windows (the harness, a connection's
+                    # setup): the windows' starts against their length.
+                    starts = [_seconds(t) for t, _, _ in case["timeline"]]
+                    span = starts[-1] - starts[0]
+                    duty = (len(starts) - 1) * args.window / span if span > 0 else 1.0
                     print(f"trial {trial + 1}: straight {one * 1000:.1f} Mbit/s, soak "
                           f"{mean * 1000:.1f} Mbit/s over {len(values)} windows: "
-                          f"ratio {mean / one:.4f}", flush=True)
+                          f"ratio {mean / one:.4f}; windows {duty:.4f} of the soak's time",
+                          flush=True)
         finally:
             server.stop()
         print(f"soak / straight: median {sorted(ratios)[len(ratios) // 2]:.4f} over "

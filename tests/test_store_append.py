@@ -243,3 +243,74 @@ def test_load_gives_whole_number_params_as_int64_beside_benchmarks_without_them(
     for column in ("msg_size", "param_msg_size", "param_iterations", "param_batches"):
         assert str(rows[column].dtype) == "Int64", (column, rows[column].dtype)
     assert rows.loc[rows.benchmark == "mem.copy", "param_msg_size"].eq(1 << 20).all()
+
+
+def test_a_long_run_merges_its_parts_as_it_goes_and_streams_its_compaction(tmp_path,
+                                                                         monkeypatch):
+    """A soak writes a part a window; every MERGE_PARTS of them become one file (a day of
+    1 s windows is hundreds of files, not 86,400), and a run of more than STREAM_FILES files
+    is compacted one file at a time: the same rows, footer and order as in memory."""
+    from netbench.store import parquet
+
+    monkeypatch.setattr(parquet, "MERGE_PARTS", 4)
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    path = store.path_for("run000000010", "2026-12-01T00:00:00")
+    writer = store.open_run(path, {"netbench_plan": "soak"})
+    parts = tmp_path / f"{path.stem}.parts"
+    for i in range(10):
+        writer.append(_rows("run000000010", i))
+    names = sorted(p.name for p in parts.glob("part-*.parquet"))
+    assert names == ["part-000001-000004.parquet", "part-000005-000008.parquet",
+                     "part-000009.parquet", "part-000010.parquet"], names
+    assert sorted(store.read(["run000000010"])["case_index"]) == list(range(10))
+    in_memory = tmp_path / "copy"
+    in_memory.mkdir()
+    for name in names:
+        (in_memory / name).write_bytes((parts / name).read_bytes())
+    monkeypatch.setattr(parquet, "STREAM_FILES", 2)
+    writer.close()
+    streamed = pd.read_parquet(path)
+    assert list(streamed["case_index"]) == list(range(10))
+    monkeypatch.setattr(parquet, "STREAM_FILES", 100)
+    reference = tmp_path / "ref" / "reference.parquet"       # outside the store
+    reference.parent.mkdir()
+    store.compact(reference, in_memory, {"netbench_plan": "soak"})
+    assert streamed.equals(pd.read_parquet(reference))
+    import pyarrow.parquet as pq
+    assert pq.read_schema(path).metadata == pq.read_schema(reference).metadata
+    index = store.runs()
+    assert list(index["state"]) == ["finished"] and int(index["ok"].iloc[0]) == 10
+
+
+def test_a_merge_killed_before_it_removed_its_singles_loses_and_doubles_nothing(
+        tmp_path, monkeypatch):
+    """Killed after the merged block was written, before its singles were removed: both
+    hold the same rows. The next writer (a resume) removes the singles; its compaction keeps
+    each case once; a case measured again later still wins."""
+    from netbench.store import parquet
+
+    monkeypatch.setattr(parquet, "MERGE_PARTS", 4)
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    path = store.path_for("run000000011", "2026-12-01T00:00:00")
+    writer = store.open_run(path)
+    parts = tmp_path / f"{path.stem}.parts"
+    for i in range(3):
+        writer.append(_rows("run000000011", i))
+    kept = {p.name: p.read_bytes() for p in parts.glob("part-*.parquet")}
+    writer.append(_rows("run000000011", 3))          # the merge
+    for name, data in kept.items():                  # as a kill mid-merge leaves them
+        (parts / name).write_bytes(data)
+    writer.close(compact=False)
+    again = store.open_run(path)
+    assert sorted(p.name for p in parts.glob("part-*.parquet")) == [
+        "part-000001-000004.parquet"]
+    redo = _rows("run000000011", 2)
+    redo[0]["value"] = 99.0
+    again.append(redo)
+    assert sorted(p.name for p in parts.glob("part-*.parquet"))[-1] == "part-000005.parquet"
+    again.close()
+    rows = pd.read_parquet(path)
+    assert list(rows["case_index"]) == [0, 1, 2, 3]
+    assert rows.set_index("case_index").loc[2, "value"] == 99.0

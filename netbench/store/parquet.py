@@ -50,6 +50,14 @@ PARTS = ".parts"           # suffix of a run's folder of part files while it is 
 # instructions a stored sample each way (tcp.rr: a third of a round trip's whole count,
 # bench/instructions_per_op.py), for parts ~3x larger while the run lasts.
 PART_ENCODING = {"compression": "none", "use_dictionary": False}
+# A run's single-case parts are merged into one file each time this many have been written
+# (RunWriter._merge): a part is ~22 KB of footer whatever it holds, so a day's soak of 1 s
+# windows would be 86,400 of them (1.9 GB) until it ends.
+MERGE_PARTS = 256
+# A compaction of more files than this streams them into the run's file (StreamedCompaction):
+# memory bounded by one file's rows, not the run's, as a day of windows needs.
+STREAM_FILES = 64
+STREAM_GROUP_BYTES = 64 << 20     # rows held at once while streaming: a row group's worth
 LOCK = ".lock"             # inside it: held (flock) by the process writing the run
 # Inside it too: its writer had every case in and began compacting. Left behind by a writer
 # killed mid-compaction, it tells the next reader or writer to finish the job (nothing is
@@ -92,7 +100,10 @@ class RunWriter:
         self._lock.truncate()
         self._lock.write(str(os.getpid()))
         self._lock.flush()
-        self.count = len(list(self.parts.glob("part-*.parquet")))
+        # A merge killed before it removed its singles left both: the block holds them.
+        existing = _drop_merged_singles(self.parts)
+        self.count = max((_part_number(p.name) for p in existing), default=0)
+        self._singles: list[Path] = []      # this writer's parts not yet merged
 
     def append(self, rows: Iterable[Mapping[str, Any]]) -> Path:
         """One case's rows as the next part file: a write that costs the same at case 1
@@ -104,7 +115,24 @@ class RunWriter:
         part = self.parts / f"part-{self.count:06d}.parquet"
         table = _table(rows, {**_run_metadata(rows), **self.extra})
         write_atomic(part, lambda tmp: pq.write_table(table, tmp, **PART_ENCODING))
+        self._singles.append(part)
+        if len(self._singles) >= MERGE_PARTS:
+            self._merge()
         return part
+
+    def _merge(self) -> None:
+        """The singles written since the last merge as one part, ``part-A-B`` (A to B), then
+        the singles removed. Killed between, both are there with the same rows: compaction
+        keeps one (the latest file wins), the next writer removes the singles."""
+        import pyarrow.parquet as pq
+
+        singles, self._singles = self._singles, []
+        first, last = _part_number(singles[0].name), _part_number(singles[-1].name)
+        block = self.parts / f"part-{first:06d}-{last:06d}.parquet"
+        table = _latest_of([pq.read_table(p) for p in singles], self.extra)
+        write_atomic(block, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+        for single in singles:
+            single.unlink(missing_ok=True)
 
     def close(self, compact: bool = True) -> Path | None:
         """Compact the parts into the run's file (atomically), then remove them; release.
@@ -223,8 +251,6 @@ class ResultStore:
         resumed) into one file; a corrupt part is skipped with a warning naming it."""
         from concurrent.futures import ThreadPoolExecutor
 
-        import pyarrow as pa
-        import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         def read(part: Path) -> Any:
@@ -233,38 +259,19 @@ class ResultStore:
             except Exception as exc:
                 return exc
 
-        files = sorted(parts.glob("part-*.parquet"))
-        with ThreadPoolExecutor(max_workers=8) as pool:      # pyarrow reads without the GIL
-            read_parts = list(pool.map(read, files))
-        tables = [pq.read_table(path)] if path.exists() else []
-        for part, table in zip(files, read_parts):
-            if isinstance(table, Exception):
-                warnings.warn(f"skipping {part}: not a readable Parquet file ({table}); "
-                              "its case is not stored", StoreWarning, stacklevel=2)
-            else:
-                tables.append(table)
-        schema = arrow_schema()
-        envs: dict[str, dict[str, Any]] = {}
-        for t in tables:                   # later parts (a resume's) describe the run last
-            envs.update(_footer_envs(t.schema.metadata))
-        tables = [_conform(t, schema) for t in tables]
-        # A case measured again (a resumed run redoing an interrupted case): the latest wins.
-        latest: dict[Any, int] = {}
-        for number, table in enumerate(tables):
-            for case in table.column("case_index").to_pylist():
-                latest[case] = number
-        kept = [t.filter(pa.array([latest[c] == number
-                                   for c in t.column("case_index").to_pylist()]))
-                for number, t in enumerate(tables)]
-        table = pa.concat_tables(kept) if kept else schema.empty_table()
-        table = table.take(pc.sort_indices(table, [("case_index", "ascending")]))
-        facts = table.select(["run_id", "label", "started_at", "suite", "host", "benchmark",
-                              "status", "case_index"]).to_pylist()
-        footer = {**_run_metadata(facts), **extra}
-        if envs:
-            footer[ENVS] = json.dumps(envs, sort_keys=True)
-        table = table.replace_schema_metadata(footer)
-        write_atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+        files = sorted(parts.glob("part-*.parquet"), key=_part_order)
+        sources = ([path] if path.exists() else []) + files
+        if not (len(sources) > STREAM_FILES and _stream_compact(path, sources, extra)):
+            with ThreadPoolExecutor(max_workers=8) as pool:  # pyarrow reads without the GIL
+                read_parts = list(pool.map(read, files))
+            tables = [pq.read_table(path)] if path.exists() else []
+            for part, table in zip(files, read_parts):
+                if isinstance(table, Exception):
+                    _unreadable(part, table)
+                else:
+                    tables.append(table)
+            table = _latest_of(tables, extra)
+            write_atomic(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
         for part in parts.glob("part-*.parquet"):
             part.unlink(missing_ok=True)
         for leftover in parts.glob(".*.tmp"):
@@ -768,6 +775,134 @@ def _locked(parts: Path) -> bool:
 
 class StoreWarning(UserWarning):
     """Something in the store was skipped or repaired; the CLI prints it as one line."""
+
+
+def _part_number(name: str) -> int:
+    """The newest part a part file holds: N of ``part-N``, B of a merged ``part-A-B``."""
+    try:
+        return int(name.split(".", 1)[0].rsplit("-", 1)[-1])
+    except ValueError:
+        return 0
+
+
+def _part_order(part: Path) -> tuple[int, int]:
+    """Parts in the order they were written: a block (A to B) before the singles it holds,
+    which a kill mid-merge may have left (the later wins: the same rows)."""
+    stem = part.name.split(".", 1)[0].split("-")[1:]
+    try:
+        return int(stem[0]), len(stem) == 1
+    except (IndexError, ValueError):
+        return 0, True
+
+
+def _drop_merged_singles(parts: Path) -> list[Path]:
+    """The run's part files, once the singles a finished merge holds are removed."""
+    files = list(parts.glob("part-*.parquet"))
+    blocks = [(_part_order(p)[0], _part_number(p.name)) for p in files if p.name.count("-") == 2]
+    kept = []
+    for part in files:
+        n = _part_number(part.name)
+        if part.name.count("-") == 1 and any(a <= n <= b for a, b in blocks):
+            part.unlink(missing_ok=True)
+        else:
+            kept.append(part)
+    return kept
+
+
+def _unreadable(part: Path, exc: BaseException) -> None:
+    warnings.warn(f"skipping {part}: not a readable Parquet file ({exc}); its case is not "
+                  "stored", StoreWarning, stacklevel=3)
+
+
+def _latest_of(tables: list[Any], extra: Mapping[str, str]) -> Any:
+    """Tables of one run as one, in case order: a case measured again (a resumed run redoing
+    an interrupted case) as its latest table has it; the footer the run's facts, ``extra``
+    and every table's hosts' environments (the later describe the run last)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = arrow_schema()
+    envs: dict[str, dict[str, Any]] = {}
+    for t in tables:
+        envs.update(_footer_envs(t.schema.metadata))
+    tables = [_conform(t, schema) for t in tables]
+    latest: dict[Any, int] = {}
+    for number, table in enumerate(tables):
+        for case in table.column("case_index").to_pylist():
+            latest[case] = number
+    kept = [t.filter(pa.array([latest[c] == number for c in t.column("case_index").to_pylist()]))
+            for number, t in enumerate(tables)]
+    table = pa.concat_tables(kept) if kept else schema.empty_table()
+    table = table.take(pc.sort_indices(table, [("case_index", "ascending")]))
+    facts = table.select(list(_FACT_COLUMNS)).to_pylist()
+    footer = {**_run_metadata(facts), **extra}
+    if envs:
+        footer[ENVS] = json.dumps(envs, sort_keys=True)
+    return table.replace_schema_metadata(footer)
+
+
+_FACT_COLUMNS = ("run_id", "label", "started_at", "suite", "host", "benchmark", "status",
+                 "case_index")
+
+
+def _stream_compact(path: Path, sources: list[Path], extra: Mapping[str, str]) -> bool:
+    """``sources`` (the run's earlier file, then its parts in order) written into ``path`` one
+    at a time: memory bounded by the largest source, not the run. Two passes: the small
+    columns first (which file's rows of a case are the latest; the footer's facts), then the
+    rows. False (nothing written) where kept cases of two sources interleave (a finished run
+    resumed): that is sorted in memory."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema()
+    readable, cases, envs = [], [], {}
+    facts = _RunFacts()
+    for source in sources:
+        try:
+            small = pq.read_table(source, columns=list(_FACT_COLUMNS))
+        except Exception as exc:
+            if source == path:
+                raise
+            _unreadable(source, exc)
+            continue
+        envs.update(_footer_envs(small.schema.metadata))
+        readable.append(source)
+        cases.append(small.column("case_index").to_pylist())
+    latest = {c: n for n, index in enumerate(cases) for c in index}
+    spans = []
+    for n, index in enumerate(cases):
+        kept = [c for c in index if latest[c] == n]
+        if kept:
+            spans.append((min(kept), max(kept), n))
+    spans.sort()
+    if any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
+        return False
+    keep = {n: pa.array([latest[c] == n for c in cases[n]]) for _, _, n in spans}
+    for _, _, n in spans:                   # the facts in case order, one source at a time
+        small = pq.read_table(readable[n], columns=list(_FACT_COLUMNS)).filter(keep[n])
+        for row in small.to_pylist():
+            facts.add(row)
+    footer = {**facts.metadata(), **extra}
+    if envs:
+        footer[ENVS] = json.dumps(envs, sort_keys=True)
+
+    def write(tmp: Path) -> None:
+        # Sources gathered into row groups of STREAM_GROUP_BYTES: one a window would cost
+        # each its own footer entry and its own compression (1 KB a window, not tens of bytes).
+        with pq.ParquetWriter(tmp, schema.with_metadata(footer), compression="zstd") as out:
+            group: list[Any] = []
+            for _, _, n in spans:
+                table = _conform(pq.read_table(readable[n]), schema).filter(keep[n])
+                group.append(table.take(pc.sort_indices(table, [("case_index", "ascending")])))
+                if sum(t.nbytes for t in group) >= STREAM_GROUP_BYTES:
+                    out.write_table(pa.concat_tables(group).replace_schema_metadata(footer))
+                    group = []
+            if group:
+                out.write_table(pa.concat_tables(group).replace_schema_metadata(footer))
+
+    write_atomic(path, write)
+    return True
 
 
 def _remove_parts_dir(parts: Path) -> None:
