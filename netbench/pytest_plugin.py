@@ -155,6 +155,8 @@ class NetbenchRunner:
             result = runner.run(plan)
         except NetbenchError as exc:
             pytest.fail(f"netbench: {exc}", pytrace=False)
+        if result.gave_up:          # stopped itself (far end gone, store full): a failure
+            pytest.fail(f"netbench: soak stopped: {result.gave_up}", pytrace=False)
         if result.interrupted:
             raise KeyboardInterrupt
         if result.tally.get("failed"):
@@ -186,6 +188,8 @@ class NetbenchRunner:
             result = runner.run(plan)
         except NetbenchError as exc:
             pytest.fail(f"netbench: {exc}", pytrace=False)
+        if result.gave_up:          # its store full: the rows before kept, this test failed
+            pytest.fail(f"netbench: {benchmark}: stopped: {result.gave_up}", pytrace=False)
         if result.interrupted:      # the run kept its rows and stopped: so does the session
             raise KeyboardInterrupt
         for row in result.rows:

@@ -3,6 +3,7 @@ dips named with what the counters saw in them. The known answers run tcp.stream 
 real veth shaped with tc tbf, whose rate is lowered mid-soak; the rest are the verdict on
 windows as stored, and bad input."""
 
+import errno
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from test_netns import _reshape, shaped_pair  # noqa: F401  (a fixture)
 
 from netbench.analysis.soak import judge
 from netbench.run.peer import ServerProcess
+from netbench.store import ResultStore
 
 RATE_MBIT = 1000
 
@@ -106,6 +108,193 @@ def test_ctrl_c_keeps_the_windows_and_resume_goes_on_to_one_soak(tmp_path):
     assert case["windows"] == 8 and json.loads(done.stdout)["run_id"] == run_id
     starts = [t for t, _, _ in case["timeline"]]
     assert len(set(starts)) == 8
+
+
+def _soak(results, duration, window, *extra):
+    return subprocess.Popen([sys.executable, "-m", "netbench", "soak", "tcp.stream",
+                             "--duration", duration, "--window", window, "--results",
+                             str(results), *extra], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_parts(results, n, proc, timeout=60):
+    """Until the soak in ``proc`` has stored ``n`` windows (its part files)."""
+    deadline = time.monotonic() + timeout
+    while len(list(results.glob("*.parts/part-*.parquet"))) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"fewer than {n} windows in {timeout} s"
+        time.sleep(0.05)
+
+
+def _run_files(results):
+    """The finished runs' files in a results directory (not its catalog cache)."""
+    return [p for p in results.glob("*.parquet") if not p.name.startswith("_")]
+
+
+def _starts(results, run_id):
+    """Each window the store holds of the run, as the store reads it back: its index and
+    start; a window stored twice (two starts) fails."""
+    rows = ResultStore(results).read([run_id], ["case_index", "case_started_at"])
+    starts = rows.groupby("case_index")["case_started_at"]
+    assert (starts.nunique() == 1).all(), rows
+    return {int(i): t for i, t in starts.first().items()}
+
+
+def test_kill_9_mid_soak_then_the_resume_netbench_runs_offers_goes_on_to_one_soak(tmp_path):
+    """kill -9 in window 5 of a 10-window soak (2 s windows; "minute 2" of a long one,
+    scaled down): no handler runs, the 4 windows stored stay as parts, `netbench runs` lists
+    the run interrupted with the command that goes on, and that command is the same soak:
+    one run, every window once, the 4 as they were, the cut one run again."""
+    proc = _soak(tmp_path, "20s", "2s")
+    try:
+        _wait_for_parts(tmp_path, 4, proc)
+        time.sleep(1)                   # half-way through window 5
+    finally:
+        proc.kill()
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    listed = _netbench("runs", "--results", str(tmp_path))
+    assert listed.returncode == 0 and " interrupted " in listed.stdout, listed.stdout
+    hint = next(line for line in listed.stdout.splitlines() if line.startswith("interrupted:"))
+    again = hint.split("`")[1]
+    assert again.startswith("netbench soak tcp.stream --duration 20s --window 2s --resume "), hint
+    run_id = again.split()[-1]
+    before = _starts(tmp_path, run_id)
+    assert sorted(before) == [0, 1, 2, 3], before
+    done = _netbench(*again.split()[1:], "--results", str(tmp_path), "--json", timeout=120)
+    assert done.returncode == 0 and "resuming run" in done.stderr, done.stderr
+    (case,) = json.loads(done.stdout)["cases"]
+    assert case["windows"] == 10 and json.loads(done.stdout)["run_id"] == run_id
+    after = _starts(tmp_path, run_id)
+    assert sorted(after) == list(range(10)) and {i: after[i] for i in before} == before
+    assert not list(tmp_path.glob("*.parts")) and len(_run_files(tmp_path)) == 1
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs of its own, to fill: a results directory on a disk that runs out."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4096k", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs to fill (needs root, or CAP_SYS_ADMIN in a "
+                    f"container): {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+# ``_fill`` inside the soak's process, run as its writer begins compacting: the disk fills
+# exactly then, with every window stored.
+_FULL_AT_COMPACTION = """
+import errno, os, sys
+from netbench.cli import main
+from netbench.store import parquet
+
+def fill(path):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, bytes(65536)):
+            pass
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+
+close = parquet.RunWriter.close
+
+def full_then_close(self, compact=True):
+    if compact:
+        fill(sys.argv[1])
+    return close(self, compact)
+
+parquet.RunWriter.close = full_then_close
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _fill(path):
+    """Writes ``path`` until the disk it is on has no space left."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, bytes(65536)):
+            pass
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.root
+def test_a_disk_that_fills_mid_soak_stops_it_keeping_its_windows_and_resume_goes_on(
+        small_disk):
+    """The results directory's disk full after 3 windows of a 40 s soak (2 s windows): the
+    soak stops at the window it cannot store (exit 1, no traceback), keeps the 3, says why
+    in a line naming the directory, and its printed --resume, once the space is freed,
+    finishes the same soak: every window once, the cut one run again."""
+    results, filler = small_disk / "r", small_disk / "filler"
+    proc = _soak(results, "40s", "2s")
+    try:
+        _wait_for_parts(results, 3, proc)
+        _fill(filler)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    (said,) = [line for line in err.splitlines() if "no space left on device" in line]
+    assert said.startswith("netbench: soak ") and f"results directory {results};" in said, err
+    again = next(line.strip() for line in err.splitlines() if "--resume" in line)
+    assert again.startswith(f"netbench soak tcp.stream --duration 40s --window 2s --results "
+                            f"{results} --resume "), again
+    run_id = again.split()[-1]
+    before = _starts(results, run_id)
+    assert 3 <= len(before) < 20 and sorted(before) == list(range(len(before))), before
+    assert f"window {len(before) + 1} was not stored" in said, said
+    filler.unlink()
+    done = _netbench(*again.split()[1:], "--json", timeout=180)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    (case,) = json.loads(done.stdout)["cases"]
+    assert case["windows"] == 20 and json.loads(done.stdout)["run_id"] == run_id
+    after = _starts(results, run_id)
+    assert sorted(after) == list(range(20)) and {i: after[i] for i in before} == before
+
+
+@pytest.mark.root
+def test_a_disk_that_fills_as_the_soak_compacts_keeps_its_parts_and_a_reader_compacts_them(
+        small_disk):
+    """Every window stored, then the disk full as the parts are compacted into the run's
+    file: the parts stay (read as they are: the verdict is printed), the soak says so, where
+    they are and what compacts them (exit 1); with space again, that command does: one
+    file, every window once."""
+    results, filler = small_disk / "r", small_disk / "filler"
+    proc = subprocess.run([sys.executable, "-c", _FULL_AT_COMPACTION, str(filler), "soak",
+                           "tcp.stream", "--duration", "2s", "--window", "1s", "--results",
+                           str(results)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    err = proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    (parts,) = results.glob("*.parts")
+    run_id = parts.name[16:28]                  # <started>-<run id>.parts
+    (said,) = [line for line in err.splitlines() if "no space left on device" in line]
+    assert said.startswith(f"netbench: soak {run_id}: compacting its parts into "
+                           f"{parts.name[:-6]}.parquet failed: no space left on device in "
+                           f"the results directory {results}; every window stored stays in "
+                           f"{parts}, read as it is."), said
+    assert said.endswith(f"compacts them: netbench runs --results {results}"), said
+    assert "2 windows over" in proc.stdout, proc.stdout
+    assert not _run_files(results)
+    before = _starts(results, run_id)
+    assert sorted(before) == [0, 1], before
+    filler.unlink()
+    listed = _netbench(*said.rsplit(": ", 1)[1].split()[1:])
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert f"finished compacting run {run_id}" in listed.stderr, listed.stderr
+    assert " finished " in listed.stdout, listed.stdout
+    assert not list(results.glob("*.parts")) and len(_run_files(results)) == 1
+    assert _starts(results, run_id) == before
 
 
 @pytest.mark.root

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -19,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TextIO
 
 from netbench import stats
@@ -212,16 +214,30 @@ def soak_ending(result: Any, resume_command: str) -> tuple[str, int]:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.tally.items()))
     if result.path is not None:
         notes.append(f"stored {counts or 'no'} windows in {result.path}\n")
+    notes += uncompacted_note(result, "soak", "window")
     if result.gave_up:
         notes.append(f"netbench: soak {result.run_id} stopped: {printable(result.gave_up)}; "
-                     "the windows before are kept. Once it can run again, go on with:\n"
+                     "the windows it stored are kept. Once it can run again, go on with:\n"
                      f"  {resume_command}\n")
         return "".join(notes), 1
     if result.interrupted:
         notes.append(f"netbench: soak {result.run_id} stopped ({result.stopped_by or 'SIGINT'}); "
                      f"the windows that ended are kept. Go on with:\n  {resume_command}\n")
         return "".join(notes), 128 + int(getattr(signal, result.stopped_by or "SIGINT"))
-    return "".join(notes), 1 if result.tally.get("failed") else 0
+    return "".join(notes), 1 if result.tally.get("failed") or result.uncompacted else 0
+
+
+def uncompacted_note(result: Any, what: str, unit: str) -> list[str]:
+    """A run whose parts could not be compacted into its file (its disk full): every
+    stored ``unit`` kept, where, and what compacts them (any reader of the store with space
+    again, as after a writer killed while compacting)."""
+    if not result.uncompacted:
+        return []
+    where = Path(str(result.path)).parent
+    return [f"netbench: {what} {result.run_id}: {printable(result.uncompacted)}; every {unit} "
+            f"stored stays in {result.path}, read as it is. Once there is space, the next "
+            f"netbench command on {where} compacts them: netbench runs --results "
+            f"{shlex.quote(str(where))}\n"]
 
 
 def soak_text(cases: Sequence[Any], run_id: str) -> str:
@@ -646,8 +662,9 @@ def run_ending(result: Any, n_cases: int, *, rank: int | None, as_json: bool,
     (rank 0 reports the run). Otherwise the rows as JSON with ``as_json`` (the table then
     goes to stderr), the summary table, each fallback once with a count, the skipped cases
     grouped by reason, what the run's file holds, how an interrupted run goes on (130, 143
-    or 129: the signal's exit code), and the first failure (exit 1)."""
-    stopped = 128 + int(getattr(signal, result.stopped_by or "SIGINT"))   # 130, 143, 129
+    or 129: the signal's exit code; 1 where it stopped itself, its store full), and the first
+    failure (exit 1)."""
+    stopped = 1 if result.gave_up else 128 + int(getattr(signal, result.stopped_by or "SIGINT"))
     failed = [r for r in result.rows if r["status"] == "failed"]
     if rank is not None:
         said = "".join(f"netbench: error: rank {rank}: {row['benchmark']}: {row['reason']}\n"
@@ -660,10 +677,12 @@ def run_ending(result: Any, n_cases: int, *, rank: int | None, as_json: bool,
         out, err = rows + "\n", [table]
     else:
         out, err = table, []
-    err += _run_notes(result, resumed)
+    err += _run_notes(result, resumed) + uncompacted_note(result, "run", "case")
     if result.interrupted:
         err += _stop_notes(result, n_cases, resumed, jsonl, resume_command)
         return out, "".join(err), stopped
+    if result.uncompacted and not failed:
+        return out, "".join(err), 1
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more failed)" if len(failed) > 1 else ""
@@ -762,8 +781,8 @@ def _stop_notes(result: Any, n_cases: int, resumed: bool, jsonl: str | None,
     """An interrupted run: the case cut off, and where its finished rows are and how the run
     continues."""
     err = []
-    how = "interrupted" if result.stopped_by in ("", "SIGINT") else \
-        f"stopped by {result.stopped_by}"
+    how = f"stopped: {printable(result.gave_up)}" if result.gave_up else "interrupted" \
+        if result.stopped_by in ("", "SIGINT") else f"stopped by {result.stopped_by}"
     if result.cut_off is not None:
         index, description = result.cut_off
         err.append(f"case {index + 1}/{n_cases} ({description}) was cut off: not "
@@ -873,8 +892,12 @@ def runs_table(index: Any) -> str:
             f"{benches[:60] + ('...' if len(benches) > 60 else '')}")
     stopped = index[index["state"] == "interrupted"]
     if not stopped.empty:
-        lines.append(f"interrupted: continue one with `netbench run SUITE --resume "
-                     f"{printable(stopped['run_id'].iloc[-1])}` (same suite, same host)")
+        last = stopped.iloc[-1]
+        soak = json.loads(last.get("soak") or "{}")     # a soak goes on as a soak
+        how = (f"soak {printable(last['suite'])} --duration {soak['duration']:.15g}s --window "
+               f"{soak['window']:.15g}s" if soak else "run SUITE")
+        lines.append(f"interrupted: continue one with `netbench {how} --resume "
+                     f"{printable(last['run_id'])}` (same suite, same host)")
     return "\n".join(lines)
 
 

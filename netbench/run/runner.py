@@ -8,7 +8,9 @@ is rewritten after every case, so whatever happens next, finished rows are kept.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import threading
 import time
 import traceback
@@ -154,11 +156,23 @@ class RunResult:
     # (rows, cases by status), or None where its store cannot say (JSON lines, no store).
     stored: tuple[int, dict[str, int]] | None = None
     tally: dict[str, int] = field(default_factory=dict)   # cases by status, as they ended
-    gave_up: str = ""      # why a soak stopped before its end (its far end gone), said
+    gave_up: str = ""      # why it stopped before its end (a soak's far end gone, disk full)
+    uncompacted: str = ""  # why its parts were not compacted into its file (disk full), said
 
     def count(self, status: str) -> int:
         keys = {(r["case_index"]) for r in self.rows if r["status"] == status}
         return len(keys)
+
+
+def store_failure(exc: BaseException, directory: Path) -> str:
+    """Why rows could not be stored, in a line: a full disk (or quota) as such, naming the
+    results directory; the store's own words otherwise."""
+    text = str(exc)
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        told = (getattr(exc, "errno", None), getattr(exc.__context__, "errno", None))
+        if code in told or os.strerror(code).lower() in text.lower():
+            return f"{os.strerror(code).lower()} in the results directory {directory}"
+    return f"the results directory {directory} cannot be written: {text}"
 
 
 def plan_fingerprint(plan: Plan) -> str:
@@ -382,6 +396,18 @@ class Runner:
                 in_flight = (index, description)
                 self.reporter.start_case(index, planned.case, description)
                 rows = self.measure(index, planned, base)
+                result.fallbacks.extend(self._case_fallbacks)
+                self._case_fallbacks.clear()
+                try:
+                    writer.append(rows)
+                except (NetbenchError, OSError) as exc:
+                    # The disk filled (or the store went): stop as when a soak gives up,
+                    # every case stored before kept, this one said and run again on resume.
+                    result.gave_up = store_failure(exc, path.parent) + (
+                        f"; window {index + 1} was not stored" if plan.soak else "")
+                    result.interrupted, result.cut_off = True, in_flight
+                    break
+                in_flight = None
                 # A soak's rows are in its file as each window ends; kept here, a day of
                 # windows would grow without bound: only the newest window is.
                 if plan.soak is None:
@@ -390,10 +416,6 @@ class Runner:
                     result.rows = list(rows)
                 status = rows[0]["status"] if rows else "failed"
                 result.tally[status] = result.tally.get(status, 0) + 1
-                result.fallbacks.extend(self._case_fallbacks)
-                self._case_fallbacks.clear()
-                writer.append(rows)
-                in_flight = None
                 self.reporter.end_case(index, planned, rows)
                 result.fallbacks.extend(hooks.call("case_finished", rows))
                 failing = failing + 1 if status == "failed" else 0
@@ -428,8 +450,12 @@ class Runner:
                 unfinished = writer.close(compact)
                 if not compact:
                     result.path = unfinished     # None: no case was stored, no run to resume
-            except NetbenchError as exc:    # the parts stay: `netbench run --resume` compacts
-                result.fallbacks.append(f"compacting the run's parts failed: {exc}")
+            except (NetbenchError, OSError) as exc:
+                # Every stored case stays in the parts, read as they are; the store's next
+                # reader with space compacts them (COMPACTING, left behind, tells it to).
+                result.uncompacted = (f"compacting its parts into {path.name} failed: "
+                                      f"{store_failure(exc, path.parent)}")
+                result.path = getattr(writer, "parts", path)
         result.fallbacks.extend(hooks.call("run_finished", result.rows))
         return result
 

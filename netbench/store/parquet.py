@@ -117,7 +117,10 @@ class RunWriter:
         write_atomic(part, lambda tmp: pq.write_table(table, tmp, **PART_ENCODING))
         self._singles.append(part)
         if len(self._singles) >= MERGE_PARTS:
-            self._merge()
+            try:
+                self._merge()
+            except Exception:           # a full disk, a part unreadable: the windows are
+                self._singles = []      # stored; these stay singles, compacted at the end
         return part
 
     def _merge(self) -> None:
@@ -126,11 +129,12 @@ class RunWriter:
         keeps one (the latest file wins), the next writer removes the singles."""
         import pyarrow.parquet as pq
 
-        singles, self._singles = self._singles, []
+        singles = self._singles
         first, last = _part_number(singles[0].name), _part_number(singles[-1].name)
         block = self.parts / f"part-{first:06d}-{last:06d}.parquet"
         table = _latest_of([pq.read_table(p) for p in singles], self.extra)
         write_atomic(block, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+        self._singles = []
         for single in singles:
             single.unlink(missing_ok=True)
 
