@@ -4,6 +4,7 @@ real veth shaped with tc tbf, whose rate is lowered mid-soak; the rest are the v
 windows as stored, and bad input."""
 
 import errno
+import inspect
 import json
 import os
 import signal
@@ -186,35 +187,6 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
-# ``_fill`` inside the soak's process, run as its writer begins compacting: the disk fills
-# exactly then, with every window stored.
-_FULL_AT_COMPACTION = """
-import errno, os, sys
-from netbench.cli import main
-from netbench.store import parquet
-
-def fill(path):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fd, bytes(65536)):
-            pass
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC, exc
-    finally:
-        os.close(fd)
-
-close = parquet.RunWriter.close
-
-def full_then_close(self, compact=True):
-    if compact:
-        fill(sys.argv[1])
-    return close(self, compact)
-
-parquet.RunWriter.close = full_then_close
-sys.exit(main(sys.argv[2:]))
-"""
-
-
 def _fill(path):
     """Writes ``path`` until the disk it is on has no space left."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
@@ -225,6 +197,24 @@ def _fill(path):
         assert exc.errno == errno.ENOSPC, exc
     finally:
         os.close(fd)
+
+
+# ``_fill`` inside the soak's process, run as its writer begins compacting: the disk fills
+# exactly then, with every window stored.
+_FULL_AT_COMPACTION = "import errno, os, sys\n" + inspect.getsource(_fill) + """
+from netbench.cli import main
+from netbench.store import parquet
+
+close = parquet.RunWriter.close
+
+def full_then_close(self, compact=True):
+    if compact:
+        _fill(sys.argv[1])
+    return close(self, compact)
+
+parquet.RunWriter.close = full_then_close
+sys.exit(main(sys.argv[2:]))
+"""
 
 
 @pytest.mark.root
