@@ -58,6 +58,15 @@ def test_the_line_rate_is_the_reference_only_where_the_link_is_real():
     assert real.reference_from == "line rate 10 Gbit/s" and len(real.dips) == 1
     (veth,) = judge(_windows([0.94, 0.95, 0.4], env={"nics": [{**nic, "virtual": True}]}))
     assert veth.reference_from == "the soak's median window"
+    rxe = {"name": "rxe0", "emulated": True, "parent_netdev": "eth0",
+           "ports": [{"port": 1, "rate": "10 Gb/sec (1X SDR)", "netdev": "eth0"}]}
+    (soft,) = judge(_windows([0.028, 0.029, 0.014], device="rxe0:1",
+                             env={"rdma_devices": [rxe], "nics": [nic]}))
+    assert soft.reference_from == "the soak's median window" and soft.dips[0].depth == 0.5
+    hca = {**rxe, "name": "mlx5_0", "emulated": False}
+    (hard,) = judge(_windows([9.4, 9.5, 4.0], device="mlx5_0:1",
+                             env={"rdma_devices": [hca], "nics": [nic]}))
+    assert hard.reference_from == "line rate 10 Gbit/s", hard.reference_from
     (told,) = judge(_windows([0.94, 0.95, 0.4]), line_rate=1.0)
     assert told.reference_from == "line rate 1 Gbit/s" and told.dips[0].depth == 0.4
 

@@ -82,11 +82,15 @@ def _share(value: float, reference: float, better: str) -> float:
 def physical_line_rate(row: Any) -> float | None:
     """Gbit/s of the link a window ran on, where that is what the hardware should reach: an
     RDMA port's rate, a NIC's speed; not a virtual interface's (a veth says 10000 Mb/s
-    whatever shapes it), whose soak is judged against its own median window."""
+    whatever shapes it) nor an emulated RDMA device's, whose soak is judged against its own
+    median window."""
     device = str(row.get("device") or "").partition(":")[0]
     env = Fingerprint(row.get("env_json"))
-    nic = env.nic(device)
-    if env.rdma(device) is None and (nic is None or nic.virtual):
+    nic, rdma = env.nic(device), env.rdma(device)
+    if rdma is not None and rdma.emulated:
+        return None     # rxe, siw: the CPU's pace, not its netdev's nominal rate (rxe in a VM
+        # says 10 Gb/s and moves tens of Mbit/s: every window a dip of 0.01)
+    if rdma is None and (nic is None or nic.virtual):
         return None
     return probed_line_rate(row)
 

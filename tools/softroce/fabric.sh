@@ -156,11 +156,60 @@ sys.exit(1 if problems else 0)
 PY
   code=$?
   [ -s "$DROPPED.tmp" ] || echo "FAIL counters known answer: a lossy pair did not run (see $OUT/pair$node.log)" > "$DROPPED.tmp"
+  # The RDMA burn-in's known answer (issue 39), on the same pair: a 2-minute soak of
+  # rdma.write_bw in 5 s windows through a tbf at SOAK_MBIT, lowered to SLOW_MBIT (the rate
+  # the sweep above holds rxe to cleanly) for 20 s a minute in: one dip of about 0.5, named
+  # from the RDMA figures, starting within a window of the change, every other window at
+  # 0.9 of the soak's median or more. Its lines go where node 0 prints the counters'.
+  soak_mbit=$(awk "BEGIN {r = int($healthy * 0.6); print (r < 2 * $SLOW_MBIT) ? r : 2 * $SLOW_MBIT}")
+  tc qdisc replace dev "$last_nic" root tbf rate ${soak_mbit}mbit burst 128kb latency 100ms
+  (sleep 60; tc qdisc replace dev "$last_nic" root tbf rate ${SLOW_MBIT}mbit burst 128kb \
+     latency 100ms; date +%s > "$PAIRS/soak-dip-at"; sleep 20
+   tc qdisc replace dev "$last_nic" root tbf rate ${soak_mbit}mbit burst 128kb latency 100ms) &
+  NETBENCH_RDMA_DEV=$last_dev $VPY -m netbench soak rdma.write_bw -p msg_size=64K \
+    -p tx_depth=16 -p cq_mod=4 -p "device=$last_dev" --peer "$far" --duration 120s \
+    --window 5s --results "$PAIRS/soak" --label softroce-soak --json \
+    > "$PAIRS/soak.json" 2> "$OUT/soak$node.log"
+  wait
+  /usr/bin/python3 - "$PAIRS/soak.json" "$PAIRS/soak-dip-at" "$soak_mbit" $SLOW_MBIT \
+    >> "$DROPPED.tmp" 2>&1 <<'PY' || code=1
+import json, sys
+from datetime import datetime
+try:
+    (case,) = json.load(open(sys.argv[1]))["cases"]
+except (OSError, ValueError) as exc:
+    sys.exit(f"FAIL RDMA soak known answer: no verdict ({exc}; see soak log)")
+dip_at, soak_mbit, slow_mbit = float(open(sys.argv[2]).read()), float(sys.argv[3]), float(sys.argv[4])
+starts = [datetime.fromisoformat(t).timestamp() for t, _, _ in case["timeline"]]
+shares = [s for _, _, s in case["timeline"]]
+dips = case["dips"]
+print(f"RDMA soak: {case['windows']} windows of rdma.write_bw {case['metric']}, median "
+      f"{case['reference'] * 1000:.1f} Mbit/s ({case['reference_from']}; tbf {soak_mbit:g} "
+      f"Mbit/s, then {slow_mbit:g} for 20 s); dips: " + "; ".join(f"{d['start']} {d['seconds']:.1f} s, {d['windows']} "
+                                   f"window(s), depth {d['depth']:.2f}" for d in dips))
+problems = []
+if len(dips) != 1:
+    problems.append(f"{len(dips)} dips, want 1")
+else:
+    d = dips[0]
+    start = datetime.fromisoformat(d["start"]).timestamp()
+    if not abs(start - dip_at) <= 5 + 1:
+        problems.append(f"the dip starts {start - dip_at:+.1f} s from the change, want within a window")
+    if not 0.35 <= d["depth"] <= 0.65:
+        problems.append(f"depth {d['depth']:.2f}, want about {slow_mbit / soak_mbit:.2f}")
+    inside = [s for t, s in zip(starts, shares) if start - 1 <= t < start + d["seconds"]]
+    outside = [s for t, s in zip(starts, shares) if not start - 1 <= t < start + d["seconds"]]
+    if min(outside, default=1) < 0.9:
+        problems.append(f"a window outside the dip at {min(outside):.2f} of the median")
+print("\n".join(f"FAIL RDMA soak known answer: {p}" for p in problems)
+      or "RDMA soak known answer: one dip, named from the RDMA figures where the tbf was lowered")
+sys.exit(1 if problems else 0)
+PY
   mv "$DROPPED.tmp" "$DROPPED"
   [ $code = 0 ] || { cat "$DROPPED"; rc=1; }
 fi
 if [ "$node" = 0 ]; then
-  for _ in $(seq 600); do [ -s "$DROPPED" ] && break; sleep 1; done
+  for _ in $(seq 900); do [ -s "$DROPPED" ] && break; sleep 1; done   # the soak: 2 min
   kill "$serve_pid" 2>/dev/null
   cat "$DROPPED" 2>/dev/null || { echo "FAIL counters known answer: nothing in $DROPPED"; rc=1; }
 fi
