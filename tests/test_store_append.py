@@ -314,3 +314,26 @@ def test_a_merge_killed_before_it_removed_its_singles_loses_and_doubles_nothing(
     rows = pd.read_parquet(path)
     assert list(rows["case_index"]) == [0, 1, 2, 3]
     assert rows.set_index("case_index").loc[2, "value"] == 99.0
+
+
+def test_a_block_of_windows_with_many_samples_closes_before_a_reader_would_refuse_it(
+        tmp_path, monkeypatch):
+    """tcp.rr keeps every round trip (up to 100,000 samples a window): 256 such windows in
+    one block would pass MAX_FILE_SAMPLES, and a reader skips such a file, hiding its windows
+    from a live view and from --resume. A block closes at a quarter of the limit."""
+    from netbench.store import parquet
+
+    monkeypatch.setattr(parquet, "MAX_FILE_SAMPLES", 400)
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    path = store.path_for("run000000012", "2026-12-01T00:00:00")
+    writer = store.open_run(path)
+    for i in range(10):
+        rows = _rows("run000000012", i)
+        rows[0]["samples"] = [1.0] * 30
+        rows[0]["n_samples"] = 30
+        writer.append(rows)
+    names = sorted(p.name for p in (tmp_path / f"{path.stem}.parts").glob("part-*.parquet"))
+    assert names[0] == "part-000001-000004.parquet", names    # 4 x 31 >= 100
+    assert sorted(store.read(["run000000012"])["case_index"]) == list(range(10))
+    writer.close()

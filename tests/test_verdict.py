@@ -379,6 +379,11 @@ def test_a_cost_is_judged_by_runs_never_by_one_runs_repeats():
     p, evidence, sd = invocation_test(base, cand, past)
     j = judge(base, cand, 0.32, "lower", 0.30, p, evidence, sd=sd, cost=True, past=past)
     assert j.verdict == REGRESSED, j
+    # Twice the threshold and more (log scale) is beyond any run-to-run drift: judged.
+    doubled = Side([74.0, 74.8, 73.6], 0.0, 1)
+    p, evidence, sd = invocation_test(base, doubled, Past())
+    j = judge(base, doubled, 1.0, "lower", 0.30, p, evidence, sd=sd, cost=True)
+    assert j.verdict == REGRESSED, j
     # Error counts are events, never a cost: still decided by the counts.
     j = judge(base, cand, 0.32, "lower", 0.30, p, evidence, sd=sd, cost=True, counts=True)
     assert j.verdict != UNVERIFIED, j

@@ -25,8 +25,8 @@ The verdicts:
   samples: fewer than ``EXTREME_SAMPLES`` beyond it) judged by one run's repeats alone: the
   rare events an extreme catches come with a run, and its repeats share them (an A/A here:
   tcp.rr's max -64% between two runs at the same load, each run's three repeats alike), or a
-  cost (CPU spent) judged by one run's repeats alone, for the same reason. Says what would
-  decide it;
+  cost (CPU spent) judged by one run's repeats alone, for the same reason, unless beyond
+  twice its threshold. Says what would decide it;
 - ``disturbed``: it would be a regression (or an improvement) but the two sides ran with
   different amounts of other work on the host (``netbench.env.hostload``: BUSY_CORES apart, or
   STEAL_CORES of the hypervisor's steal), which moves a figure
@@ -335,7 +335,10 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     # processes (a busy sibling hyperthread, the host's clock: neither visible from inside,
     # no steal), which a run's repeats share (a CI A/A of two quiet runs: cpu_server +29.3%
     # on a 30% threshold, each run's three repeats within a few percent of each other).
-    if cost and not counts and not judged_by_runs:
+    # Beyond twice the threshold (log scale) no run-to-run drift seen here reaches: judged, so
+    # a CPU cost that doubled still fails a gate on a runner with no history.
+    far = change > -1 and abs(math.log1p(change)) > 2 * math.log1p(threshold)
+    if cost and not counts and not judged_by_runs and not far:
         return made(UNVERIFIED, needs="the CPU a piece of work takes moves with where the "
                     "host ran each run, which the run's repeats share: "
                     f"{MIN_DF + 1} or more earlier runs of this case on this host in the "

@@ -54,7 +54,7 @@ PART_ENCODING = {"compression": "none", "use_dictionary": False}
 # (RunWriter._merge): a part is ~22 KB of footer whatever it holds, so a day's soak of 1 s
 # windows would be 86,400 of them (1.9 GB) until it ends.
 MERGE_PARTS = 256
-# A compaction of more files than this streams them into the run's file (StreamedCompaction):
+# A compaction of more files than this streams them into the run's file (_stream_compact):
 # memory bounded by one file's rows, not the run's, as a day of windows needs.
 STREAM_FILES = 64
 STREAM_GROUP_BYTES = 64 << 20     # rows held at once while streaming: a row group's worth
@@ -104,6 +104,7 @@ class RunWriter:
         existing = _drop_merged_singles(self.parts)
         self.count = max((_part_number(p.name) for p in existing), default=0)
         self._singles: list[Path] = []      # this writer's parts not yet merged
+        self._held = 0                      # their rows and samples
 
     def append(self, rows: Iterable[Mapping[str, Any]]) -> Path:
         """One case's rows as the next part file: a write that costs the same at case 1
@@ -116,11 +117,16 @@ class RunWriter:
         table = _table(rows, {**_run_metadata(rows), **self.extra})
         write_atomic(part, lambda tmp: pq.write_table(table, tmp, **PART_ENCODING))
         self._singles.append(part)
-        if len(self._singles) >= MERGE_PARTS:
+        # A block a reader would refuse (too_large) would hide its windows: closed early where
+        # the windows carry many samples (tcp.rr's round trips: up to 100,000 a window).
+        self._held += sum(0 if r.get("samples") is None else len(r["samples"]) for r in rows)
+        self._held += len(rows)
+        if len(self._singles) >= MERGE_PARTS or self._held >= MAX_FILE_SAMPLES // 4:
             try:
                 self._merge()
             except Exception:           # a full disk, a part unreadable: the windows are
                 self._singles = []      # stored; these stay singles, compacted at the end
+            self._held = 0
         return part
 
     def _merge(self) -> None:
