@@ -162,6 +162,11 @@ PY
   # from the RDMA figures, starting within a window of the change, every other window at
   # 0.9 of the soak's median or more. Its lines go where node 0 prints the counters'.
   soak_mbit=$(awk "BEGIN {r = int($healthy * 0.6); print (r < 2 * $SLOW_MBIT) ? r : 2 * $SLOW_MBIT}")
+  if [ "$soak_mbit" -lt $((SLOW_MBIT * 3 / 2)) ]; then
+    # Too slow a host for a tbf step above SLOW_MBIT that rxe still fills: said, not judged.
+    echo "SKIP RDMA soak known answer: the unshaped pair moved $healthy Mbit/s; a soak rate" \
+      "of $soak_mbit Mbit/s leaves no room for a dip to $SLOW_MBIT" >> "$DROPPED.tmp"
+  else
   tc qdisc replace dev "$last_nic" root tbf rate ${soak_mbit}mbit burst 128kb latency 100ms
   (sleep 60; tc qdisc replace dev "$last_nic" root tbf rate ${SLOW_MBIT}mbit burst 128kb \
      latency 100ms; date +%s > "$PAIRS/soak-dip-at"; sleep 20
@@ -197,7 +202,6 @@ else:
         problems.append(f"the dip starts {start - dip_at:+.1f} s from the change, want within a window")
     if not 0.35 <= d["depth"] <= 0.65:
         problems.append(f"depth {d['depth']:.2f}, want about {slow_mbit / soak_mbit:.2f}")
-    inside = [s for t, s in zip(starts, shares) if start - 1 <= t < start + d["seconds"]]
     outside = [s for t, s in zip(starts, shares) if not start - 1 <= t < start + d["seconds"]]
     if min(outside, default=1) < 0.9:
         problems.append(f"a window outside the dip at {min(outside):.2f} of the median")
@@ -205,6 +209,7 @@ print("\n".join(f"FAIL RDMA soak known answer: {p}" for p in problems)
       or "RDMA soak known answer: one dip, named from the RDMA figures where the tbf was lowered")
 sys.exit(1 if problems else 0)
 PY
+  fi
   mv "$DROPPED.tmp" "$DROPPED"
   [ $code = 0 ] || { cat "$DROPPED"; rc=1; }
 fi
