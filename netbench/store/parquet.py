@@ -845,10 +845,17 @@ def _latest_of(tables: list[Any], extra: Mapping[str, str]) -> Any:
     table = pa.concat_tables(kept) if kept else schema.empty_table()
     table = table.take(pc.sort_indices(table, [("case_index", "ascending")]))
     facts = table.select(list(_FACT_COLUMNS)).to_pylist()
-    footer = {**_run_metadata(facts), **extra}
+    return table.replace_schema_metadata(_footer(_run_metadata(facts), extra, envs))
+
+
+def _footer(facts: Mapping[str, str], extra: Mapping[str, str],
+            envs: Mapping[str, Any]) -> dict[str, str]:
+    """A compacted or merged file's footer: the run's facts, what its writer added, and
+    every host's environment where any was kept."""
+    footer = {**facts, **extra}
     if envs:
         footer[ENVS] = json.dumps(envs, sort_keys=True)
-    return table.replace_schema_metadata(footer)
+    return footer
 
 
 _FACT_COLUMNS = ("run_id", "label", "started_at", "suite", "host", "benchmark", "status",
@@ -893,9 +900,7 @@ def _stream_compact(path: Path, sources: list[Path], extra: Mapping[str, str]) -
         small = pq.read_table(readable[n], columns=list(_FACT_COLUMNS)).filter(keep[n])
         for row in small.to_pylist():
             facts.add(row)
-    footer = {**facts.metadata(), **extra}
-    if envs:
-        footer[ENVS] = json.dumps(envs, sort_keys=True)
+    footer = _footer(facts.metadata(), extra, envs)
 
     def write(tmp: Path) -> None:
         # Sources gathered into row groups of STREAM_GROUP_BYTES: one a window would cost
