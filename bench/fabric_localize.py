@@ -167,7 +167,8 @@ def trial(make, drawn: tuple, noise: float, threshold: float, traced: bool = Fal
                        paths=fabric.paths(named_pairs, chosen.via) if traced else None)
     verdict = planner.verdict()
     truth = {physical(f, topo.hosts) for f in broken}
-    named = [{physical(e, topo.hosts) for e in s.elements} for s in verdict.suspects]
+    named = [{physical(e, topo.hosts) for e in s.elements + s.or_else}
+             for s in verdict.suspects]
     right = [bool(n & truth) for n in named]
     recalled = {t for t in truth if any(t in n for n in named)}
     pinned = {t for t in truth if any(n == {t} for n in named)}

@@ -398,8 +398,9 @@ def _one_sweep(fabric, res: Path, pattern: str) -> tuple[bool, str]:
     # Never a host blamed for a slow link, nor anything but the link or its ECMP twins.
     assert m["faulty_hosts"] == [], m["faulty_hosts"]
     assert "HOST" not in verdict, verdict
-    for s in m["suspects"]:          # every suspect holds the shaped link; an unshaped
-        assert any(_on_shaped_link(e) for e in s["elements"]), s    # link only beside it
+    for s in m["suspects"]:          # every suspect holds the shaped link (or else names it
+        # beside one the same slow pairs name as well); an unshaped link only beside it
+        assert any(_on_shaped_link(e) for e in s["elements"] + s["or_else"]), s
         assert s["kind"] != "host" and not any(e.startswith("host:") for e in s["elements"])
     if pattern == "all":
         assert rounds == 2 * (n - 1), facts               # the circle method, each way

@@ -188,3 +188,45 @@ def test_a_traced_pair_is_judged_on_the_path_its_flow_took():
     bogus = [Pair(p.client, p.server, p.value, ("leaf9", "spine1")) for p in pairs]
     assert [s.elements for s in localize(bogus, shape).suspects] == \
         [s.elements for s in untraced.suspects]
+
+
+
+def _leaf_to_leaf(slow: tuple[str, ...], seed: int = 4) -> list[Pair]:
+    """Three leaves of four hosts, two spines, ECMP: every pair within a leaf, and from leaf0
+    to leaf1, leaf0 to leaf2 and leaf1 to leaf2; those between the leaves named in ``slow``
+    ("02": leaf0 to leaf2) about half at 0.85 (the flows hashed onto a faulty link), +-3%
+    noise on every pair."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for c, s in itertools.permutations(sorted(simulate.fat_tree(3, 4, 2).hosts), 2):
+        between = c[1] + s[1]
+        if c[1] != s[1] and between not in ("01", "02", "12"):
+            continue
+        share = 0.85 if between in slow and rng.random() < 0.5 else 1.0
+        out.append(Pair(c, s, 100 * share * (1 + rng.uniform(-0.03, 0.03))))
+    return out
+
+
+@pytest.mark.parametrize("judged", [{}, {"min_deficit": None, "threshold": 0.1}],
+                         ids=["by-readings", "by-flags"])
+@pytest.mark.parametrize("seed", [1, 3])
+def test_slow_pairs_that_name_two_elements_equally_name_both_and_a_pair_that_tells_decides(
+        judged, seed):
+    """Leaf0 to leaf2 slow, leaf0 to leaf1 and leaf1 to leaf2 healthy: leaf0's uplinks and
+    leaf2's downlinks explain the readings equally well, so the verdict holds both (the
+    likelier, the other "or else"), never one silently; once leaf0's pairs to leaf1 read
+    slow too, leaf0's uplinks alone. Judged by the readings (the noise known) or by the
+    slow flags (a fixed cut) alike."""
+    shape = simulate.fat_tree(leaves=3, hosts_per_leaf=4, spines=2)
+    leaf0 = ["link:leaf0--spine0", "link:leaf0--spine1", "link:leaf0->spine0",
+             "link:leaf0->spine1"]
+    leaf2 = ["link:leaf2--spine0", "link:leaf2--spine1", "link:spine0->leaf2",
+             "link:spine1->leaf2"]
+    (suspect,) = localize(_leaf_to_leaf(("02",), seed), shape, **judged).suspects
+    assert sorted([suspect.elements, suspect.or_else]) == [leaf0, leaf2], suspect
+    assert "or else" in suspect.text() and "more readings decide" in suspect.text()
+    (suspect,) = localize(_leaf_to_leaf(("01", "02"), seed), shape, **judged).suspects
+    assert (suspect.elements, suspect.or_else) == (leaf0, []), suspect
+    assert "or else" not in suspect.text()

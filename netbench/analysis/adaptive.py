@@ -481,10 +481,10 @@ class AdaptivePlanner:
         self._leaning = list(loc.leaning)
         wanted = [(index[p.client], index[p.server]) for p in loc.unexplained]
         for suspect in loc.suspects:
-            things = {_thing(e, self.topology) for e in suspect.elements}
+            named = set(suspect.elements + suspect.or_else)
+            things = {_thing(e, self.topology) for e in named}
             if len(things) < 2:
                 continue
-            named = set(suspect.elements)
             through = [p for p in slow if named & set(self.elements(*p))]
             wanted += through[:2]
         # A thing that alone explains a slow pair is confirmed by CONFIRM slow pairs (a

@@ -45,6 +45,8 @@ FAILED = 1e-3              # the share of the healthy rate a failed pair is take
 STRAY_RANGE = 8.0          # log ratios a stray reading (EPS of them) may land anywhere in
 SLOW_SCATTER = 0.25        # a slowed pair's log spread, as a share of its element's deficit
 LEAN = 1 / 3               # the share of the evidence naming needs that earns more readings
+CLOSE = math.log(20)       # likelihood (log) within which another element's case is as good
+SAME_PAIRS = 0.75          # the overlap (Jaccard) of slow pairs that makes two cases one
 MAX_LEANING = 4            # elements a sweep measures again at once
 
 
@@ -68,6 +70,9 @@ class Suspect:
     # and the chance noise alone reads its pairs that low (None: no spread to judge it by).
     of_healthy: float | None = None
     p: float | None = None
+    # Elements the same slow pairs name nearly as well (within CLOSE of its likelihood):
+    # no reading yet tells them apart, so the verdict holds them too and a sweep reads on.
+    or_else: list[str] = field(default_factory=list)
 
     @property
     def deficit(self) -> float | None:
@@ -122,7 +127,11 @@ class Suspect:
                 + ("" if self.of_healthy is None else
                    f"; {self.of_healthy:.2f} of the healthy rate"
                    + ("" if self.p is None else f", p {_p_text(self.p)}"))
-                + ("" if self.pinned else "; ECMP: over the path sets its pairs may take"))
+                + ("" if self.pinned else "; ECMP: over the path sets its pairs may take")
+                + ("" if not self.or_else else
+                   f"; or else {' / '.join(_shown(e, ways) for e in self.or_else[:4])}"
+                   f"{' ...' if len(self.or_else) > 4 else ''}: the same slow pairs name it "
+                   "nearly as well (more readings decide)"))
 
 
 def _p_text(p: float) -> str:
@@ -292,16 +301,23 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
             min_deficit or MIN_DEFICIT)
         candidates = set()
     while candidates and len(chosen) < MAX_SUSPECTS:
-        best_gain, best = min(((gain(e), e) for e in candidates), key=lambda t: (-t[0], t[1]))
-        if best_gain <= penalty:
+        gains = {e: gain(e) for e in candidates}
+        best = min(candidates, key=lambda e: (-gains[e], e))
+        if gains[best] <= penalty:
             break
         chosen.append(best)
         group = [e for e in candidates if signature[e] == signature[best]]
         candidates -= set(group)
         idx, share = flat[best]
         p_slow[idx] = 1 - (1 - p_slow[idx]) * (1 - share * (1 - EPS))
-        out.suspects.append(_suspect(sorted(group, key=_order), through[best], is_slow,
-                                     oriented, ref, sigma))
+        suspect = _suspect(sorted(group, key=_order), through[best], is_slow, oriented, ref,
+                           sigma)
+        mine = idx[is_slow[idx]]
+        rivals = [e for e in candidates if gains[e] > penalty
+                  and gains[e] >= gains[best] - CLOSE
+                  and _jaccard(flat[e][0][is_slow[flat[e][0]]], mine) >= SAME_PAIRS]
+        candidates -= _hold_rivals(suspect, candidates, signature, rivals)
+        out.suspects.append(suspect)
     explained = np.zeros(len(pairs), dtype=bool)
     for e in chosen:
         for idx, _ in through[e]:
@@ -531,7 +547,29 @@ def _by_readings(flat: dict[str, tuple[Any, Any]], through: dict[str, Blocks],
             chosen.append(best)
             group = [e for e in candidates if signature[e] == signature[best]]
             candidates -= set(group)
-            left[idx[owned > math.log(0.5)]] = False
-            suspects.append(_suspect(sorted(group, key=_order), through[best], is_slow,
-                                     oriented, healthy, sigma))
+            mine = idx[owned > math.log(0.5)]
+            left[mine] = False
+            suspect = _suspect(sorted(group, key=_order), through[best], is_slow, oriented,
+                               healthy, sigma)
+            rivals = [e for e in candidates if fits[e][0] > need
+                      and fits[e][0] >= gain - CLOSE
+                      and _jaccard(fits[e][1][fits[e][2] > math.log(0.5)], mine) >= SAME_PAIRS]
+            candidates -= _hold_rivals(suspect, candidates, signature, rivals)
+            suspects.append(suspect)
     return chosen, suspects, leaning
+
+
+def _hold_rivals(suspect: Suspect, candidates: set[str], signature: dict[str, bytes],
+                 rivals: list[str]) -> set[str]:
+    """Another element whose case rests on the same slow pairs and is nearly as likely
+    (pairs from one leaf to another: the first's uplinks, or the second's downlinks) is no
+    weaker a suspect: held beside the named one as ``or_else`` (with the elements carrying
+    the same pairs as it), never silently dropped. Returns them, out of the running."""
+    held = {e for e in candidates if any(signature[e] == signature[r] for r in rivals)}
+    suspect.or_else = sorted(held, key=_order)
+    return held
+
+
+def _jaccard(a: Any, b: Any) -> float:
+    a, b = set(a.tolist()), set(b.tolist())
+    return len(a & b) / len(a | b) if a | b else 0.0

@@ -84,6 +84,7 @@ def fabric_json(matrices: Sequence[Matrix]) -> list[Mapping[str, Any]]:
                            "pairs": s.pairs, "median_through": s.median_through,
                            "median_avoiding": s.median_avoiding, "pinned": s.pinned,
                            "of_healthy": s.of_healthy, "deficit": s.deficit, "p": s.p,
+                           "or_else": s.or_else,
                            "text": s.text(m.unit, m.localization.inferred, m.roles)}
                           for s in m.suspects],
              "healthy": m.localization.reference if m.localization else None,

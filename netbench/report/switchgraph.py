@@ -64,7 +64,7 @@ def switch_graph(matrix: Any) -> dict[str, Any] | None:
     named: dict[str, str] = {}
     for suspect in matrix.suspects:
         said = suspect.text(matrix.unit, inferred, ways)
-        for element in suspect.elements:
+        for element in suspect.elements + suspect.or_else:
             named[_undirected(element)] = said
     blamed = {}
     for h in matrix.faulty_hosts:
