@@ -224,6 +224,9 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         raise UsageError(f"--threshold {args.threshold:g}, --min-deficit {args.min_deficit:g}: "
                          "each a fraction between 0 and 1 (0.05 = 5%)")
     shape = topology.load(args.topology) if args.topology else None    # bad file: before all
+    from netbench.units import parse_duration
+
+    soak = parse_duration(args.soak, "--soak") if args.soak is not None else None
     launched = launch_info()
     writer = launched is not None and launched.is_writer
     store = session.choose_store(writer, args.jsonl, args.results, _store)
@@ -233,17 +236,24 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     options = fabric.Options(args.pattern, args.direction, args.k, args.center, args.pairs,
                              args.rails, args.label or "", args.join_timeout,
                              args.rendezvous_store, _planner(args, shape, plan), shape,
-                             args.trace)
+                             args.trace, soak)
     result = fabric.sweep(plan, env, launched, store, options, rendezvous=args.rendezvous,
                           bind=args.bind, port=args.port, device=args.device or "", say=say)
     if not writer:
         return 0
     import pandas as pd
 
-    matrices = verdicts.analyse(pd.DataFrame(result.rows), args.threshold, None,
-                                args.min_line_rate, shape, args.min_deficit)
-    out, err, code = console.fabric_ending(result, matrices, args.json,
-                                           args.jsonl or args.results)
+    frame = pd.DataFrame(result.rows)
+    if soak is not None:
+        passes = verdicts.soak_passes(frame, result.facts["soak"]["passes"], args.threshold,
+                                      None, args.min_line_rate, shape, args.min_deficit)
+        out, err, code = console.fabric_soak_ending(result, passes, args.json,
+                                                    args.jsonl or args.results)
+    else:
+        matrices = verdicts.analyse(frame, args.threshold, None, args.min_line_rate, shape,
+                                    args.min_deficit)
+        out, err, code = console.fabric_ending(result, matrices, args.json,
+                                               args.jsonl or args.results)
     sys.stdout.write(out)
     sys.stderr.write(err)
     return code
@@ -489,6 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "against the rest (--center), the pairs of --pairs FILE, or adaptive: "
                    "cover every host and link, then re-probe only the suspects (give "
                    "--topology)")
+    p.add_argument("--soak", metavar="DURATION", help="a burn-in: the pattern's rounds again "
+                   "and again for DURATION (4h, 90m, 600), each pass judged as a sweep of its "
+                   "own; the element that dipped named with the passes it dipped in")
     p.add_argument("--rounds", type=int, metavar="N", help="with --pattern adaptive: at "
                    "most N rounds (default 2 log2(endpoints) + 4)")
     p.add_argument("--trace", action="store_true", help="with --pattern adaptive: trace "

@@ -286,7 +286,9 @@ def test_usage_errors_are_one_clear_line(tmp_path):
             (["tcp.stream", "--trace", "--pattern", "adaptive", "--topology", str(slurm)],
              "--trace names each flow's routers by their addresses"),
             (["tcp.rr", "--trace", "--pattern", "adaptive", "--topology", str(shape)],
-             "--trace: tcp.rr cannot trace its connections")):
+             "--trace: tcp.rr cannot trace its connections"),
+            (["tcp.stream", "--soak", "0"], "--soak '0': a positive time"),
+            (["tcp.stream", "--soak", "forever"], "--soak 'forever': a positive time")):
         assert_clean_error(netbench("fabric", *args, "--results", str(tmp_path),
                                     env={**os.environ, **env}), needle)
 

@@ -150,3 +150,37 @@ def test_failed_pairs_count_against_the_elements_they_would_have_crossed():
     assert trunk.failed == int(across.sum()) == 8 and trunk.pairs == 0 and trunk.median is None
     assert trunk.text() == "link:leafA--leafB: no measured pair crosses it (8 failed)"
     assert _by_name(m.elements)["switch:leafA"].failed == 8
+
+
+def test_a_burn_ins_passes_are_judged_each_on_its_own_and_the_trunk_named_with_its_passes():
+    """`netbench fabric --soak` keeps each pass's first case_index; three passes of the
+    simulated two leaves, the trunk at a tenth from the second: pass 1 names nothing, passes
+    2-3 the trunk (against their own healthy rate), no host in any; the console says which
+    passes named it and the burn-in fails."""
+    from types import SimpleNamespace
+
+    from netbench.analysis.fabric import named_in_passes, soak_passes
+    from netbench.report.console import fabric_soak_ending
+
+    topo = sim.two_leaves(3)
+    frames = [fabric_rows(topo, faults, seed=i) for i, faults in
+              enumerate([{}, {"link:leafA--leafB": 0.1}, {"link:leafA--leafB": 0.1}])]
+    rows = pd.concat(frames, ignore_index=True)
+    rows["case_index"] = range(len(rows))
+    starts = [{"case_index": i * len(frames[0]), "started_at": f"2026-12-06T03:0{i}:00+00:00"}
+              for i in range(3)]
+    passes = soak_passes(rows, starts, topology=topo)
+    assert [p.number for p in passes] == [1, 2, 3]
+    assert [len(p.matrices[0].cells) for p in passes] == [30, 30, 30]
+    assert passes[0].matrices[0].suspects == [] and not passes[0].matrices[0].faulty_hosts
+    for p in passes[1:]:
+        (suspect,) = p.matrices[0].suspects
+        assert "link:leafA--leafB" in suspect.elements and not p.matrices[0].faulty_hosts
+    ((key, numbers, said),) = named_in_passes(passes)
+    assert "link:leafA--leafB" in key and numbers == [2, 3] and "0.1" in said, said
+    result = SimpleNamespace(facts={"soak": {"seconds": 180.0}}, rows=rows.to_dict("records"),
+                             run_id="3f2a9c1d0b7e")
+    out, err, code = fabric_soak_ending(result, passes, False, "results")
+    assert code == 1 and "pass 1 (03:00:00): 30 pairs, nothing named" in out, out
+    assert "NAMED in pass(es) 2-3 of 3: " in out and "HOST" not in out, out
+    assert "burn-in: 3 pass(es) of the sweep over 180 s" in out

@@ -32,7 +32,14 @@ def two_leaves_fail_slow():
     yield from _two_leaves(FAIL_SLOW_MBIT)
 
 
-def _two_leaves(trunk_mbit: int):
+@pytest.fixture
+def two_leaves_reshaped():
+    """The trunk at ten times a host's rate (no bottleneck), and a function that shapes it
+    both ways to ``mbit`` while the fabric runs."""
+    yield from _two_leaves(HOST_MBIT * 10, reshapable=True)
+
+
+def _two_leaves(trunk_mbit: int, reshapable: bool = False):
     _needs_root()
     tag = f"{os.getpid() % 10000}"
     leaves = {"leafA": f"nblA{tag}", "leafB": f"nblB{tag}"}
@@ -65,7 +72,12 @@ def _two_leaves(trunk_mbit: int):
             addrs.append(f"10.205.0.{i + 1}")
             plug(ns, leaves[name.split("-")[0]], f"nbv{i}i{tag}", f"nbv{i}o{tag}", addrs[-1],
                  HOST_MBIT)
-        yield hosts, addrs
+        def reshape(mbit: int) -> None:
+            for end, leaf in ((a, "leafA"), (b, "leafB")):
+                _sh("tc", "-n", leaves[leaf], "qdisc", "change", "dev", end, "root", "tbf",
+                    "rate", f"{mbit}mbit", "burst", "256kb", "latency", "200ms")
+
+        yield (hosts, addrs, reshape) if reshapable else (hosts, addrs)
     finally:
         for ns in made:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
@@ -173,3 +185,48 @@ def test_a_trunk_at_85_percent_of_a_hosts_rate_is_named_and_no_host_blamed(
     assert not any(e.startswith(("host:", "switch:leaf")) for e in suspect["elements"])
     assert 0.7 < suspect["of_healthy"] < 0.92, suspect
     assert outs[0][0] == 1, outs[0]
+
+
+@pytest.mark.root
+def test_a_fabric_burn_in_names_the_trunk_in_the_passes_after_it_slowed_and_no_host(
+        two_leaves_reshaped, tmp_path):
+    """Issue 39's known answer 5: `netbench fabric --soak` over the two leaves, the adaptive
+    cover again and again; 14 s in, the trunk is shaped to a tenth of a host's rate. Every
+    pass that ended before names nothing, every pass that began after names the trunk's path,
+    no pass blames a host, and the burn-in exits 1 naming the trunk with its passes."""
+    import time
+
+    hosts, addrs, reshape = two_leaves_reshaped
+    port, res = _free_port(), tmp_path / "res"
+    args = ["tcp.stream", "-p", "duration=0.6", "-p", "warmup=0.2", "--timeout", "30",
+            "--threshold", "0.4", "--topology", str(TOPOLOGY), "--pattern", "adaptive",
+            "--soak", "32s", "--results", str(res), "--json"]
+    procs = [_rank(r, len(hosts), port, args, name, netns=ns, master=addrs[0])
+             for r, (name, ns) in enumerate(hosts)]
+    time.sleep(14)
+    from datetime import UTC, datetime
+    reshape(TRUNK_MBIT)
+    shaped_at = datetime.now(UTC)
+    outs = _finish(procs, timeout=400)
+    assert [o[0] for o in outs[1:]] == [0] * (len(hosts) - 1), outs
+    out = json.loads(outs[0][1])
+    print(outs[0][2][:outs[0][2].find("the last pass")])
+    passes = out["passes"]
+    assert len(passes) >= 3, outs[0][2]
+    trunk = {"link:core--leafA", "link:core--leafB"}
+    starts = [datetime.fromisoformat(p["started_at"]) for p in passes]
+    for i, one in enumerate(passes):
+        (m,) = one["matrices"]
+        assert m["faulty_hosts"] == [], (one["pass"], m["faulty_hosts"])   # never a host
+        ended = starts[i + 1] if i + 1 < len(starts) else None
+        if ended is not None and ended < shaped_at:
+            assert m["suspects"] == [], (one["pass"], m["suspects"])
+        elif starts[i] > shaped_at:
+            (suspect,) = m["suspects"]
+            assert trunk <= set(suspect["elements"]), (one["pass"], suspect)
+    assert starts[0] < shaped_at < starts[-1], (starts, shaped_at)
+    (named,) = out["named"]
+    assert trunk <= set(named["elements"].split(" / ")) and named["passes"][-1] == len(passes)
+    assert outs[0][0] == 1, outs[0]
+    text = outs[0][2]
+    assert "NAMED in pass(es)" in text and "HOST" not in text, text

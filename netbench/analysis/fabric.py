@@ -366,3 +366,53 @@ def _strings(column: Any) -> list[str]:
     codes, names = pd.factorize(column)
     names = [str(n) for n in names]
     return [names[i] for i in codes.tolist()]
+
+
+@dataclass
+class SoakPass:
+    """One pass of a fabric burn-in: a sweep of its own, judged on its own pairs."""
+    number: int                   # 1, 2, ...
+    started_at: str               # ISO time
+    matrices: list[Matrix]
+
+
+def soak_passes(rows: Any, passes: list[dict[str, Any]], threshold: float = THRESHOLD,
+                metric: str | None = None, min_line_rate: float | None = None,
+                topology: Topology | None = None,
+                min_deficit: float | None = MIN_DEFICIT) -> list[SoakPass]:
+    """A burn-in's rows pass by pass (``passes``: each one's first ``case_index``, as the
+    sweep kept them in its ``netbench_fabric`` footer), each judged as a sweep of its own:
+    a trunk that slows in the third hour is named in the passes after it slowed, against the
+    healthy rate of those passes, never averaged away over the hours before."""
+    out = []
+    index = rows["case_index"]
+    for i, start in enumerate(passes):
+        part = rows[index >= int(start["case_index"])]
+        if i + 1 < len(passes):
+            part = part[part["case_index"] < int(passes[i + 1]["case_index"])]
+        if len(part):
+            out.append(SoakPass(i + 1, str(start.get("started_at", "")),
+                                analyse(part, threshold, metric, min_line_rate, topology,
+                                        min_deficit)))
+    return out
+
+
+def named_in_passes(passes: list[SoakPass]) -> list[tuple[str, list[int], str]]:
+    """Each thing a burn-in's passes named (an element or its group, a host and its role),
+    the passes that named it, and its words in the last of them; the earliest named first."""
+    seen: dict[str, tuple[list[int], str]] = {}
+    for one in passes:
+        for m in one.matrices:
+            for s in m.suspects:
+                key = " / ".join(s.elements)
+                said = s.text(m.unit, m.localization.inferred if m.localization else False,
+                              m.roles)
+                seen.setdefault(key, ([], ""))[0].append(one.number)
+                seen[key] = (seen[key][0], said)
+            for h in m.faulty_hosts:
+                key = f"host:{h.name} {h.role}"
+                said = f"HOST {h.name}: slow {h.role} with {h.slow} of {h.pairs} peers"
+                seen.setdefault(key, ([], ""))[0].append(one.number)
+                seen[key] = (seen[key][0], said)
+    return sorted(((k, sorted(set(n)), t) for k, (n, t) in seen.items()),
+                  key=lambda e: (e[1][0], e[0]))

@@ -815,6 +815,66 @@ def fabric_ending(result: Any, matrices: Sequence[Any], as_json: bool,
     return data + "\n", summary + stored, code
 
 
+def fabric_soak_ending(result: Any, passes: Sequence[Any], as_json: bool,
+                       where: str) -> tuple[str, str, int]:
+    """`netbench fabric --soak` on rank 0: each pass's verdict in a line (what it named, or
+    nothing), then each thing named with the passes that named it and its words, the last
+    pass's matrix in full; JSON with ``as_json`` (the text then goes to stderr). Exit 1 when
+    any pass flags something: a trunk that slowed for one pass of twelve fails the burn-in."""
+    from netbench.analysis.fabric import named_in_passes
+    from netbench.report.formats import fabric_json
+
+    seconds = (result.facts.get("soak") or {}).get("seconds")
+    lines = [f"burn-in: {len(passes)} pass(es) of the sweep"
+             + (f" over {seconds:g} s" if seconds else "")
+             + (" (one pass: a soak shorter than a sweep is one sweep)"
+                if len(passes) == 1 else "")]
+    for one in passes:
+        # Each suspect by name and share of healthy; its evidence is in the lines below.
+        named = [s.text(m.unit, bool(m.localization and m.localization.inferred),
+                        m.roles).split(": ")[0].split(" (")[0]
+                 + ("" if s.of_healthy is None else f" at {s.of_healthy:.2f} of healthy")
+                 for m in one.matrices for s in m.suspects]
+        named += [f"HOST {h.name} ({h.role})" for m in one.matrices for h in m.faulty_hosts]
+        failed = sum(len(m.failed) for m in one.matrices)
+        pairs = sum(len(m.cells) for m in one.matrices)
+        lines.append(f"  pass {one.number} ({one.started_at[11:19]}): {pairs} pairs, "
+                     + ("; ".join(named) if named else "nothing named")
+                     + (f", {failed} failed" if failed else ""))
+    things = named_in_passes(list(passes))
+    for _, numbers, said in things:
+        lines.append(f"NAMED in pass(es) {_spans(numbers)} of {len(passes)}: {said}")
+    if not things:
+        lines.append("nothing named in any pass")
+    if passes:
+        lines.append(f"the last pass (pass {passes[-1].number}) in full:")
+        lines.append(fabric_text(passes[-1].matrices))
+    text = "\n".join(lines) + "\n"
+    stored = (f"stored {len(result.rows)} rows of {len(passes)} pass(es) in run "
+              f"{result.run_id} ({where})\n")
+    code = 1 if any(m.verdict.fails_gate() for one in passes for m in one.matrices) else 0
+    if not as_json:
+        return text, stored, code
+    data = json.dumps(json_safe({
+        "run_id": result.run_id, "soak_seconds": seconds,
+        "passes": [{"pass": one.number, "started_at": one.started_at,
+                    "matrices": fabric_json(one.matrices)} for one in passes],
+        "named": [{"elements": key, "passes": numbers, "text": said}
+                  for key, numbers, said in things]}), allow_nan=False)
+    return data + "\n", text + stored, code
+
+
+def _spans(numbers: Sequence[int]) -> str:
+    """[1, 2, 3, 5] -> "1-3, 5"."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][-1] + 1:
+            spans[-1].append(n)
+        else:
+            spans.append([n])
+    return ", ".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else str(s[0]) for s in spans)
+
+
 def list_text(catalog: Mapping[str, Any]) -> str:
     """`netbench list`: each benchmark, whether it can run here and why not, its params with
     their defaults and accepted values, its metrics; broken plugins and hooks."""

@@ -13,6 +13,7 @@ named when the join times out; every wait has a deadline.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -64,6 +65,7 @@ class SweepResult:
     schedule: sched.Schedule
     rows: list[dict[str, Any]] = field(default_factory=list)   # rank 0's: the whole sweep
     gone: dict[int, str] = field(default_factory=dict)          # rank -> why it left
+    facts: dict[str, Any] = field(default_factory=dict)         # rank 0's netbench_fabric
 
 
 def local_address(toward: str) -> str:
@@ -397,6 +399,32 @@ class Options:
     # Trace each pair's data connection (--trace): its path (``route``) and, for the planner,
     # the switches it names (the topology's addresses), each flow judged on its fair share.
     trace: bool = False
+    # A burn-in (--soak): the pattern's rounds again and again for this many seconds, each
+    # pass a sweep of its own (adaptive: a fresh planner), judged pass by pass.
+    soak: float | None = None
+
+
+class _Passes:
+    """Rank 0's adaptive planner for a burn-in: each pass a fresh one from ``make``, started
+    while the soak has time left; otherwise the planner itself (every attribute its own)."""
+
+    def __init__(self, make: Callable[[], Any], seconds: float) -> None:
+        self.make, self.seconds, self.began = make, seconds, time.monotonic()
+        self.current = make()
+        self.given = 0
+        self.starts = [0]            # the round each pass began with
+
+    def next_round(self) -> Any:
+        chosen = self.current.next_round()
+        if chosen is None and time.monotonic() - self.began < self.seconds:
+            self.current = self.make()
+            self.starts.append(self.given)
+            chosen = self.current.next_round()
+        self.given += chosen is not None
+        return chosen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.current, name)
 
 
 def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Store, options: Options, *,
@@ -496,7 +524,9 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
         if rank == 0:
             if options.planner is None:
                 raise UsageError("pattern adaptive needs a planner (netbench fabric makes one)")
-            planner = options.planner(names)
+            make = options.planner
+            planner = _Passes(functools.partial(make, list(names)), options.soak) \
+                if options.soak else make(names)
     else:
         plan_schedule = sched.build(names, options.pattern, options.direction, options.k,
                                     options.center, options.pairs_file,
@@ -520,6 +550,9 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
         facts = {"pattern": options.pattern, "direction": options.direction, "k": options.k,
                  "rails": options.rails, "endpoints": names,
                  "rounds": len(plan_schedule.rounds)}
+        if options.soak:                     # each pass's first row, for its own verdict
+            facts["soak"] = {"seconds": options.soak, "passes": []}
+        result.facts = facts
         kept = {"netbench_plan": plan_fingerprint(plan), "netbench_fabric": json.dumps(facts)}
         if options.topology is not None:     # report and analysis of the run read it back
             kept["netbench_topology"] = options.topology.to_json()
@@ -539,6 +572,8 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
     total = "?" if adaptive else str(len(plan_schedule.rounds))
     why: list[str] = []
     steering: list[dict[int, tuple[frozenset[str], ...]]] = []   # a round's, by client rank
+    began = time.monotonic()
+    static = list(plan_schedule.rounds)
     try:
         for number in itertools.count():
             if adaptive:
@@ -548,10 +583,20 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                     break
                 plan_schedule.rounds.append(pairs)
                 runner.steer = steering[-1].get(rank, ())
-            elif number < len(plan_schedule.rounds):
-                pairs = plan_schedule.rounds[number]
+                starts = number in getattr(planner, "starts", ())
+            elif number < len(static):
+                pairs, starts = static[number], number == 0 and bool(options.soak)
+            elif options.soak and static and (number % len(static) or _agree_more(
+                    meet, number, rank, began, options.soak, per_round, endpoints)):
+                pairs, starts = static[number % len(static)], number % len(static) == 0
             else:
                 break
+            if rank == 0 and options.soak and starts:
+                facts["soak"]["passes"].append({
+                    "round": number, "case_index": offset * len(plan.cases),
+                    "started_at": datetime.now(UTC).isoformat()})
+                say(f"pass {len(facts['soak']['passes'])}: {time.monotonic() - began:.0f} s "
+                    f"of {options.soak:g} s")
             rows = _round(number, pairs, offset, plan, endpoints, rank, runner, base, result)
             for note in runner.take_notes():       # each once a run (counters unread, ...)
                 say(f"{endpoints[rank].name}: {note}")
@@ -572,11 +617,15 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                         _keep_shares(stored, planner.measured[-len(pairs):], endpoints)
                         _count_steered(facts, planner.log[-1], paths)
                     facts.update(rounds=number + 1, why=why)   # kept with the run
+                if planner is not None or options.soak:
+                    facts["rounds"] = number + 1
                     writer.extra["netbench_fabric"] = json.dumps(facts)
                 writer.append(stored)
                 result.rows.extend(stored)
                 failed = sum(1 for r in stored if r["status"] == "failed")
-                say(f"[round {number + 1}/{total}] {len(pairs)} pair(s)"
+                where = f"round {number + 1}/{total}" if not options.soak else \
+                    f"pass {len(facts['soak']['passes'])}, round {number + 1}"
+                say(f"[{where}] {len(pairs)} pair(s)"
                     + (f", {failed} failed row(s)" if failed else "")
                     + (f": {why[-1]}" if adaptive else ""))
             else:
@@ -604,6 +653,25 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
         if writer is not None:
             writer.close()
     return result
+
+
+def _agree_more(meet: Rendezvous, number: int, rank: int, began: float, seconds: float,
+                per_round: float, endpoints: list[Endpoint]) -> bool:
+    """A burn-in's word, the same on every rank, on whether another pass of the schedule
+    starts at round ``number``: rank 0's, while the soak has time left."""
+    key = f"more/{number}"
+    if rank == 0:
+        more = time.monotonic() - began < seconds
+        meet.set(key, more)
+        return more
+    if meet.wait_for([key], time.monotonic() + per_round * 2):
+        raise NetbenchError(f"rank 0 ({endpoints[0].name}) said nothing of round {number + 1} "
+                            f"within {per_round * 2:g} s: the burn-in cannot go on")
+    more = meet.get(key)
+    if not isinstance(more, bool):
+        raise NetbenchError(f"the rendezvous' word on round {number + 1} is malformed: "
+                            f"{_clip(more)}")
+    return more
 
 
 MAX_WHY = 2000        # characters of a round's reason kept with the run
