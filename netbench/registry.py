@@ -93,7 +93,7 @@ def stored_traits(rows: Any) -> Any:
     CLI hands this to ``ResultStore`` as its upgrade."""
     import pandas as pd
 
-    rows = _declared_statistics(rows)
+    rows = _declared_statistics(_declared_params(rows))
     if not {"benchmark", "params", "metric"} <= set(rows.columns) or not any(
             t in rows for t in TRAITS):
         return rows                      # a narrow read that asked for no trait
@@ -154,6 +154,35 @@ def _declared_statistics(rows: Any) -> Any:
         rows[column] = rows[column].astype(object)
         rows.loc[missing, column] = filled
     return rows
+
+
+def _declared_params(rows: Any) -> Any:
+    """Rows stored before their benchmark declared a param (coll.*'s ``duration``, added for
+    soaks) with that param at its default: the case ran as the default runs it, and is the
+    same case as one stored since (else every baseline of it would read as lost after an
+    upgrade). A row's own params are never changed, only the missing ones added."""
+    if not {"benchmark", "params"} <= set(rows.columns) or rows.empty:
+        return rows
+    from netbench.store import params_json, params_of
+
+    defaults = {name: {p.name: p.default for p in b.params}
+                for name, b in all_benchmarks().items()}
+    cache: dict[tuple[Any, Any], Any] = {}
+
+    def completed(name: Any, params: Any) -> Any:
+        key = (name, params)
+        if key not in cache:
+            declared = defaults.get(str(name))
+            stored = params_of(params)
+            missing = {k: v for k, v in (declared or {}).items() if k not in stored}
+            # A row with no params at all (a skipped suite-level row) stays as it was.
+            cache[key] = params_json({**missing, **stored}) if stored and missing else params
+        return cache[key]
+
+    filled = [completed(b, p) for b, p in zip(rows["benchmark"], rows["params"])]
+    if all(a is b for a, b in zip(filled, rows["params"])):
+        return rows
+    return rows.assign(params=filled)
 
 
 def _declared(name: Any, params: Any, resolved: Any, measured: bool,

@@ -3,6 +3,7 @@ data flows, bytes per operation, the bus factor, what a size means, the referenc
 columns), declared by its benchmark, stored in every row, read back without the plugin."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -139,3 +140,29 @@ def test_files_from_before_traits_read_them_from_the_installed_benchmarks():
     # Without the upgrade the store still reads them, the traits missing.
     plain = ResultStore(H200_RESULTS).read()
     assert len(plain) == len(rows) and plain["headline"].isna().all()
+
+
+def test_a_case_stored_before_its_benchmark_gained_a_param_is_the_same_case_after(tmp_path):
+    """The h200 fixture's coll.* rows were stored before coll.* declared ``cpu_bind`` and
+    ``duration``: read through the CLI's upgrade they hold both at their defaults (their own
+    params untouched), so a run of the same case since compares against them instead of
+    "no case in common" (every such baseline read as lost after an upgrade)."""
+    import shutil
+
+    res = Path(shutil.copytree(H200_RESULTS, tmp_path / "res"))
+    raw = pd.read_parquet(res)
+    old = raw[raw["benchmark"] == "coll.all_reduce"]["params"]
+    assert not any("duration" in json.loads(p) or "cpu_bind" in json.loads(p) for p in old)
+    rows = ResultStore(res, registry.stored_traits).read()
+    for before, after in zip(old, rows[rows["benchmark"] == "coll.all_reduce"]["params"]):
+        added = json.loads(after)
+        assert added.pop("duration") == 0.0 and added.pop("cpu_bind") == "none"
+        assert added == json.loads(before)
+    new = netbench("run", "coll.all_reduce", "-p", "msg_size=4096", "-p", "iterations=10",
+                   "-p", "warmup=5", "--results", str(res), "--label", "new", timeout=180)
+    assert new.returncode == 0, new.stderr
+    (old_run,) = {r for r, b in zip(raw["run_id"], raw["benchmark"]) if b == "coll.all_reduce"}
+    compared = netbench("compare", old_run, "new", "--results", str(res))
+    assert "no case in common" not in compared.stderr, compared.stderr
+    assert "coll.all_reduce msg_size=4K  busbw" in compared.stdout, compared.stdout
+    assert "0 lost" in compared.stdout, compared.stdout
