@@ -133,6 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_soak(args: argparse.Namespace) -> int:
     from netbench.analysis import soak
+    from netbench.env.launch import launch_info
     from netbench.report import console, formats
     from netbench.run import session
     from netbench.run.wire import parse_hostport
@@ -141,18 +142,25 @@ def cmd_soak(args: argparse.Namespace) -> int:
     duration, window = (parse_duration(getattr(args, k), f"--{k}") for k in ("duration", "window"))
     plan = session.soaked(session.plan_target(args.target, args.param or [], args.timeout),
                           duration, window)
-    store = _store(args.results)
+    # Under a launcher every rank runs the windows and rank 0 alone stores and judges them,
+    # as `netbench run` does (N ranks storing would be N burn-ins of one in the store).
+    launched = launch_info()
+    quiet = launched is not None and not launched.is_writer
+    store = session.choose_store(not quiet, None, args.results, _store)
     if args.peer:
         parse_hostport(args.peer, 1)
-    env = session.run_env(args.sysfs_root, None)
+    env = session.run_env(args.sysfs_root, launched)
     resume = None
     if args.resume:
         resume, args.label = session.resume_run(store, args.resume, plan, env,
-                                                args.label, parquet=True)
-        print(console.resuming(resume), file=sys.stderr)
-    events = console.SoakProgress(len(plan.cases), window)
+                                                args.label, parquet=not quiet)
+        print(console.resuming(resume), file=sys.stderr if not quiet else open(os.devnull, "w"))
+    events = console.SoakProgress(len(plan.cases), window, open(os.devnull, "w") if quiet
+                                  else None)
     result = session.measure(plan, store, env, resume, label=args.label or "",
                              peer=args.peer, events=events)
+    if quiet:                      # rank 0 reports; this rank's own failure is its exit
+        return 1 if result.count("failed") or result.interrupted else 0
     again = session.resume_command(result.run_id, args.target, args.param or [],
                                    results=args.results, repeat=None, timeout=args.timeout,
                                    peer=args.peer, sysfs_root=args.sysfs_root,
@@ -216,6 +224,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     from netbench.report import console
     from netbench.run import session
     from netbench.sweep import fabric
+    from netbench.units import parse_duration
 
     plan = session.plan_target(args.target, args.param or [], args.timeout)
     if args.k is not None and args.k < 1:
@@ -224,8 +233,6 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         raise UsageError(f"--threshold {args.threshold:g}, --min-deficit {args.min_deficit:g}: "
                          "each a fraction between 0 and 1 (0.05 = 5%)")
     shape = topology.load(args.topology) if args.topology else None    # bad file: before all
-    from netbench.units import parse_duration
-
     soak = parse_duration(args.soak, "--soak") if args.soak is not None else None
     launched = launch_info()
     writer = launched is not None and launched.is_writer
@@ -241,19 +248,10 @@ def cmd_fabric(args: argparse.Namespace) -> int:
                           bind=args.bind, port=args.port, device=args.device or "", say=say)
     if not writer:
         return 0
-    import pandas as pd
-
-    frame = pd.DataFrame(result.rows)
-    if soak is not None:
-        passes = verdicts.soak_passes(frame, result.facts["soak"]["passes"], args.threshold,
-                                      None, args.min_line_rate, shape, args.min_deficit)
-        out, err, code = console.fabric_soak_ending(result, passes, args.json,
-                                                    args.jsonl or args.results)
-    else:
-        matrices = verdicts.analyse(frame, args.threshold, None, args.min_line_rate, shape,
-                                    args.min_deficit)
-        out, err, code = console.fabric_ending(result, matrices, args.json,
-                                               args.jsonl or args.results)
+    judged = verdicts.judge_sweep(result.rows, result.facts.get("soak"), args.threshold,
+                                  args.min_line_rate, shape, args.min_deficit)
+    ending = console.fabric_soak_ending if soak else console.fabric_ending
+    out, err, code = ending(result, judged, args.json, args.jsonl or args.results)
     sys.stdout.write(out)
     sys.stderr.write(err)
     return code

@@ -116,3 +116,29 @@ def test_a_soak_of_all_reduce_is_three_windows_each_with_its_busbw(tmp_path):
     # The windows after the first run on the ranks the first started (a start is ~3 s here):
     # each is its 2 s of ops and little more.
     assert (busbw["case_seconds"].iloc[1:] < 2.0 + 2.5).all(), list(busbw["case_seconds"])
+
+
+def test_under_torchrun_a_soak_is_one_run_stored_by_rank_0(tmp_path):
+    """Two torchrun workers soak all_reduce together: each window is one collective of both,
+    rank 0 alone stores the windows and prints the verdict (every rank storing its own would
+    be two burn-ins of one in the store)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+         "--master_port", str(29900 + os.getpid() % 90), "-m", "netbench", "soak",
+         "coll.all_reduce", "--duration", "6s", "--window", "2s", "--results", str(tmp_path),
+         "--json"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(list(tmp_path.glob("*.parquet"))) == 1, list(tmp_path.iterdir())
+    (case,) = json.loads(proc.stdout)["cases"]          # one verdict: rank 0's
+    assert case["windows"] == 3 and case["failed"] == 0, case
+    rows = pd.read_parquet(tmp_path)
+    assert rows["run_id"].nunique() == 1 and set(rows["device"]) == {"2 ranks"}
+    assert (rows.loc[rows["metric"] == "busbw", "value"] > 0).sum() == 3

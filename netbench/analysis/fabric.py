@@ -397,6 +397,20 @@ def soak_passes(rows: Any, passes: list[dict[str, Any]], threshold: float = THRE
     return out
 
 
+def judge_sweep(rows: list[dict[str, Any]], soak: dict[str, Any] | None, threshold: float,
+                min_line_rate: float | None, topology: Topology | None,
+                min_deficit: float) -> list[Matrix] | list[SoakPass]:
+    """A sweep's rows judged: its matrices, or a burn-in's (``soak``: the sweep's
+    ``netbench_fabric`` soak facts) passes."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    if soak is not None:
+        return soak_passes(frame, soak["passes"], threshold, None, min_line_rate, topology,
+                           min_deficit)
+    return analyse(frame, threshold, None, min_line_rate, topology, min_deficit)
+
+
 def named_in_passes(passes: list[SoakPass]) -> list[tuple[str, list[int], str]]:
     """Each thing a burn-in's passes named (an element or its group, a host and its role),
     the passes that named it, and its words in the last of them; the earliest named first."""
