@@ -469,3 +469,34 @@ def test_an_interface_renamed_mid_soak_is_named_and_the_soak_goes_on(
     assert proc.returncode == 0, err
     assert err.count(f"net/{dev_a} vanished during a case") == 1, err
     assert "6 windows over" in out or "6 ok" in err, out + err
+
+
+# The first window's part refused as a full disk refuses it (the probe of the directory
+# passed: the disk filled between the two).
+_FULL_AT_FIRST_WINDOW = """import errno, sys
+from netbench.cli import main
+from netbench.store import parquet
+
+def full(self, rows):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+parquet.RunWriter.append = full
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_soak_that_stores_no_window_says_to_start_it_again_not_to_resume_it(tmp_path):
+    """The disk full at the first window: nothing stored, so no run to resume; the soak
+    says so and prints the command that starts it again (no --resume), exit 1, no
+    traceback."""
+    proc = subprocess.run([sys.executable, "-c", _FULL_AT_FIRST_WINDOW, "soak", "tcp.stream",
+                           "--duration", "2s", "--window", "1s", "--results",
+                           str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    err = proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert "stopped before any window was stored" in err and "nothing was kept" in err, err
+    assert "--resume" not in err, err
+    again = err.rstrip().splitlines()[-1].strip()
+    assert again == f"netbench soak tcp.stream --duration 2s --window 1s --results " \
+                    f"{tmp_path / 'r'}", err

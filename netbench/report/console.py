@@ -207,14 +207,21 @@ def _counter_name(key: str) -> str:
     return key
 
 
-def soak_ending(result: Any, resume_command: str) -> tuple[str, int]:
+def soak_ending(result: Any, resume_command: str, resumed: bool = False) -> tuple[str, int]:
     """What a soak says on stderr when it ends, and its exit code: how an interrupted soak
-    goes on (130, 143 or 129: the signal's), a window that failed (1), else 0."""
+    goes on (130, 143 or 129: the signal's), a window that failed (1), else 0. A soak that
+    stored no window (``resumed``: an earlier process stored some) has no run to resume:
+    it is started again."""
     notes = [f"fallback: {note}\n" for note in dict.fromkeys(result.fallbacks)]
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.tally.items()))
     if result.path is not None:
         notes.append(f"stored {counts or 'no'} windows in {result.path}\n")
     notes += uncompacted_note(result, "soak", "window")
+    if result.gave_up and not result.tally and not resumed:
+        notes.append(f"netbench: soak {result.run_id} stopped before any window was stored: "
+                     f"{printable(result.gave_up)}; nothing was kept. Once it can run, start "
+                     f"it again:\n  {resume_command.rsplit(' --resume ', 1)[0]}\n")
+        return "".join(notes), 1
     if result.gave_up:
         notes.append(f"netbench: soak {result.run_id} stopped: {printable(result.gave_up)}; "
                      "the windows it stored are kept. Once it can run again, go on with:\n"
