@@ -500,3 +500,26 @@ def test_a_soak_that_stores_no_window_says_to_start_it_again_not_to_resume_it(tm
     again = err.rstrip().splitlines()[-1].strip()
     assert again == f"netbench soak tcp.stream --duration 2s --window 1s --results " \
                     f"{tmp_path / 'r'}", err
+
+
+@pytest.mark.parametrize("footer, says", [
+    ('{"duration": 20.0, "window": 2.0}', "netbench soak tcp.stream --duration 20s --window 2s "
+                                          "--resume 3f2a9c1d0b7e"),
+    ("{", "--duration D --window W (as it was started: its file's soak footer is unreadable)"),
+    ('{"duration": "x", "window": 2}', "its file's soak footer is unreadable"),
+    ('["duration"]', "its file's soak footer is unreadable"),
+    ("", "netbench run SUITE --resume 3f2a9c1d0b7e")])
+def test_netbench_runs_lists_an_interrupted_soak_whatever_its_footer_holds(footer, says):
+    """`netbench runs` offers an interrupted soak's --resume from its footer; a footer that is
+    no such JSON (damaged, written by hand) is said as such, never a traceback."""
+    from datetime import UTC, datetime
+
+    import pandas as pd
+
+    from netbench.report.console import runs_table
+
+    index = pd.DataFrame([{"run_id": "3f2a9c1d0b7e", "label": "", "started_at":
+                           datetime(2026, 12, 6, tzinfo=UTC), "host": "h", "suite": "tcp.stream",
+                           "ok": 4, "skipped": 0, "failed": 0, "state": "interrupted",
+                           "benchmarks": ["tcp.stream"], "soak": footer}])
+    assert says in runs_table(index)

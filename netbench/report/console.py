@@ -960,12 +960,28 @@ def runs_table(index: Any) -> str:
     stopped = index[index["state"] == "interrupted"]
     if not stopped.empty:
         last = stopped.iloc[-1]
-        soak = json.loads(last.get("soak") or "{}")     # a soak goes on as a soak
-        how = (f"soak {printable(last['suite'])} --duration {soak['duration']:.15g}s --window "
-               f"{soak['window']:.15g}s" if soak else "run SUITE")
+        soak = _soak_footer(last.get("soak"))       # a soak goes on as a soak
+        how = ("run SUITE" if soak is None else
+               f"soak {printable(last['suite'])} --duration {soak[0]:.15g}s --window "
+               f"{soak[1]:.15g}s" if soak else
+               f"soak {printable(last['suite'])} --duration D --window W (as it was started: "
+               "its file's soak footer is unreadable)")
         lines.append(f"interrupted: continue one with `netbench {how} --resume "
                      f"{printable(last['run_id'])}` (same suite, same host)")
     return "\n".join(lines)
+
+
+def _soak_footer(text: Any) -> tuple[float, float] | tuple[()] | None:
+    """A run's ``netbench_soak`` footer as (duration, window) seconds; None: no soak; ():
+    a soak whose footer is no such JSON (a file written by hand, or damaged)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        duration, window = float(data["duration"]), float(data["window"])
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return ()
+    return (duration, window) if math.isfinite(duration) and math.isfinite(window) else ()
 
 
 def thresholds_text(thresholds: Mapping[str, float], source: str) -> str:
