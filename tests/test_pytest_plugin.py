@@ -114,3 +114,36 @@ def test_a_soak_in_the_plugin_is_judged_by_accepts_bounds(pytester, tmp_path, mo
                                         str(tmp_path / "rows"))
     out.assert_outcomes(passed=1, failed=1)
     out.stdout.fnmatch_lines(["*mem.copy cannot run for a given time*"])
+
+
+def test_a_run_whose_parts_could_not_be_compacted_fails_its_test(pytester, tmp_path,
+                                                                  monkeypatch):
+    """Every row stored but the parts left uncompacted (the disk full as they were compacted:
+    here the writer's close refuses as a full disk does): the test fails saying so and where
+    the rows are, as `netbench run` and `netbench soak` exit 1 for it; never a pass."""
+    _plugin(pytester.path, monkeypatch)
+    pytester.makeconftest(textwrap.dedent('''
+        import errno
+
+        from netbench.store import parquet
+
+        def full(self, compact=True):
+            if compact:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return None
+
+        parquet.RunWriter.close = full
+    '''))
+    pytester.makepyfile(textwrap.dedent('''
+        def test_run(netbench):
+            netbench.run("demo.fixed")
+
+        def test_soak(netbench):
+            netbench.soak("tcp.rr", duration=0.6, window=0.3)
+    '''))
+    out = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--netbench-results",
+                                        str(tmp_path / "rows"))
+    out.assert_outcomes(failed=2)
+    out.stdout.fnmatch_lines(["*demo.fixed: compacting its parts into * failed: no space left "
+                              "on device*every row stored stays in*",
+                              "*tcp.rr: compacting its parts into * failed*"])
