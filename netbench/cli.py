@@ -168,7 +168,8 @@ def cmd_soak(args: argparse.Namespace) -> int:
     judged = soak.judge(store.read([result.run_id])) if result.path else []
     print(formats.soak_json(judged, result.run_id) if args.json
           else console.soak_text(judged, result.run_id))
-    notes, code = console.soak_ending(result, again, resume is not None)
+    notes, code = console.soak_ending(result, again, resume is not None,
+                                      sum(c.windows for c in judged))
     sys.stderr.write(notes)
     return code
 

@@ -523,3 +523,65 @@ def test_netbench_runs_lists_an_interrupted_soak_whatever_its_footer_holds(foote
                            "ok": 4, "skipped": 0, "failed": 0, "state": "interrupted",
                            "benchmarks": ["tcp.stream"], "soak": footer}])
     assert says in runs_table(index)
+
+
+def test_a_long_soak_keeps_few_enough_samples_a_window_that_its_file_is_read(tmp_path,
+                                                                           monkeypatch):
+    """A finished soak is one file, and a file beyond MAX_FILE_SAMPLES is one no reader takes:
+    a day of 1 s windows of tcp.rr (every round trip a sample) would be hidden whole. Each
+    window keeps its share of half that bound (its figures from every sample, n_samples
+    true). Here the bound lowered to 200,000, 10 windows of 50,000 samples: 10,000 kept a
+    window, the file read back whole."""
+    from netbench.api import Benchmark, Measurement, Metric, Param
+    from netbench.run import runner as runner_module
+    from netbench.run.runner import Runner, soak_sample_limit
+    from netbench.run.suite import Plan, PlannedCase, soaked
+    from netbench.store import ResultStore
+
+    assert soak_sample_limit(3, 8) == 100_000                     # a short soak keeps all
+    assert soak_sample_limit(86_400, 8) == 14                     # a day of 1 s tcp.rr
+    assert soak_sample_limit(10 ** 9, 8) == 8                     # never fewer than 8
+
+    class Many(Benchmark):
+        name, family, transport, description = "sim.rr", "sim", "tcp", "simulated"
+        metrics = (Metric("lat", "us", "lower"),)
+        params = (Param("duration", "float", 1.0, "seconds a window", minimum=0.01),)
+
+        def window_params(self, seconds: float) -> dict:
+            return {"duration": seconds}
+
+        def run(self, case, ctx):
+            samples = [10.0 + (i % 13) for i in range(50_000)]
+            return Measurement({"lat": 16.0}, {"lat": samples})
+
+    monkeypatch.setattr(runner_module, "MAX_FILE_SAMPLES", 200_000)
+    bench = Many()
+    (case,) = bench.expand({})
+    plan = soaked(Plan("sim", [PlannedCase(case, bench, 60.0)]), 10.0, 1.0)
+    store = ResultStore(tmp_path)
+    result = Runner(store, {"host": "sim", "sysfs_root": "/sys", "no_counters": True}).run(plan)
+    rows = store.read([result.run_id])
+    assert len(rows) == 10 and (rows["n_samples"] == 50_000).all()
+    assert [len(s) for s in rows["samples"]] == [10_000] * 10
+
+
+# Every file refused by the reader, as one beyond its bounds is.
+_UNREADABLE = """import sys
+from netbench.cli import main
+from netbench.store import parquet
+
+parquet.too_large = lambda info: "it holds more than a reader takes (refused here)"
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_soak_whose_windows_cannot_be_read_back_fails_never_passes(tmp_path):
+    """Windows stored but the file refused by every reader (beyond its bounds): the verdict
+    judged nothing, and that is exit 1 with a line saying so, not a silent exit 0."""
+    proc = subprocess.run([sys.executable, "-c", _UNREADABLE, "soak", "tcp.stream",
+                           "--duration", "2s", "--window", "1s", "--results",
+                           str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "2 window(s) stored but none read back" in proc.stderr, proc.stderr
+    assert "more than a reader takes" in proc.stderr, proc.stderr

@@ -207,12 +207,19 @@ def _counter_name(key: str) -> str:
     return key
 
 
-def soak_ending(result: Any, resume_command: str, resumed: bool = False) -> tuple[str, int]:
+def soak_ending(result: Any, resume_command: str, resumed: bool = False,
+                judged: int | None = None) -> tuple[str, int]:
     """What a soak says on stderr when it ends, and its exit code: how an interrupted soak
     goes on (130, 143 or 129: the signal's), a window that failed (1), else 0. A soak that
     stored no window (``resumed``: an earlier process stored some) has no run to resume:
-    it is started again."""
+    it is started again. ``judged``: the windows the verdict read back; none of those
+    stored is a failure (a file no reader takes judged nothing), never a pass."""
     notes = [f"fallback: {note}\n" for note in dict.fromkeys(result.fallbacks)]
+    unread = judged == 0 and bool(result.tally.get("ok"))
+    if unread:
+        notes.append(f"netbench: soak {result.run_id}: {result.tally['ok']} window(s) stored "
+                     "but none read back (the store's warning above says why): nothing was "
+                     "judged\n")
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.tally.items()))
     if result.path is not None:
         notes.append(f"stored {counts or 'no'} windows in {result.path}\n")
@@ -231,7 +238,8 @@ def soak_ending(result: Any, resume_command: str, resumed: bool = False) -> tupl
         notes.append(f"netbench: soak {result.run_id} stopped ({result.stopped_by or 'SIGINT'}); "
                      f"the windows that ended are kept. Go on with:\n  {resume_command}\n")
         return "".join(notes), 128 + int(getattr(signal, result.stopped_by or "SIGINT"))
-    return "".join(notes), 1 if result.tally.get("failed") or result.uncompacted else 0
+    return "".join(notes), 1 if result.tally.get("failed") or result.uncompacted or unread \
+        else 0
 
 
 def uncompacted_note(result: Any, what: str, unit: str) -> list[str]:

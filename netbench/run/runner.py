@@ -30,7 +30,9 @@ from netbench.fingerprint import Fingerprint
 from netbench.run import peer as peer_mod
 from netbench.run.suite import Plan, PlannedCase
 from netbench.store import SCHEMA_VERSION, clean_value, params_json, thin
+from netbench.store.parquet import MAX_FILE_SAMPLES
 from netbench.store.protocol import ReadableStore, Store
+from netbench.store.schema import MAX_STORED_SAMPLES
 
 CONNECT_TIMEOUT = 10.0   # at most, to reach the peer and hear its hello
 CANCEL_GRACE = 10.0   # after a timeout fires, how long a benchmark gets to unwind
@@ -162,6 +164,18 @@ class RunResult:
     def count(self, status: str) -> int:
         keys = {(r["case_index"]) for r in self.rows if r["status"] == status}
         return len(keys)
+
+
+SOAK_MIN_SAMPLES = 8    # samples a soak's window keeps of each metric however long the soak
+
+
+def soak_sample_limit(windows: int, metrics: int) -> int:
+    """The samples a soak's window keeps of each metric, evenly thinned (its figures are
+    computed from all of them first, n_samples stays true): a finished soak is one file, and
+    a file beyond MAX_FILE_SAMPLES is one no reader takes, so a day of 1 s windows of tcp.rr
+    (every round trip a sample) keeps a few dozen a window, a short soak all of them."""
+    budget = MAX_FILE_SAMPLES // 2 // max(windows * metrics, 1)
+    return max(SOAK_MIN_SAMPLES, min(MAX_STORED_SAMPLES, budget))
 
 
 def store_failure(exc: BaseException, directory: Path) -> str:
@@ -300,6 +314,7 @@ class Runner:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.trace = False        # trace each data connection's routers (fabric --trace)
         self._soaking = False     # the plan is a soak: its invocations are windows (Context.soak)
+        self._sample_limit = MAX_STORED_SAMPLES   # a soak's windows keep fewer (soak_sample_limit)
         self.every = 0.0          # seconds between a case's interval lines (run --interval)
         # Steer traced connections through these switches (each as its addresses): a
         # fabric sweep's pair meant to load one link.
@@ -350,6 +365,9 @@ class Runner:
             path = self.store.path_for(run_id, started.isoformat())
         result = RunResult(run_id, path)
         self._soaking = plan.soak is not None
+        self._sample_limit = soak_sample_limit(len(plan.cases), max(
+            (len(c.bench.metrics) for c in getattr(plan.cases, "cases", ())), default=1)) \
+            if plan.soak else MAX_STORED_SAMPLES
         result.fallbacks.extend(Fingerprint(self.env).hook_errors)
         setups = self._prepare(plan, result)
         base = self.base(run_id, started, plan.suite)
@@ -726,7 +744,8 @@ class Runner:
                 "per_metric": metric.per or None,
                 "cost": 1 if metric.cost or metric.per else None,
                 "n_samples": counted,
-                "samples": thin(samples) if samples is not None else None,
+                "samples": thin(samples, self._sample_limit) if samples is not None
+                else None,
                 "status": "ok", "reason": m.note or None,
             })
         return rows
