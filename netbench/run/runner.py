@@ -30,9 +30,8 @@ from netbench.fingerprint import Fingerprint
 from netbench.run import peer as peer_mod
 from netbench.run.suite import Plan, PlannedCase
 from netbench.store import SCHEMA_VERSION, clean_value, params_json, thin
-from netbench.store.parquet import MAX_FILE_SAMPLES
 from netbench.store.protocol import ReadableStore, Store
-from netbench.store.schema import MAX_STORED_SAMPLES
+from netbench.store.schema import MAX_FILE_SAMPLES, MAX_STORED_SAMPLES
 
 CONNECT_TIMEOUT = 10.0   # at most, to reach the peer and hear its hello
 CANCEL_GRACE = 10.0   # after a timeout fires, how long a benchmark gets to unwind

@@ -25,6 +25,7 @@ from netbench.errors import NetbenchError, UsageError
 from netbench.store.schema import (
     COLUMNS,
     ENVS,
+    MAX_FILE_SAMPLES,
     RUN_ENV,
     _conform,
     _footer_envs,
@@ -69,7 +70,6 @@ CATALOG = "_catalog.parquet"   # the finished runs' footers, cached (ResultStore
 # at most MAX_STORED_SAMPLES samples (one row of 10^8 samples, 110 KB of zeros on disk, had
 # cost every reader 2.5 GB; 3 x 10^6 identical rows 3 GB).
 MAX_FILE_ROWS = 2_000_000
-MAX_FILE_SAMPLES = 20_000_000
 MAX_CATALOG_ENTRIES = 1_000_000   # a catalog beyond it is no cache of any store: unread
 # Footer keys the reader computes from the file itself, never taken from what it says.
 ROWS_KEY, SAMPLES_KEY = "netbench_file_rows", "netbench_file_samples"
