@@ -147,8 +147,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     launched = launch_info()
     quiet = launched is not None and not launched.is_writer
     store = session.choose_store(not quiet, None, args.results, _store)
-    if args.peer:
-        parse_hostport(args.peer, 1)
+    parse_hostport(args.peer, 1) if args.peer else None
     env = session.run_env(args.sysfs_root, launched)
     resume = None
     if args.resume:

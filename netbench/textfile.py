@@ -153,12 +153,14 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
         write(tmp)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:       # the half-written temp file never stays behind
         try:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass            # a read-only filesystem refuses even that (EROFS), or tmp is a dir
-        raise NetbenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+        if isinstance(exc, OSError):
+            raise NetbenchError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise
 
 
 def load_toml(path: str | Path, what: str = "file") -> tuple[dict[str, Any], str]:

@@ -539,7 +539,7 @@ def test_a_long_soak_keeps_few_enough_samples_a_window_that_its_file_is_read(tmp
     from netbench.store import ResultStore
 
     assert soak_sample_limit(3, 8) == 100_000                     # a short soak keeps all
-    assert soak_sample_limit(86_400, 8) == 14                     # a day of 1 s tcp.rr
+    assert soak_sample_limit(86_400, 10) == 11                    # a day of 1 s tcp.rr
     assert soak_sample_limit(10 ** 9, 8) == 8                     # never fewer than 8
 
     class Many(Benchmark):

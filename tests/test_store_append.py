@@ -303,6 +303,11 @@ def test_a_merge_killed_before_it_removed_its_singles_loses_and_doubles_nothing(
     for name, data in kept.items():                  # as a kill mid-merge leaves them
         (parts / name).write_bytes(data)
     writer.close(compact=False)
+    # A reader before any writer reopens (a live view, `netbench runs`, --resume's check):
+    # the block alone, each case once.
+    seen = ResultStore(tmp_path).read(["run000000011"])
+    assert sorted(seen["case_index"]) == [0, 1, 2, 3], list(seen["case_index"])
+    assert int(ResultStore(tmp_path).runs()["ok"].iloc[0]) == 4
     again = store.open_run(path)
     assert sorted(p.name for p in parts.glob("part-*.parquet")) == [
         "part-000001-000004.parquet"]
@@ -337,3 +342,41 @@ def test_a_block_of_windows_with_many_samples_closes_before_a_reader_would_refus
     assert names[0] == "part-000001-000004.parquet", names    # 4 x 31 >= 100
     assert sorted(store.read(["run000000012"])["case_index"]) == list(range(10))
     writer.close()
+
+
+def test_a_part_whose_samples_are_corrupt_is_skipped_by_a_streamed_compaction_too(
+        tmp_path, monkeypatch):
+    """A part whose small columns read but whose samples page is corrupt (a flipped block on
+    disk): the streamed compaction's first pass reads it, its second cannot. The run is then
+    compacted in memory, which skips that part with a warning naming it, as it skips a part
+    no column of which reads: the other cases kept, no exception."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from netbench.store import parquet
+
+    monkeypatch.setattr(parquet, "STREAM_FILES", 2)
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    path = store.path_for("run000000013", "2026-12-01T00:00:00")
+    writer = store.open_run(path)
+    rng = np.random.default_rng(1)
+    for i in range(5):
+        rows = _rows("run000000013", i)
+        rows[0]["samples"] = rng.random(20_000).tolist()     # pages of their own
+        writer.append(rows)
+    bad = sorted((tmp_path / f"{path.stem}.parts").glob("part-*.parquet"))[2]
+    meta = pq.ParquetFile(bad).metadata.row_group(0)
+    (chunk,) = [meta.column(i) for i in range(meta.num_columns)
+                if meta.column(i).path_in_schema.startswith("samples.")]
+    data = bytearray(bad.read_bytes())
+    start = chunk.dictionary_page_offset or chunk.data_page_offset      # its page header
+    data[start:start + 64] = b"\xff" * 64
+    bad.write_bytes(bytes(data))
+    pq.read_table(bad, columns=["case_index", "status"])      # the small columns still read
+    with pytest.raises(OSError):
+        pq.read_table(bad)
+    with pytest.warns(UserWarning, match=bad.name):
+        writer.close()
+    assert sorted(pd.read_parquet(path)["case_index"]) == [0, 1, 3, 4]
+    assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob("*.parts"))

@@ -172,7 +172,7 @@ def soak_sample_limit(windows: int, metrics: int) -> int:
     """The samples a soak's window keeps of each metric, evenly thinned (its figures are
     computed from all of them first, n_samples stays true): a finished soak is one file, and
     a file beyond MAX_FILE_SAMPLES is one no reader takes, so a day of 1 s windows of tcp.rr
-    (every round trip a sample) keeps a few dozen a window, a short soak all of them."""
+    (every round trip a sample) keeps 11 a window, a short soak all of them."""
     budget = MAX_FILE_SAMPLES // 2 // max(windows * metrics, 1)
     return max(SOAK_MIN_SAMPLES, min(MAX_STORED_SAMPLES, budget))
 

@@ -342,9 +342,13 @@ class ResultStore:
         for folder in self._parts_dirs():
             if folder.name[:-len(PARTS)] in names:
                 continue                 # a finished run's leftover parts: not read
-            listing += [(f"{folder.name}/{name}", stat) for name, stat in scan(
-                folder, lambda e: e.name.startswith("part-") and e.name.endswith(".parquet")
-                and e.is_file())]            # a FIFO would block the reader
+            found = scan(folder, lambda e: e.name.startswith("part-")
+                         and e.name.endswith(".parquet") and e.is_file())   # no FIFO
+            # A merge killed after its block was written leaves the singles it holds until
+            # the run's writer reopens: the block alone is read (the same rows, once).
+            merged = _merged_singles([name for name, _ in found])
+            listing += [(f"{folder.name}/{name}", stat) for name, stat in found
+                        if name not in merged]
         return listing
 
     def runs(self) -> Any:
@@ -805,18 +809,22 @@ def _part_order(part: Path) -> tuple[int, int]:
         return 0, True
 
 
+def _merged_singles(names: list[str]) -> set[str]:
+    """The single parts (``part-N``) among ``names`` that a merged block (``part-A-B``,
+    A <= N <= B) among them holds already."""
+    blocks = [(_part_order(Path(n))[0], _part_number(n)) for n in names if n.count("-") == 2]
+    return {n for n in names if n.count("-") == 1
+            and any(a <= _part_number(n) <= b for a, b in blocks)}
+
+
 def _drop_merged_singles(parts: Path) -> list[Path]:
     """The run's part files, once the singles a finished merge holds are removed."""
     files = list(parts.glob("part-*.parquet"))
-    blocks = [(_part_order(p)[0], _part_number(p.name)) for p in files if p.name.count("-") == 2]
-    kept = []
+    merged = _merged_singles([p.name for p in files])
     for part in files:
-        n = _part_number(part.name)
-        if part.name.count("-") == 1 and any(a <= n <= b for a, b in blocks):
+        if part.name in merged:
             part.unlink(missing_ok=True)
-        else:
-            kept.append(part)
-    return kept
+    return [p for p in files if p.name not in merged]
 
 
 def _unreadable(part: Path, exc: BaseException) -> None:
@@ -908,7 +916,13 @@ def _stream_compact(path: Path, sources: list[Path], extra: Mapping[str, str]) -
         with pq.ParquetWriter(tmp, schema.with_metadata(footer), compression="zstd") as out:
             group: list[Any] = []
             for _, _, n in spans:
-                table = _conform(pq.read_table(readable[n]), schema).filter(keep[n])
+                try:
+                    whole = pq.read_table(readable[n])
+                except Exception as exc:
+                    if readable[n] == path:
+                        raise
+                    raise _Unreadable() from exc
+                table = _conform(whole, schema).filter(keep[n])
                 group.append(table.take(pc.sort_indices(table, [("case_index", "ascending")])))
                 if sum(t.nbytes for t in group) >= STREAM_GROUP_BYTES:
                     out.write_table(pa.concat_tables(group).replace_schema_metadata(footer))
@@ -916,8 +930,18 @@ def _stream_compact(path: Path, sources: list[Path], extra: Mapping[str, str]) -
             if group:
                 out.write_table(pa.concat_tables(group).replace_schema_metadata(footer))
 
-    write_atomic(path, write)
+    try:
+        write_atomic(path, write)
+    except _Unreadable:
+        # A part whose small columns read but whose rows do not (a corrupt samples page):
+        # compacted in memory, which skips it with a warning naming it, as it skips a part
+        # no column of which reads.
+        return False
     return True
+
+
+class _Unreadable(Exception):
+    """A part's rows failed to read midway through a streamed compaction."""
 
 
 def _remove_parts_dir(parts: Path) -> None:
