@@ -384,3 +384,41 @@ def test_many_cases_read_as_a_summary_and_junit_never_says_measured_nothing_meas
     (failure,) = ElementTree.parse(tmp_path / "j.xml").getroot().iter("failure")
     assert failure.text.endswith("; nothing measured"), failure.text
     assert "measured nothing measured" not in failure.text
+
+
+@pytest.mark.parametrize("h2d, verdicts, said", [
+    (2.6, ["PASS", "PASS", "PASS", "FAIL"], "0.9455"),       # a healthy TB3 eGPU
+    (1.2, ["FAIL", "FAIL", "FAIL", "FAIL"], "0.4364 < 0.8")])  # one at half of that
+def test_gpu_acceptance_of_a_thunderbolt_3_egpu_judges_it_against_the_tunnels_pcie(
+        h200_results, tmp_path, h2d, verdicts, said):
+    """The H200's real gpu-acceptance rows, their copies re-read as a Thunderbolt 3 eGPU's
+    (Razer Core X: Gen3 x4 behind a 2 x 20 Gb/s tunnel, tests/test_linkpath.py's tree): the
+    efficiency is what gpu_feed computes for a copy rate against that path's bound, which is
+    the tunnel's PCIe (about 22 Gbit/s, 2.75 GB/s), not its Gen3 x4 lanes (3.94: a healthy
+    2.6 GB/s read 0.66 and failed). 2.6 GB/s each way passes, 1.2 fails naming its share."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from test_linkpath import _egpu_tree
+
+    from netbench.benchmarks.gpu_feed import link_bound
+    from netbench.env.probe import probe
+
+    tree = _egpu_tree(tmp_path)
+    bound, why = link_bound(probe(tree), "0000:05:00.0")
+    assert bound == pytest.approx(2.75) and why == ""
+    rate = {"gpu.h2d": h2d, "gpu.d2h": h2d, "gpu.bidir": 2 * h2d}
+    for path in h200_results.glob("2*.parquet"):             # the runs, not a catalog
+        table = pq.read_table(path)
+        rows = table.to_pylist()
+        for row in rows:
+            if row["benchmark"] in rate and row["metric"] in ("bw", "link_efficiency"):
+                bw = rate[row["benchmark"]]
+                factor = 2 if row["benchmark"] == "gpu.bidir" else 1
+                row["value"] = bw if row["metric"] == "bw" else bw / (factor * bound)
+        pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    verdict = netbench("accept", "suites/gpu-acceptance.toml", "--results", str(h200_results))
+    assert verdict.returncode == 1, verdict.stderr          # the DataLoader check, as on the H200
+    lines = [line.split()[0] for line in verdict.stdout.splitlines()
+             if line.strip().startswith(("PASS", "FAIL"))]
+    assert lines == verdicts, verdict.stdout
+    assert said in verdict.stdout, verdict.stdout

@@ -39,6 +39,15 @@ _ROUTER = re.compile(r"^(\d+)-([0-9a-f]+)$")        # 0-1, 0-301: a router; 0-0 
 _ROUTER_ATTRS = ("generation", "rx_speed", "rx_lanes", "tx_speed", "tx_lanes", "device_name",
                  "vendor_name", "authorized")
 TB_NAMES = {1: "Thunderbolt 1", 2: "Thunderbolt 2", 3: "Thunderbolt 3", 4: "USB4"}
+# What a tunnel carries of PCIe, which is less than its link (the rest is DisplayPort, USB and
+# the tunnelling itself), in Gbit/s per direction: (generation, link at least Gb/s) -> ceiling,
+# and where the figure comes from. Thunderbolt 3 hosts move PCIe at about 22 Gbit/s (published
+# host-to-device copies 2.4-2.75 GB/s; the TB3 spec requires only 16); Thunderbolt 4 and USB4
+# require 32 Gbit/s of PCIe; USB4 v2 / Thunderbolt 5 (80 Gb/s links) tunnel PCIe Gen4 x4,
+# 64 Gbit/s. Sources in docs/expectations.md.
+TUNNEL_PCIE = ((3, 0.0, 22.0, "Thunderbolt 3 hosts carry PCIe at about 22 Gbit/s"),
+               (4, 80.0, 64.0, "USB4 v2 / Thunderbolt 5 tunnel PCIe at 64 Gbit/s (Gen4 x4)"),
+               (4, 0.0, 32.0, "Thunderbolt 4 / USB4 guarantee 32 Gbit/s of PCIe"))
 
 
 def parse_speed(text: str | None) -> float | None:
@@ -293,11 +302,23 @@ def thunderbolt_link(sysfs: Path, pci_chain: list[str]) -> dict[str, Any] | None
     mine = [r for r in routers if r["domain"] in domains]
     slowest = min(mine, key=lambda r: r["gbps"] if r["gbps"] else float("inf"))
     gbps = slowest["gbps"]
+    ceiling, why = pcie_ceiling(slowest["generation"], gbps)
+    carried = min(g for g in (gbps, ceiling) if g) if gbps or ceiling else None
     return {"kind": "thunderbolt", "routers": [r["router"] for r in mine],
             "generation": slowest["generation"], "device_name": slowest["device_name"],
             "vendor_name": slowest["vendor_name"], "lanes": slowest["lanes"],
             "gbps_per_lane": slowest["gbps_per_lane"], "gbps": gbps,
-            "gbytes": gbps / 8 if gbps else None}
+            "pcie_gbps": ceiling, "pcie_ceiling": why,
+            "gbytes": carried / 8 if carried else None}
+
+
+def pcie_ceiling(generation: int | None, link_gbps: float | None) -> tuple[float | None, str]:
+    """The PCIe a Thunderbolt/USB4 tunnel of this generation carries (Gbit/s per direction),
+    and why; (None, "") for a generation with no published figure (its link then bounds)."""
+    for gen, at_least, ceiling, why in TUNNEL_PCIE:
+        if generation == gen and (link_gbps or 0.0) >= at_least:
+            return ceiling, why
+    return None, ""
 
 
 def describe_tunnel(tunnel: dict[str, Any]) -> str:
@@ -306,6 +327,8 @@ def describe_tunnel(tunnel: dict[str, Any]) -> str:
     text = f"{name} tunnel"
     if tunnel.get("lanes") and tunnel.get("gbps_per_lane"):
         text += f", {tunnel['lanes']} lanes x {tunnel['gbps_per_lane']:g} Gb/s"
+    if tunnel.get("pcie_gbps"):
+        text += f", PCIe at most {tunnel['pcie_gbps']:g} Gbit/s"
     device = " ".join(p for p in (tunnel.get("vendor_name"), tunnel.get("device_name")) if p)
     return text + (f" ({device})" if device else "")
 
