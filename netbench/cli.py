@@ -287,7 +287,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from netbench.analysis import accept
     from netbench.report import console, formats
 
-    spec = accept.load_spec(args.spec, registry.catalog())
+    spec = accept.load_spec(args.spec, registry.catalog(), registry.metric_units(),
+                            args.expectations or [])
     store = _store(args.results)
     chosen = accept.choose_run(store, spec, args.run, args.label)
     outcomes = accept.evaluate(spec, chosen.rows, accept.kept_topology(
@@ -599,6 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "spec's benchmarks)")
     p.add_argument("--label", help="judge the runs with this label (each row must pass)")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML for CI systems")
+    p.add_argument("--expectations", action="append", metavar="FILE", help="a site's table of "
+                   "published figures (as netbench/expectations.toml) beside the shipped one")
     p.set_defaults(func=cmd_accept)
 
     p = sub.add_parser("report", help="one self-contained HTML dashboard (plotly, offline)")

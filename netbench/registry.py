@@ -65,6 +65,12 @@ def catalog() -> dict[str, tuple[str, ...]]:
     return {name: tuple(m.name for m in b.metrics) for name, b in all_benchmarks().items()}
 
 
+def metric_units() -> dict[str, dict[str, str]]:
+    """Each installed benchmark's metrics and their units: what a table of published figures
+    (analysis.expectations) is checked against."""
+    return {name: {m.name: m.unit for m in b.metrics} for name, b in all_benchmarks().items()}
+
+
 def broken_plugins() -> dict[str, str]:
     return _load()[1]
 

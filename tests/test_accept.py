@@ -110,7 +110,8 @@ def test_shipped_acceptance_spec_loads():
     from netbench.analysis.accept import load_spec
 
     spec = load_spec("suites/nic-acceptance.toml")
-    assert spec.suite == "nic-acceptance" and len(spec.checks) == 5
+    assert spec.suite == "nic-acceptance" and len(spec.checks) == 6
+    assert spec.checks[1].expect == 0.95 and spec.expectations
     assert spec.checks[-1].max_delta["symbol_error"] == 0
 
 
@@ -118,8 +119,9 @@ def test_gpu_acceptance_spec_loads_and_without_a_gpu_says_why(tmp_path):
     from netbench.analysis.accept import load_spec
 
     spec = load_spec("suites/gpu-acceptance.toml")
-    assert [c.metric for c in spec.checks] == ["link_efficiency", "link_efficiency",
-                                               "link_efficiency", "feed_efficiency"]
+    assert [c.metric for c in spec.checks] == ["link_efficiency", "link_efficiency", "bw",
+                                               "bw", "link_efficiency", "feed_efficiency"]
+    assert [c.expect for c in spec.checks] == [None, None, 0.9, 0.9, None, None]
     if importlib.util.find_spec("torch") and __import__("torch").cuda.is_available():
         pytest.skip("a CUDA GPU is here: the rows are measured, not skipped")
     run = netbench("run", "gpu.h2d", "-p", "msg_size=64M", "--results", str(tmp_path))
@@ -138,7 +140,9 @@ def test_gpu_acceptance_on_real_h200_rows(h200_results):
     assert verdict.returncode == 1, verdict.stderr
     lines = [line.split()[0] for line in verdict.stdout.splitlines()
              if line.strip().startswith(("PASS", "FAIL"))]
-    assert lines == ["PASS", "PASS", "PASS", "FAIL"]
+    # The copies also reach 90% of what an H200 on Gen5 x16 reaches elsewhere (Azure's
+    # 48 GB/s: they read 55.2-55.4).
+    assert lines == ["PASS", "PASS", "PASS", "PASS", "PASS", "FAIL"]
     # The efficiency judged is the measured copy rate over the link's bound, computed here by
     # hand (Gen5: 32 GT/s x 16 lanes, 128b/130b), not by netbench's own code.
     import pandas as pd
@@ -418,7 +422,9 @@ def test_gpu_acceptance_of_a_thunderbolt_3_egpu_judges_it_against_the_tunnels_pc
         pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
     verdict = netbench("accept", "suites/gpu-acceptance.toml", "--results", str(h200_results))
     assert verdict.returncode == 1, verdict.stderr          # the DataLoader check, as on the H200
+    # The link checks (the rows keep the H200's fingerprint: the published-figure checks,
+    # which read it, are not this test's).
     lines = [line.split()[0] for line in verdict.stdout.splitlines()
-             if line.strip().startswith(("PASS", "FAIL"))]
+             if line.strip().startswith(("PASS", "FAIL")) and "(published)" not in line]
     assert lines == verdicts, verdict.stdout
     assert said in verdict.stdout, verdict.stdout

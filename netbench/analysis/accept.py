@@ -77,8 +77,8 @@ from netbench.units import from_gbit, is_rate
 SOAK_BOUNDS = ("min_window_line_rate", "max_dips", "max_link_downs", "max_errors_per_hour")
 _CHECK_KEYS = ("name", "benchmark", "metric", "msg_size_min", "msg_size_max", "params", "min",
                "max", "min_line_rate", "min_host_median", "min_link_median", "min_switch_median",
-               "max_element_deficit", "max_delta", *SOAK_BOUNDS)
-BOUNDS = ("min", "max", "min_line_rate", "min_host_median", "min_link_median",
+               "max_element_deficit", "max_delta", "expect", *SOAK_BOUNDS)
+BOUNDS = ("min", "max", "min_line_rate", "expect", "min_host_median", "min_link_median",
           "min_switch_median", "max_element_deficit", *SOAK_BOUNDS, "max_delta")
 ELEMENT_BOUNDS = {"min_link_median": "link", "min_switch_median": "switch"}
 
@@ -104,6 +104,9 @@ class Check:
     max_dips: int | None = None                 # a soak's dips (windows under 0.9 of it)
     max_link_downs: int | None = None           # carrier changes and link downs in a soak
     max_errors_per_hour: float | None = None    # its own device's error counters' growth
+    # A share of what the same hardware reaches elsewhere (analysis.expectations: the
+    # published figure matched to each row's fingerprint): 0.9 = at least 90% of it.
+    expect: float | None = None
 
 
 @dataclass
@@ -113,6 +116,9 @@ class Outcome:
     measured: list[tuple[str, float]]      # (case, value): cases named as the console does
     expected: str
     message: str
+    # Why nothing was judged where the check's only bound is ``expect`` and no published
+    # figure holds for this hardware (an eGPU, an emulated device): said, never a pass.
+    unjudged: str = ""
 
     @property
     def verdict(self) -> Verdict:
@@ -142,6 +148,9 @@ class Spec:
     suite: str | None
     line_rate: float | str | None
     checks: list[Check]
+    # Published figures (analysis.expectations) a check's ``expect`` is judged against: the
+    # shipped table and the site's, loaded by the caller.
+    expectations: list[Any] = field(default_factory=list)
 
 
 def _line(lines: list[str], index: int, key: str | None = None) -> str:
@@ -158,9 +167,14 @@ def _line(lines: list[str], index: int, key: str | None = None) -> str:
     return f":{start + 1}"
 
 
-def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None) -> Spec:
+def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None,
+              units: Mapping[str, Mapping[str, str]] | None = None,
+              tables: Sequence[str | Path] = ()) -> Spec:
     """An acceptance spec; ``known`` (benchmark -> its metric names, the installed ones: the
-    CLI passes ``registry.catalog()``) makes a check naming any other an error."""
+    CLI passes ``registry.catalog()``) makes a check naming any other an error. Where a check
+    says ``expect``, the published figures are loaded with it: the shipped table, a site's
+    ``expectations.toml`` beside the spec, then ``tables`` (``units``: each benchmark's
+    metrics' units, registry.metric_units(), that the tables are checked against)."""
     path = Path(path)
     data, text = load_toml(path, "acceptance spec")
     lines = text.splitlines()
@@ -204,6 +218,11 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
             fail(f"max_element_deficit = {deficit!r}: a fraction between 0 and 1 (0.05 = no "
                  "element the sweep names may read more than 5% below the healthy rate)",
                  "max_element_deficit")
+        share = entry.get("expect")
+        if share is not None and (isinstance(share, bool) or not isinstance(
+                share, (int, float)) or not 0 < share <= 2):
+            fail(f"expect = {share!r}: a share of the figure this hardware reaches elsewhere, "
+                 "above 0 (0.9 = at least 90% of it)", "expect")
         deltas = entry.get("max_delta", {})
         if "max_delta" in entry and not _counts(deltas):
             fail(f"max_delta = {deltas!r}: a table of counter names and the most each may "
@@ -217,7 +236,7 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
                 min_host_median=_num(entry.get("min_host_median")),
                 min_link_median=_num(entry.get("min_link_median")),
                 min_switch_median=_num(entry.get("min_switch_median")),
-                max_element_deficit=_num(deficit),
+                max_element_deficit=_num(deficit), expect=_num(share),
                 msg_size_min=parse_size(entry["msg_size_min"]) if "msg_size_min" in entry
                 else None,
                 msg_size_max=parse_size(entry["msg_size_max"]) if "msg_size_max" in entry
@@ -238,7 +257,14 @@ def load_spec(path: str | Path, known: Mapping[str, Sequence[str]] | None = None
             raise UsageError(f"{path}: line_rate must be a positive, finite number (Gbit/s) or "
                              f"\"probe\", not {line_rate!r}")
     suite = (data.get("suite") or {}).get("name") if data.get("case") else None
-    return Spec(str(accept.get("name") or path.stem), suite, line_rate, checks)
+    spec = Spec(str(accept.get("name") or path.stem), suite, line_rate, checks)
+    if any(c.expect is not None for c in checks) or tables:
+        from netbench.analysis import expectations
+
+        beside = path.parent / expectations.SITE_FILE
+        spec.expectations = expectations.load(
+            [*([beside] if beside.is_file() else []), *tables], units)
+    return spec
 
 
 def _soak_bound(entry: Mapping[str, Any], key: str, fail: Any) -> Any:
@@ -430,10 +456,18 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
         return Outcome(check, False, [], _bounds(check, None),
                        f"min_line_rate bounds a rate against the link's Gbit/s; "
                        f"{check.benchmark} {check.metric} is in {check.unit} (use min/max)")
+    unpublished: Counter[str] = Counter()
     for row, case in zip(rows, _case_names(check, rows)):
         value = float(row["value"])
         measured.append((case, value))
         low, high = check.min, check.max
+        if check.expect is not None:
+            bound, said = _expected(check, row, spec.expectations)
+            if bound is None:
+                unpublished[said] += 1
+            elif value < bound if _higher(row) else value > bound:
+                failures.append(f"{case}: {value:.4g} {'<' if _higher(row) else '>'} "
+                                f"{bound:.4g}{unit} ({said})")
         if check.min_line_rate is not None:
             rate = (probed_line_rate(row) if spec.line_rate in (None, "probe")
                     else float(spec.line_rate))
@@ -452,6 +486,8 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
             failures.append(f"{case}: {value:.4g} < {low:.4g}{unit}{bound_text}")
         if high is not None and value > high:
             failures.append(f"{case}: {value:.4g} > {high:.4g}{unit}")
+    notes = [f"{said} for {count} of {len(rows)} case(s) (a site's expectations.toml "
+             "can give one)" for said, count in unpublished.items()]
     if unknown:              # one cause for every such case: said once, with the remedy
         failures.append(f"line rate unknown for {unknown} of {len(rows)} case(s) (set "
                         "[accept] line_rate)")
@@ -465,8 +501,12 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
         failures += _counter_failures(check, rows, counters_read or set())
     if any(getattr(check, k) is not None for k in SOAK_BOUNDS):
         failures += _soak_failures(check, spec, rows)
+    only_expect = check.expect is not None and sum(
+        getattr(check, k) is not None and k != "max_delta" for k in BOUNDS) == 1
+    unjudged = "; ".join(notes) if only_expect and sum(unpublished.values()) == len(rows) \
+        and not failures else ""
     return Outcome(check, not failures, measured, _bounds(check, bound_text),
-                   "; ".join(failures) or "all measured values within bounds")
+                   "; ".join(failures + notes) or "all measured values within bounds", unjudged)
 
 
 def _soak_failures(check: Check, spec: Spec, rows: list[Any]) -> list[str]:
@@ -614,6 +654,28 @@ def _element_deficits(check: Check, rows: list[Any], topology: Any) -> list[str]
     return failures
 
 
+def _higher(row: Any) -> bool:
+    return str(row.get("better") or "higher") == "higher"
+
+
+def _expected(check: Check, row: Any, table: Sequence[Any]) -> tuple[float | None, str]:
+    """The bound ``expect`` sets on ``row`` in its own unit (``expect`` of the published
+    figure its hardware matches; for a latency, the figure over ``expect``), and the words
+    that say where it comes from; (None, why) where no figure matches."""
+    from netbench.analysis.expectations import match
+    from netbench.units import canonical
+
+    entry, why = match(row, table)
+    if entry is None:
+        return None, why
+    unit = str(row.get("unit") or entry.unit)
+    per_figure = canonical(1.0, entry.unit)[0] / canonical(1.0, unit.split(" (")[0])[0]
+    figure = entry.figure * per_figure
+    bound = figure * check.expect if entry.better == "higher" else figure / check.expect
+    return bound, (f"{check.expect:.0%} of {entry.figure:g} {entry.unit}: {entry.name}, "
+                   f"{entry.source}")
+
+
 def _bounds(check: Check, extra: str | None) -> str:
     parts = []
     if check.min is not None:
@@ -622,6 +684,8 @@ def _bounds(check: Check, extra: str | None) -> str:
         parts.append(f">= {check.min_line_rate:.0%} of line rate{extra or ''}")
     if check.max is not None:
         parts.append(f"<= {check.max:g}{_unit(check)}")
+    if check.expect is not None:
+        parts.append(f">= {check.expect:.0%} of what this hardware reaches (published)")
     if check.min_host_median is not None:
         parts.append(f"every host >= {check.min_host_median:g} x the fabric's median")
     if check.max_element_deficit is not None:

@@ -1155,11 +1155,15 @@ def accept_text(spec: Any, chosen: Any, outcomes: Sequence[Any]) -> str:
              f"{printable(', '.join(dict.fromkeys(str(h) for h in rows['host'])))}, label "
              f"{printable(repr(rows['label'].iloc[0]))})"]
     for o in outcomes:
-        lines.append(f"  {'PASS' if o.passed else 'FAIL'}  {printable(o.check.name)}: "
+        state = "FAIL" if not o.passed else "NONE" if o.unjudged else "PASS"
+        lines.append(f"  {state}  {printable(o.check.name)}: "
                      f"expected {o.expected}; {o.measured_text(most=4)}"
-                     + ("" if o.passed else f"\n        {o.message}"))
+                     + ("" if state == "PASS" else f"\n        {printable(o.message)}"))
     failed = sum(not o.passed for o in outcomes)
-    lines.append(f"{len(outcomes) - failed} passed, {failed} failed")
+    unjudged = sum(bool(o.passed and o.unjudged) for o in outcomes)
+    lines.append(f"{len(outcomes) - failed - unjudged} passed, {failed} failed"
+                 + (f", {unjudged} not judged (no published figure for this hardware)"
+                    if unjudged else ""))
     return "\n".join(lines)
 
 

@@ -124,6 +124,8 @@ def accept_junit(spec: Spec, outcomes: list[Outcome], path: str | Path) -> None:
     for outcome in outcomes:
         case = ElementTree.SubElement(suite, "testcase", classname=name,
                                       name=printable(outcome.check.name))
+        if outcome.passed and outcome.unjudged:      # nothing to judge by: said, no pass
+            ElementTree.SubElement(case, "skipped", message=printable(outcome.unjudged))
         if not outcome.passed:
             failure = ElementTree.SubElement(case, "failure",
                                              message=printable(outcome.message))
