@@ -159,7 +159,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     result = session.measure(plan, store, env, resume, label=args.label or "",
                              peer=args.peer, events=events)
     if quiet:                      # rank 0 reports; this rank's own failure is its exit
-        return 1 if result.count("failed") or result.interrupted else 0
+        return console.soak_ending(result, "", True)[1]
     again = session.resume_command(result.run_id, args.target, args.param or [],
                                    results=args.results, repeat=None, timeout=args.timeout,
                                    peer=args.peer, sysfs_root=args.sysfs_root,
@@ -234,6 +234,8 @@ def cmd_fabric(args: argparse.Namespace) -> int:
                          "each a fraction between 0 and 1 (0.05 = 5%)")
     shape = topology.load(args.topology) if args.topology else None    # bad file: before all
     soak = parse_duration(args.soak, "--soak") if args.soak is not None else None
+    if soak and args.jsonl:       # JSON lines rewrite their file whole each round
+        raise UsageError("--soak stores its passes in Parquet (--results DIR), not --jsonl")
     launched = launch_info()
     writer = launched is not None and launched.is_writer
     store = session.choose_store(writer, args.jsonl, args.results, _store)

@@ -288,7 +288,9 @@ def test_usage_errors_are_one_clear_line(tmp_path):
             (["tcp.rr", "--trace", "--pattern", "adaptive", "--topology", str(shape)],
              "--trace: tcp.rr cannot trace its connections"),
             (["tcp.stream", "--soak", "0"], "--soak '0': a positive time"),
-            (["tcp.stream", "--soak", "forever"], "--soak 'forever': a positive time")):
+            (["tcp.stream", "--soak", "forever"], "--soak 'forever': a positive time"),
+            (["tcp.stream", "--soak", "1h", "--jsonl", str(tmp_path / "x.jsonl")],
+             "--soak stores its passes in Parquet")):
         assert_clean_error(netbench("fabric", *args, "--results", str(tmp_path),
                                     env={**os.environ, **env}), needle)
 

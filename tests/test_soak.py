@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import ROOT, assert_clean_error
 from test_dashboard import CHROMIUM, _facts
 from test_netns import _reshape, shaped_pair  # noqa: F401  (a fixture)
 
@@ -585,3 +585,18 @@ def test_a_soak_whose_windows_cannot_be_read_back_fails_never_passes(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "2 window(s) stored but none read back" in proc.stderr, proc.stderr
     assert "more than a reader takes" in proc.stderr, proc.stderr
+
+
+def test_a_soak_whose_file_no_reader_would_take_is_refused_before_it_runs(tmp_path):
+    """A week of 1 s tcp.rr windows stores ~6 million rows, three times what a reader takes
+    from one file: refused up front, naming the count and the remedy; a day of them (864,000
+    rows) is not."""
+    from netbench.run.suite import plan_single, soaked
+
+    proc = _netbench("soak", "tcp.rr", "--duration", "7d", "--window", "1s", "--results",
+                     str(tmp_path))
+    assert_clean_error(proc, "604,800 windows store about 6,048,000 rows, more than the "
+                             "2,000,000", "take longer windows")
+    assert not any(tmp_path.iterdir())
+    day = soaked(plan_single("tcp.rr", {}), 86_400, 1.0)
+    assert len(day.cases) == 86_400

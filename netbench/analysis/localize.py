@@ -564,7 +564,11 @@ def _hold_rivals(suspect: Suspect, candidates: set[str], signature: dict[str, by
     """Another element whose case rests on the same slow pairs and is nearly as likely
     (pairs from one leaf to another: the first's uplinks, or the second's downlinks) is no
     weaker a suspect: held beside the named one as ``or_else`` (with the elements carrying
-    the same pairs as it), never silently dropped. Returns them, out of the running."""
+    the same pairs as it), never silently dropped. Returns them, out of the running. A host
+    holds none: a host's verdict is its own line (analysis.fabric's faulty hosts), and a link
+    that rivals it stays in the running, named on its own evidence."""
+    if suspect.host is not None:
+        return set()
     held = {e for e in candidates if any(signature[e] == signature[r] for r in rivals)}
     suspect.or_else = sorted(held, key=_order)
     return held

@@ -313,7 +313,7 @@ class Runner:
         self.store, self.env, self.label, self.peer = store, env, label, peer
         self.trace = False        # trace each data connection's routers (fabric --trace)
         self._soaking = False     # the plan is a soak: its invocations are windows (Context.soak)
-        self._sample_limit = MAX_STORED_SAMPLES   # a soak's windows keep fewer (soak_sample_limit)
+        self.sample_limit = MAX_STORED_SAMPLES   # a soak's windows keep fewer (soak_sample_limit)
         self.every = 0.0          # seconds between a case's interval lines (run --interval)
         # Steer traced connections through these switches (each as its addresses): a
         # fabric sweep's pair meant to load one link.
@@ -364,7 +364,7 @@ class Runner:
             path = self.store.path_for(run_id, started.isoformat())
         result = RunResult(run_id, path)
         self._soaking = plan.soak is not None
-        self._sample_limit = soak_sample_limit(len(plan.cases), max(
+        self.sample_limit = soak_sample_limit(len(plan.cases), max(
             (len(c.bench.metrics) for c in getattr(plan.cases, "cases", ())), default=1)) \
             if plan.soak else MAX_STORED_SAMPLES
         result.fallbacks.extend(Fingerprint(self.env).hook_errors)
@@ -743,7 +743,7 @@ class Runner:
                 "per_metric": metric.per or None,
                 "cost": 1 if metric.cost or metric.per else None,
                 "n_samples": counted,
-                "samples": thin(samples, self._sample_limit) if samples is not None
+                "samples": thin(samples, self.sample_limit) if samples is not None
                 else None,
                 "status": "ok", "reason": m.note or None,
             })

@@ -29,6 +29,7 @@ from typing import Any
 from netbench import registry
 from netbench.api import Benchmark, Case
 from netbench.errors import NetbenchError, UsageError
+from netbench.store.schema import MAX_FILE_ROWS
 from netbench.textfile import load_toml
 from netbench.units import parse_threshold
 
@@ -120,6 +121,13 @@ def soaked(plan: Plan, duration: float, window: float) -> Plan:
     if rounds * len(distinct) > MAX_WINDOWS:
         raise UsageError(f"{rounds * len(distinct):,} windows: at most {MAX_WINDOWS:,}; "
                          "take longer windows")
+    # A finished soak is one file, and a reader takes none beyond MAX_FILE_ROWS rows: a
+    # soak that would store more is refused before it runs for a week, not after.
+    rows = rounds * sum(len(c.bench.metrics) for c in distinct)
+    if rows > MAX_FILE_ROWS:
+        raise UsageError(f"{rounds * len(distinct):,} windows store about {rows:,} rows, more "
+                         f"than the {MAX_FILE_ROWS:,} one run's file may hold for a reader; "
+                         f"take longer windows (--window) or a shorter --duration")
     return Plan(plan.suite, Windows(distinct, rounds), plan.options, plan.thresholds,
                 Soak(duration, window, rounds))
 

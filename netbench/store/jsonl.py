@@ -362,6 +362,9 @@ class _Rewriter:
 
     def __init__(self, store: Any, path: Path) -> None:
         self.store, self.path, self.rows = store, path, []
+        # Run facts a Parquet writer keeps in its footer (a fabric sweep's rounds): JSON
+        # lines have none; kept here so a writer's callers need not ask which store it is.
+        self.extra: dict[str, str] = {}
 
     def append(self, rows: Iterable[Mapping[str, Any]]) -> Path:
         self.rows.extend(dict(r) for r in rows)

@@ -25,6 +25,7 @@ from netbench.errors import NetbenchError, UsageError
 from netbench.store.schema import (
     COLUMNS,
     ENVS,
+    MAX_FILE_ROWS,
     MAX_FILE_SAMPLES,
     RUN_ENV,
     _conform,
@@ -65,11 +66,8 @@ LOCK = ".lock"             # inside it: held (flock) by the process writing the 
 # left to measure, so `--resume` has nothing to run).
 COMPACTING = ".compacting"
 CATALOG = "_catalog.parquet"   # the finished runs' footers, cached (ResultStore.runs)
-# What one file may bring a reader (a clear warning names a file beyond them, and it is not
-# read): netbench's largest run, a 16,384-host fabric sweep, stores ~1,000,000 rows, and a row
-# at most MAX_STORED_SAMPLES samples (one row of 10^8 samples, 110 KB of zeros on disk, had
-# cost every reader 2.5 GB; 3 x 10^6 identical rows 3 GB).
-MAX_FILE_ROWS = 2_000_000
+# What one file may bring a reader is MAX_FILE_ROWS and MAX_FILE_SAMPLES (store.schema): a
+# clear warning names a file beyond them, and it is not read.
 MAX_CATALOG_ENTRIES = 1_000_000   # a catalog beyond it is no cache of any store: unread
 # Footer keys the reader computes from the file itself, never taken from what it says.
 ROWS_KEY, SAMPLES_KEY = "netbench_file_rows", "netbench_file_samples"

@@ -17,6 +17,9 @@ MAX_STORED_SAMPLES = 100_000   # beyond this, samples are thinned evenly; n_samp
 # What one file may bring a reader (a clear warning names a file beyond it, and it is not
 # read): one row of 10^8 samples, 110 KB of zeros on disk, had cost every reader 2.5 GB.
 MAX_FILE_SAMPLES = 20_000_000
+# Rows of one file a reader takes: netbench's largest run, a 16,384-host fabric sweep, stores
+# ~1,000,000 rows (3 x 10^6 identical rows had cost a reader 3 GB).
+MAX_FILE_ROWS = 2_000_000
 
 # (column, arrow type name) in file order; env_* columns flatten the fingerprint.
 COLUMNS: tuple[tuple[str, str], ...] = (

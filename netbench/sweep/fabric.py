@@ -38,10 +38,15 @@ from netbench.run.suite import Plan, PlannedCase
 from netbench.run.wire import parse_hostport
 from netbench.store import RUN_ENV, NullStore, counters_of
 from netbench.store.protocol import Store
+from netbench.store.schema import MAX_FILE_ROWS
 from netbench.store.schema import MAX_STORED_SAMPLES as MAX_RANK_SAMPLES
 from netbench.sweep import schedule as sched
 
 JOIN_TIMEOUT = 120.0      # seconds for every rank to join the rendezvous
+# A burn-in starts no pass once it stored this many rows: its file stays one a reader takes
+# (MAX_FILE_ROWS), and it says so.
+SOAK_ROWS = MAX_FILE_ROWS // 2
+SOAK_SAMPLES = 1000       # samples a burn-in's pair keeps of each metric a round (thinned)
 ROUND_SLACK = 30.0        # beyond a round's case timeouts, before a silent rank is declared gone
 POLL = 0.05
 CHECK_CHUNK = 1024        # keys asked about in one round trip while waiting
@@ -406,17 +411,19 @@ class Options:
 
 class _Passes:
     """Rank 0's adaptive planner for a burn-in: each pass a fresh one from ``make``, started
-    while the soak has time left; otherwise the planner itself (every attribute its own)."""
+    while the soak has time left and its file room (``full``: whether it has none);
+    otherwise the planner itself (every attribute its own)."""
 
-    def __init__(self, make: Callable[[], Any], seconds: float) -> None:
-        self.make, self.seconds, self.began = make, seconds, time.monotonic()
+    def __init__(self, make: Callable[[], Any], seconds: float,
+                 full: Callable[[], bool] = lambda: False) -> None:
+        self.make, self.seconds, self.began, self.full = make, seconds, time.monotonic(), full
         self.current = make()
         self.given = 0
         self.starts = [0]            # the round each pass began with
 
     def next_round(self) -> Any:
         chosen = self.current.next_round()
-        if chosen is None and time.monotonic() - self.began < self.seconds:
+        if chosen is None and time.monotonic() - self.began < self.seconds and not self.full():
             self.current = self.make()
             self.starts.append(self.given)
             chosen = self.current.next_round()
@@ -525,7 +532,8 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
             if options.planner is None:
                 raise UsageError("pattern adaptive needs a planner (netbench fabric makes one)")
             make = options.planner
-            planner = _Passes(functools.partial(make, list(names)), options.soak) \
+            planner = _Passes(functools.partial(make, list(names)), options.soak,
+                              lambda: len(result.rows) >= SOAK_ROWS) \
                 if options.soak else make(names)
     else:
         plan_schedule = sched.build(names, options.pattern, options.direction, options.k,
@@ -540,6 +548,8 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
     except (TypeError, KeyError, ValueError):
         raise NetbenchError(f"the rendezvous' run record is malformed: {_clip(run)}") from None
     runner = Runner(NullStore(), env, label=options.label)
+    if options.soak:             # hours of rounds: each pair's samples thinned, as a soak's
+        runner.sample_limit = SOAK_SAMPLES
     runner.trace = options.trace
     base = runner.base(run_id, started, plan.suite)
     result = SweepResult(run_id, endpoints, plan_schedule)
@@ -587,7 +597,8 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
             elif number < len(static):
                 pairs, starts = static[number], number == 0 and bool(options.soak)
             elif options.soak and static and (number % len(static) or _agree_more(
-                    meet, number, rank, began, options.soak, per_round, endpoints)):
+                    meet, number, rank, began, options.soak, per_round, endpoints,
+                    len(result.rows) >= SOAK_ROWS)):
                 pairs, starts = static[number % len(static)], number % len(static) == 0
             else:
                 break
@@ -621,7 +632,10 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                     facts["rounds"] = number + 1
                     writer.extra["netbench_fabric"] = json.dumps(facts)
                 writer.append(stored)
-                result.rows.extend(stored)
+                # A burn-in's verdict reads each pair's figure, not its samples (stored):
+                # hours of rounds kept in memory without them.
+                result.rows.extend([{**r, "samples": None} for r in stored] if options.soak
+                                   else stored)
                 failed = sum(1 for r in stored if r["status"] == "failed")
                 where = f"round {number + 1}/{total}" if not options.soak else \
                     f"pass {len(facts['soak']['passes'])}, round {number + 1}"
@@ -629,7 +643,7 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                     + (f", {failed} failed row(s)" if failed else "")
                     + (f": {why[-1]}" if adaptive else ""))
             else:
-                if rows:
+                if rows and not options.soak:       # rank 0 judges a burn-in
                     result.rows.extend(rows)
                 if meet.wait_for([f"round/{number}"], time.monotonic() + per_round * 2):
                     raise NetbenchError(f"rank 0 ({endpoints[0].name}) stopped answering in "
@@ -656,12 +670,13 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
 
 
 def _agree_more(meet: Rendezvous, number: int, rank: int, began: float, seconds: float,
-                per_round: float, endpoints: list[Endpoint]) -> bool:
+                per_round: float, endpoints: list[Endpoint], full: bool = False) -> bool:
     """A burn-in's word, the same on every rank, on whether another pass of the schedule
-    starts at round ``number``: rank 0's, while the soak has time left."""
+    starts at round ``number``: rank 0's, while the soak has time left and its file room
+    (``full``: none)."""
     key = f"more/{number}"
     if rank == 0:
-        more = time.monotonic() - began < seconds
+        more = time.monotonic() - began < seconds and not full
         meet.set(key, more)
         return more
     if meet.wait_for([key], time.monotonic() + per_round * 2):
