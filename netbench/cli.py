@@ -293,8 +293,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
                             args.expectations or [])
     store = _store(args.results)
     chosen = accept.choose_run(store, spec, args.run, args.label)
-    outcomes = accept.evaluate(spec, chosen.rows, accept.kept_topology(
-        store, spec, chosen.run_ids), accept.read_counters(store, chosen.run_ids))
+    ids, kept = chosen.run_ids, accept.kept_passes(store, spec, chosen.run_ids)
+    outcomes = accept.evaluate(spec, chosen.rows, accept.kept_topology(store, spec, ids),
+                               accept.read_counters(store, ids), kept)
     print(console.accept_text(spec, chosen, outcomes))
     if args.junit:
         formats.accept_junit(spec, outcomes, args.junit)

@@ -263,6 +263,38 @@ def test_a_host_that_dies_mid_sweep_fails_its_pairs_and_the_sweep_goes_on(tmp_pa
     assert "FAILED" in outs[0][1]
 
 
+@pytest.mark.root
+def test_a_host_that_dies_mid_burn_in_is_named_in_every_pass_after_and_the_burn_in_ends(
+        tmp_path):
+    """`netbench fabric --soak` with a rank killed after the first pass: the burn-in goes on
+    to its end (bounded: the rank is declared gone once, never waited for again), every
+    later pass fails its pairs naming it, the others keep measuring, exit 1."""
+    _needs_root()
+    port, res = _free_port(), tmp_path / "res"
+    args = ["tcp.stream", "-p", "duration=0.5", "-p", "warmup=0.1", "--timeout", "5",
+            "--results", str(res), "--soak", "12s", "--json"]
+    procs = [_rank(r, 3, port, args, f"h{r}") for r in range(3)]
+    deadline = time.monotonic() + 120          # until the first pass is stored
+    while len(list(res.glob("*.parts/part-*.parquet"))) < 6 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    procs[2].send_signal(signal.SIGKILL)
+    start = time.monotonic()
+    outs = _finish(procs, timeout=300)
+    assert time.monotonic() - start < 150, outs[0][2][-2000:]
+    assert outs[0][0] == 1 and outs[1][0] == 0, outs[:2]
+    out = json.loads(outs[0][1])
+    assert len(out["passes"]) >= 2, outs[0][2]
+    for one in out["passes"]:              # nothing blamed but the host that died
+        (m,) = one["matrices"]
+        assert all(h["host"] == "h2" for h in m["faulty_hosts"]), m["faulty_hosts"]
+    rows = pd.read_parquet(res)
+    bad = rows[rows.status == "failed"]
+    assert not bad.empty and bad.apply(lambda r: "h2" in (r.host, r.peer), axis=1).all()
+    ok = rows[(rows.status == "ok") & (rows.metric == "goodput")]
+    assert {("h0", "h1"), ("h1", "h0")} <= set(zip(ok.host, ok.peer))
+    assert ok["case_index"].max() > bad["case_index"].min(), "the others went on measuring"
+
+
 def test_usage_errors_are_one_clear_line(tmp_path):
     env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
     assert_clean_error(netbench("fabric", "mem.copy", "--results", str(tmp_path),
@@ -606,6 +638,12 @@ def test_the_builtin_rendezvous_survives_garbage_and_bounds_what_it_holds():
         try:
             with pytest.raises(Exception, match="store is full"):
                 client.set("big", "x" * 200)
+            # A burn-in's rank 0 lets go of each round it collected: what a delete frees
+            # is room again (hours of rounds never fill the store).
+            for round_ in range(20):
+                client.set(f"rows/{round_}/1", "y" * 60)
+                assert client.delete_key(f"rows/{round_}/1")
+            assert not client.delete_key("rows/0/1") and not client.check(["rows/0/1"])
         finally:
             kvstore.MAX_TOTAL = saved
     finally:

@@ -184,3 +184,68 @@ def test_a_burn_ins_passes_are_judged_each_on_its_own_and_the_trunk_named_with_i
     assert code == 1 and "pass 1 (03:00:00): 30 pairs, nothing named" in out, out
     assert "NAMED in pass(es) 2-3 of 3: " in out and "HOST" not in out, out
     assert "burn-in: 3 pass(es) of the sweep over 180 s" in out
+
+
+def _stored_burn_in(tmp_path, keep_passes: bool):
+    """Twelve passes of the simulated two leaves (three hosts each) stored as one burn-in
+    run, the trunk at a tenth in passes 5 and 6 only; the passes kept in the footer as
+    `netbench fabric --soak` keeps them (or not, for the contrast)."""
+    import json
+    from datetime import UTC, datetime
+
+    from netbench.store import ResultStore
+
+    topo = sim.two_leaves(3)
+    started = datetime(2026, 12, 6, 3, 0, tzinfo=UTC)
+    rows, passes = [], []
+    for n in range(12):
+        faults = {"link:leafA--leafB": 0.1} if n in (4, 5) else {}
+        frame = fabric_rows(topo, faults, seed=n)
+        passes.append({"round": n, "case_index": len(rows),
+                       "started_at": started.isoformat()})
+        for r in frame.to_dict("records"):
+            rows.append({**r, "schema_version": 1, "run_id": "3f2a9c1d0b7e", "label": "burn",
+                         "started_at": started, "suite": "tcp.stream", "case_index": len(rows),
+                         "family": "tcp", "msg_size": 131072, "n_samples": 1,
+                         "env_json": json.dumps({"host": r["host"]})})
+    store = ResultStore(tmp_path)
+    store.check_writable()
+    extra = {"netbench_topology": topo.to_json()}
+    if keep_passes:
+        extra["netbench_fabric"] = json.dumps({"pattern": "all", "soak": {
+            "seconds": 3600, "passes": passes}})
+    writer = store.open_run(store.path_for("3f2a9c1d0b7e", started.isoformat()), extra)
+    writer.append(rows)
+    writer.close()
+    return store, topo
+
+
+def test_a_stored_burn_in_is_judged_pass_by_pass_by_accept_and_the_dashboard(tmp_path):
+    """Issue 39's review: a trunk slow in 2 passes of 12 made `netbench fabric --soak` exit 1,
+    but accept and the dashboard pooled every pass (each pair's median: healthy) and showed a
+    clean fabric. Now both judge the kept passes one at a time: accept names the trunk in
+    passes 5 and 6, the dashboard shows a flagged pass. The same rows stored without the
+    passes (a plain sweep repeated) are pooled, as before: nothing named."""
+    from conftest import netbench
+
+    from netbench.analysis.views import fabric_matrix
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[[check]]\nbenchmark = "tcp.stream"\nmetric = "goodput"\n'
+                    'max_element_deficit = 0.05\n')
+    for keep in (True, False):
+        store, topo = _stored_burn_in(tmp_path / f"r{keep}", keep)
+        verdict = netbench("accept", str(spec), "--results", str(tmp_path / f"r{keep}"))
+        named = [line for line in verdict.stdout.splitlines() if "leafA--leafB" in line
+                 or "pass " in line]
+        rows = store.read(["3f2a9c1d0b7e"])
+        m = fabric_matrix(rows, topo, store.runs())
+        if keep:
+            assert verdict.returncode == 1, verdict.stdout
+            assert "pass 5 of run 3f2a9c1d0b7e: " in verdict.stdout, verdict.stdout
+            assert "pass 6 of run 3f2a9c1d0b7e: " in verdict.stdout, verdict.stdout
+            assert "pass 4 of" not in verdict.stdout and "pass 7 of" not in verdict.stdout
+            assert any("link:leafA--leafB" in s.elements for s in m.suspects), m.suspects
+        else:
+            assert verdict.returncode == 0 and not named, verdict.stdout
+            assert m.suspects == []

@@ -312,6 +312,17 @@ def choose_run(store: ReadableStore, spec: Spec, run: str | None, label: str | N
     return resolve(store, run or label, wanted, suite=spec.suite or None)
 
 
+def kept_passes(store: ReadableStore, spec: Spec, run_ids: Sequence[str]) -> dict[str, Any]:
+    """The fabric burn-ins' passes among the chosen runs, where a check of ``spec`` judges
+    links, switches or what the sweep names (else {}, unread)."""
+    from netbench.analysis.selection import kept_passes as kept
+
+    if not any(getattr(c, key) is not None for c in spec.checks
+               for key in (*ELEMENT_BOUNDS, "max_element_deficit")):
+        return {}
+    return kept(store.runs(), run_ids)
+
+
 def kept_topology(store: ReadableStore, spec: Spec, run_ids: Sequence[str]) -> Any:
     """The fabric's shape kept with the chosen runs, where a check of ``spec`` judges
     links or switches (else None, unread): a Topology, or None where no run kept one."""
@@ -341,10 +352,12 @@ def read_counters(store: ReadableStore, run_ids: Sequence[str]) -> set[str]:
 
 
 def evaluate(spec: Spec, rows: Any, topology: Any = None,
-             counters_read: set[str] | None = None) -> list[Outcome]:
+             counters_read: set[str] | None = None,
+             passes: Mapping[str, Any] | None = None) -> list[Outcome]:
     """Each check against the chosen rows; ``topology`` (``kept_topology``): the fabric's
     shape, for the per-link and per-switch bounds; ``counters_read`` (``read_counters``):
-    the counter names the runs read, so a ``max_delta`` name none of them has fails."""
+    the counter names the runs read, so a ``max_delta`` name none of them has fails;
+    ``passes`` (``kept_passes``): a fabric burn-in's passes, each judged on its own."""
     outcomes = []
     for check in spec.checks:
         mine = rows[rows["benchmark"] == check.benchmark]
@@ -370,7 +383,7 @@ def evaluate(spec: Spec, rows: Any, topology: Any = None,
         if len(units):                  # the unit the measured rows were stored in
             check = replace(check, unit=str(units.iloc[0]))
         outcomes.append(_judge(check, spec, selected, skipped, topology,
-                               counters_read or set(), _unmatched(check, seen)))
+                               counters_read or set(), _unmatched(check, seen), passes))
     return outcomes
 
 
@@ -441,7 +454,7 @@ def _case_names(check: Check, rows: list[Any]) -> list[str]:
 
 def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
            topology: Any = None, counters_read: set[str] | None = None,
-           unmatched: str = "") -> Outcome:
+           unmatched: str = "", passes: Mapping[str, Any] | None = None) -> Outcome:
     unit = _unit(check)
     if not rows:
         why = (f"{check.benchmark} was {skipped['status'].iloc[0]}: "
@@ -494,9 +507,9 @@ def _judge(check: Check, spec: Spec, rows: list[Any], skipped: Any,
     if check.min_host_median is not None:
         failures += _host_medians(check, rows)
     if check.min_link_median is not None or check.min_switch_median is not None:
-        failures += _element_medians(check, rows, topology)
+        failures += _element_medians(check, rows, topology, passes)
     if check.max_element_deficit is not None:
-        failures += _element_deficits(check, rows, topology)
+        failures += _element_deficits(check, rows, topology, passes)
     if check.max_delta:
         failures += _counter_failures(check, rows, counters_read or set())
     if any(getattr(check, k) is not None for k in SOAK_BOUNDS):
@@ -579,14 +592,15 @@ def _host_medians(check: Check, rows: list[Any]) -> list[str]:
     return failures
 
 
-def _element_medians(check: Check, rows: list[Any], topology: Any) -> list[str]:
+def _element_medians(check: Check, rows: list[Any], topology: Any,
+                     passes: Mapping[str, Any] | None = None) -> list[str]:
     """Each link between switches (both ways, and each direction: a one-way fault) and each
     switch: the median of the pairs through it against the fabric's healthy rate, below
     the bound fails; so does one no measured pair crosses (it cannot be accepted unseen)."""
     import pandas as pd
 
     from netbench.analysis.elements import worst
-    from netbench.analysis.fabric import analyse
+    from netbench.analysis.fabric import analyse, pass_frames
 
     keys = [k for k in ELEMENT_BOUNDS if getattr(check, k) is not None]
     if topology is None:
@@ -598,9 +612,10 @@ def _element_medians(check: Check, rows: list[Any], topology: Any) -> list[str]:
         return [f"{', '.join(keys)}: these rows are no fabric sweep (no pairs of hosts); "
                 "per-element bounds judge `netbench fabric` runs"]
     failures = []
-    matrices = analyse(frame, metric=check.metric, topology=topology)
-    for m in matrices:
-        case = f"{m.params} " if len(matrices) > 1 else ""
+    matrices = [(name, m) for name, part in pass_frames(frame, dict(passes or {}))
+                for m in analyse(part, metric=check.metric, topology=topology)]
+    for name, m in matrices:
+        case = name + (f"{m.params} " if len({m.params for _, m in matrices}) > 1 else "")
         for key in keys:
             kind, bound = ELEMENT_BOUNDS[key], getattr(check, key)
             judged = [e for e in m.elements if e.kind == kind and (kind != "link" or e.trunk)]
@@ -628,24 +643,26 @@ def _element_medians(check: Check, rows: list[Any], topology: Any) -> list[str]:
     return failures
 
 
-def _element_deficits(check: Check, rows: list[Any], topology: Any) -> list[str]:
+def _element_deficits(check: Check, rows: list[Any], topology: Any,
+                      passes: Mapping[str, Any] | None = None) -> list[str]:
     """Each element the sweep's localization names whose pairs read further below the
     healthy rate than ``max_element_deficit`` (a failed pair reads nothing), with its
     evidence; pairs are slow from that deficit on where the noise allows it."""
     import pandas as pd
 
-    from netbench.analysis.fabric import THRESHOLD, analyse
+    from netbench.analysis.fabric import THRESHOLD, analyse, pass_frames
 
     frame = pd.DataFrame([dict(r) for r in rows])
     if "peer" not in frame or frame["peer"].isna().all():
         return ["max_element_deficit: these rows are no fabric sweep (no pairs of hosts); "
                 "it judges `netbench fabric` runs"]
     bound = check.max_element_deficit or 0.0
-    matrices = analyse(frame, threshold=max(THRESHOLD, bound * 2), metric=check.metric,
-                       topology=topology, min_deficit=bound)
+    matrices = [(name, m) for name, part in pass_frames(frame, dict(passes or {}))
+                for m in analyse(part, threshold=max(THRESHOLD, bound * 2), metric=check.metric,
+                                 topology=topology, min_deficit=bound)]
     failures = []
-    for m in matrices:
-        case = f"{m.params} " if len(matrices) > 1 else ""
+    for name, m in matrices:
+        case = name + (f"{m.params} " if len({m.params for _, m in matrices}) > 1 else "")
         loc = m.localization
         for s in loc.suspects if loc else []:
             if s.deficit is not None and s.deficit > bound:

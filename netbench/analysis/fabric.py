@@ -384,6 +384,28 @@ def soak_passes(rows: Any, passes: list[dict[str, Any]], threshold: float = THRE
     sweep kept them in its ``netbench_fabric`` footer), each judged as a sweep of its own:
     a trunk that slows in the third hour is named in the passes after it slowed, against the
     healthy rate of those passes, never averaged away over the hours before."""
+    return [SoakPass(n, str(passes[n - 1].get("started_at", "")),
+                     analyse(part, threshold, metric, min_line_rate, topology, min_deficit))
+            for n, part in soak_passes_frames(rows, passes)]
+
+
+def pass_frames(rows: Any, passes: dict[str, list[dict[str, Any]]]) -> list[tuple[str, Any]]:
+    """``rows`` as what is judged apart: each pass of a fabric burn-in (``passes``: by run,
+    selection.kept_passes) with its name ("pass 3 of run R: "), and the other runs' rows as
+    one ("") -- a trunk slow in 2 passes of 12 is not averaged away by the other 10."""
+    if not passes or rows is None or not len(rows) or "run_id" not in rows:
+        return [("", rows)]
+    soaked = rows["run_id"].astype(str).isin(list(passes))
+    out = [("", rows[~soaked])] if (~soaked).any() else []
+    for run, starts in passes.items():
+        mine = rows[rows["run_id"].astype(str) == run]
+        for one in soak_passes_frames(mine, starts):
+            out.append((f"pass {one[0]} of run {run}: ", one[1]))
+    return out
+
+
+def soak_passes_frames(rows: Any, passes: list[dict[str, Any]]) -> list[tuple[int, Any]]:
+    """A burn-in's rows split at each pass's first case_index: (pass number, its rows)."""
     out = []
     index = rows["case_index"]
     for i, start in enumerate(passes):
@@ -391,9 +413,7 @@ def soak_passes(rows: Any, passes: list[dict[str, Any]], threshold: float = THRE
         if i + 1 < len(passes):
             part = part[part["case_index"] < int(passes[i + 1]["case_index"])]
         if len(part):
-            out.append(SoakPass(i + 1, str(start.get("started_at", "")),
-                                analyse(part, threshold, metric, min_line_rate, topology,
-                                        min_deficit)))
+            out.append((i + 1, part))
     return out
 
 

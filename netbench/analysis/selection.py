@@ -194,6 +194,28 @@ def newest_of_each(store: ReadableStore, index: Any) -> Any:
     return frame.loc[pd.Series(keep, index=frame.index, dtype=bool)]
 
 
+def kept_passes(index: Any, run_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each fabric burn-in's passes among these runs (``netbench fabric --soak`` keeps each
+    pass's first case_index in its footer), by run id; a run that is none, or whose footer
+    says nothing readable of them, is not there (judged as one sweep)."""
+    import json
+
+    if "fabric" not in index:
+        return {}
+    out = {}
+    kept = index.loc[index["run_id"].isin(list(run_ids)), ["run_id", "fabric"]]
+    for run, text in zip(kept["run_id"], kept["fabric"]):
+        try:
+            passes = json.loads(text)["soak"]["passes"] if isinstance(text, str) and text \
+                else None
+        except (ValueError, TypeError, KeyError, RecursionError):
+            passes = None
+        if isinstance(passes, list) and passes and all(
+                isinstance(p, dict) and isinstance(p.get("case_index"), int) for p in passes):
+            out[str(run)] = passes
+    return out
+
+
 def kept_topology(index: Any, run_ids: Iterable[str]) -> Any:
     """The fabric's shape kept with these runs (a sweep given ``--topology`` stores it in its
     footer; the store's index carries it), else None. UsageError where it cannot be read, or

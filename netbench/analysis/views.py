@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from netbench.analysis.selection import kept_topology, newest_of_each, resolve
+from netbench.analysis.selection import kept_passes, kept_topology, newest_of_each, resolve
 from netbench.errors import NetbenchError, UsageError
 from netbench.store.protocol import ReadableStore
 
@@ -40,18 +40,28 @@ class Views:
     chosen: int                   # the view shown first
 
 
-def fabric_matrix(rows: Any, topology: Any = None) -> Any:
-    """The rows' fabric sweep judged (the case with the most pairs), if they hold one."""
-    from netbench.analysis.fabric import analyse
+def fabric_matrix(rows: Any, topology: Any = None, index: Any = None) -> Any:
+    """The rows' fabric sweep judged (the case with the most pairs), if they hold one; of a
+    fabric burn-in (``index`` says which runs are), the pass that flags the most (else the
+    last), never every pass pooled: a trunk slow for 2 passes of 12 is not averaged away."""
+    from netbench.analysis.fabric import analyse, pass_frames
 
     if rows is None or rows.empty or "peer" not in rows:
         return None
     pairs = rows["host"].fillna("").astype(str) + "->" + rows["peer"].fillna("").astype(str)
     if pairs.nunique() < 3:
         return None
-    matrices = [m for m in analyse(rows, topology=topology)
+    passes = kept_passes(index, rows["run_id"].unique()) if index is not None \
+        and "run_id" in rows else {}
+    matrices = [m for _, part in pass_frames(rows, passes)
+                for m in analyse(part, topology=topology)
                 if m.cells is not None and len(m.cells) > 2]
-    return max(matrices, key=lambda m: len(m.cells)) if matrices else None
+    if not matrices:
+        return None
+    flags = [len(m.suspects) + len(m.faulty_hosts) + len(m.failed) for m in matrices]
+    chosen = max(range(len(matrices)), key=lambda i: (flags[i], i) if passes
+                 else (len(matrices[i].cells), 0))
+    return matrices[chosen]
 
 
 def _topology(index: Any, run_ids: Sequence[str]) -> Any:
@@ -97,7 +107,7 @@ def _view(kind: str, name: Any, title: str, rows: Any, runs: list[str], *, lates
           base: Any = None, verdicts: Sequence[Any] = (), trend: Any = None,
           topology: Any = None, index: Any = None) -> View:
     return View(kind, name, title, rows, runs, latest, base, verdicts, trend,
-                fabric_matrix(rows, topology),
+                fabric_matrix(rows, topology, index),
                 fabric_matrix(base) if base is not None else None,
                 sorted({str(x) or "(no label)" for x in rows["label"].fillna("")}),
                 soaks_of(index, rows) if index is not None else [])

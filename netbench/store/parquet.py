@@ -416,7 +416,8 @@ class ResultStore:
                     "topology": info.get("netbench_topology", ""),
                     "counters": info.get("netbench_counters", ""),
                     "thresholds": info.get("netbench_thresholds", ""),
-                    "soak": info.get("netbench_soak", "")}
+                    "soak": info.get("netbench_soak", ""),
+                    "fabric": info.get("netbench_fabric", "")}
             run["benchmarks"] |= benchmarks
             run["ok_benchmarks"] |= ok_benchmarks
             for key in ("ok", "skipped", "failed"):
@@ -427,7 +428,7 @@ class ResultStore:
                   "ok_benchmarks": sorted(r["ok_benchmarks"])} for r in merged.values()]
         columns = ["path", "run_id", "label", "started_at", "suite", "host", "benchmarks",
                    "ok_benchmarks", "ok", "skipped", "failed", "state", "plan", "topology",
-                   "counters", "thresholds", "soak"]
+                   "counters", "thresholds", "soak", "fabric"]
         frame = pd.DataFrame(index, columns=columns)
         frame = frame.sort_values("started_at", ignore_index=True) if index else frame
         self._index = (signature, frame)

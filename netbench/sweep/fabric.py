@@ -47,6 +47,7 @@ JOIN_TIMEOUT = 120.0      # seconds for every rank to join the rendezvous
 # (MAX_FILE_ROWS), and it says so.
 SOAK_ROWS = MAX_FILE_ROWS // 2
 SOAK_SAMPLES = 1000       # samples a burn-in's pair keeps of each metric a round (thinned)
+SOAK_WHY = 64             # a burn-in's newest rounds whose reasons its footer keeps
 ROUND_SLACK = 30.0        # beyond a round's case timeouts, before a silent rank is declared gone
 POLL = 0.05
 CHECK_CHUNK = 1024        # keys asked about in one round trip while waiting
@@ -190,6 +191,9 @@ class Rendezvous:
 
     def has(self, key: str) -> bool:
         return self.has_all([key])
+
+    def delete(self, key: str) -> None:
+        self._call(self.store.delete_key, key)
 
     def has_all(self, keys: Sequence[str]) -> bool:
         return bool(self._call(self.store.check, list(keys)))
@@ -424,7 +428,10 @@ class _Passes:
     def next_round(self) -> Any:
         chosen = self.current.next_round()
         if chosen is None and time.monotonic() - self.began < self.seconds and not self.full():
+            gone = sorted(getattr(self.current, "_gone", ()))
             self.current = self.make()
+            if gone:                 # a rank gone in an earlier pass is asked for nothing
+                self.current.record([], [], gone=gone)
             self.starts.append(self.given)
             chosen = self.current.next_round()
         self.given += chosen is not None
@@ -591,6 +598,8 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
                                      why, steering, options.topology)
                 if pairs is None:
                     break
+                if options.soak:        # hours of rounds: the newest rounds' reasons only
+                    del why[:-SOAK_WHY]
                 plan_schedule.rounds.append(pairs)
                 runner.steer = steering[-1].get(rank, ())
                 starts = number in getattr(planner, "starts", ())
@@ -618,6 +627,10 @@ def _run(meet: Rendezvous, plan: Plan, env: Mapping[str, Any], rank: int, world:
             if rank == 0:
                 stored = _collect(meet, number, pairs, offset - len(pairs), plan, endpoints,
                                   runner, base, result, per_round)
+                if options.soak:        # hours of rounds: what rank 0 read is let go
+                    for r in range(world):
+                        meet.delete(f"rows/{number}/{r}")
+                        meet.delete(f"fin/{number}/{r}")
                 if planner is not None:
                     values, better, routes = _pair_values(stored, pairs, endpoints)
                     paths = _switch_paths(routes, pairs, endpoints, options.topology) \

@@ -141,7 +141,13 @@ class KVServer:
                     return {"error": f"the store is full ({MAX_TOTAL} bytes)"}
                 self.data[key], self.total = value, grown
             return {"ok": True, "value": value} if op == "compare_set" else {"ok": True}
-        return {"error": f"unknown op {op!r}: set, get, check or compare_set"}
+        if op == "delete":        # what a burn-in's rank 0 has collected: the store stays small
+            with self.lock:
+                current = self.data.pop(key, None)
+                if current is not None:
+                    self.total -= _size(key) + _size(current)
+            return {"ok": current is not None}
+        return {"error": f"unknown op {op!r}: set, get, check, compare_set or delete"}
 
     def close(self) -> None:
         self.stopped.set()
@@ -223,6 +229,10 @@ class KVClient:
         reply = self._ask({"op": "compare_set", "key": key, "expected": expected,
                            "value": desired})
         return str(reply["value"]).encode()
+
+    def delete_key(self, key: str) -> bool:
+        """As TCPStore's: the key removed (True if it was there)."""
+        return bool(self._ask({"op": "delete", "key": key})["ok"])
 
     def close(self) -> None:
         self.channel.close()
