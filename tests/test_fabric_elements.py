@@ -191,7 +191,7 @@ def _stored_burn_in(tmp_path, keep_passes: bool):
     run, the trunk at a tenth in passes 5 and 6 only; the passes kept in the footer as
     `netbench fabric --soak` keeps them (or not, for the contrast)."""
     import json
-    from datetime import UTC, datetime
+    from datetime import UTC, datetime, timedelta
 
     from netbench.store import ResultStore
 
@@ -202,7 +202,7 @@ def _stored_burn_in(tmp_path, keep_passes: bool):
         faults = {"link:leafA--leafB": 0.1} if n in (4, 5) else {}
         frame = fabric_rows(topo, faults, seed=n)
         passes.append({"round": n, "case_index": len(rows),
-                       "started_at": started.isoformat()})
+                       "started_at": (started + timedelta(minutes=20 * n)).isoformat()})
         for r in frame.to_dict("records"):
             rows.append({**r, "schema_version": 1, "run_id": "3f2a9c1d0b7e", "label": "burn",
                          "started_at": started, "suite": "tcp.stream", "case_index": len(rows),
@@ -241,6 +241,18 @@ def test_a_stored_burn_in_is_judged_pass_by_pass_by_accept_and_the_dashboard(tmp
         rows = store.read(["3f2a9c1d0b7e"])
         m = fabric_matrix(rows, topo, store.runs())
         if keep:
+            from netbench.analysis.views import soaks_of
+
+            # The dashboard's burn-in timeline: a window a pass, the lowest element's share
+            # of the pass's healthy rate, the passes that named the trunk its dips.
+            (timeline,) = soaks_of(store.runs(), rows, topo)
+            assert timeline.windows == 12 and len(timeline.dips) == 2, timeline.dips
+            shares = [s for _, s, _ in timeline.timeline]
+            assert max(shares[4:6]) < 0.2 < min(shares[:4] + shares[6:]), shares
+            assert all(any("leafA--leafB" in k for k in d.events) for d in timeline.dips)
+            page = tmp_path / "page.html"
+            report = netbench("report", "--results", str(tmp_path / f"r{keep}"), "-o", str(page))
+            assert report.returncode == 0 and "Burn-in" in page.read_text(), report.stderr
             assert verdict.returncode == 1, verdict.stdout
             assert "pass 5 of run 3f2a9c1d0b7e: " in verdict.stdout, verdict.stdout
             assert "pass 6 of run 3f2a9c1d0b7e: " in verdict.stdout, verdict.stdout

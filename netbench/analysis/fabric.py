@@ -450,3 +450,52 @@ def named_in_passes(passes: list[SoakPass]) -> list[tuple[str, list[int], str]]:
                 seen[key] = (seen[key][0], said)
     return sorted(((k, sorted(set(n)), t) for k, (n, t) in seen.items()),
                   key=lambda e: (e[1][0], e[0]))
+
+
+def burn_in_timeline(rows: Any, passes: list[dict[str, Any]],
+                     topology: Topology | None = None) -> Any:
+    """A fabric burn-in as the dashboard's burn-in timeline draws a soak (analysis.soak's
+    SoakCase): each pass a window, its figure the lowest share of the pass's healthy rate an
+    element (else a pair) read, the passes that named something its dips, each with what
+    it named. None where no pass could be judged."""
+    from datetime import datetime, timedelta
+
+    from netbench.analysis.elements import worst
+    from netbench.analysis.soak import Dip, SoakCase
+
+    timeline, named = [], []
+    first = None
+    for number, part in soak_passes_frames(rows, passes):
+        matrices = [m for m in analyse(part, topology=topology) if m.cells is not None]
+        if not matrices:
+            continue
+        m = max(matrices, key=lambda x: len(x.cells))
+        first = first or m
+        lows = [e.median for e in worst(m.elements, 1)]
+        lows += [s.of_healthy for s in m.suspects if s.of_healthy is not None]
+        ratios = m.cells["ratio"].dropna() if "ratio" in m.cells else []
+        low = min(lows) if lows else (float(ratios.min()) if len(ratios) else float("nan"))
+        try:
+            start = datetime.fromisoformat(str(passes[number - 1].get("started_at")))
+        except ValueError:
+            continue
+        timeline.append((start, low, low))
+        named.append([s.text(m.unit).split(": ")[0] for s in m.suspects]
+                     + [f"HOST {h.name}" for h in m.faulty_hosts])
+    if first is None or not timeline:
+        return None
+    dips = []
+    for i, ((start, low, _), things) in enumerate(zip(timeline, named)):
+        if not things:
+            continue
+        end = timeline[i + 1][0] if i + 1 < len(timeline) else start + timedelta(seconds=1)
+        # Up to, not into, the next pass: that one's reading is its own.
+        dips.append(Dip(start, (end - start).total_seconds() * 0.999, 1, low,
+                        {f"named: {t}": 1 for t in things[:3]}))
+    shares = sorted(s for _, s, _ in timeline if s == s)
+    return SoakCase(first.benchmark, first.params, f"{first.metric}, lowest element",
+                    "x healthy", "higher", 1.0,
+                    "each pass's healthy rate (its lowest element drawn)", len(timeline),
+                    (timeline[-1][0] - timeline[0][0]).total_seconds(),
+                    shares[0] if shares else None, shares[0] if shares else None,
+                    shares[len(shares) // 2] if shares else None, dips, 0, {}, {}, timeline)

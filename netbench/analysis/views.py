@@ -91,16 +91,23 @@ def _labels_of(index: Any, run_ids: Sequence[str]) -> list[Any]:
     return list(dict.fromkeys(index.loc[index["run_id"].isin(list(run_ids)), "label"]))
 
 
-def soaks_of(index: Any, rows: Any) -> list[Any]:
+def soaks_of(index: Any, rows: Any, topology: Any = None) -> list[Any]:
     """The burn-ins among these rows' runs (``netbench soak``, as the store's index says),
-    each case's windows judged."""
+    each case's windows judged; a fabric burn-in's (``netbench fabric --soak``) passes as
+    its windows."""
+    from netbench.analysis.fabric import burn_in_timeline
     from netbench.analysis.soak import judge
 
     if "soak" not in index or rows.empty:
         return []
     soaked = set(index.loc[index["soak"].fillna("").astype(bool), "run_id"])
-    return [case for run in dict.fromkeys(rows["run_id"]) if run in soaked
-            for case in judge(rows[rows["run_id"] == run])]
+    cases = [case for run in dict.fromkeys(rows["run_id"]) if run in soaked
+             for case in judge(rows[rows["run_id"] == run])]
+    for run, passes in kept_passes(index, rows["run_id"].unique()).items():
+        timeline = burn_in_timeline(rows[rows["run_id"].astype(str) == run], passes, topology)
+        if timeline is not None:
+            cases.append(timeline)
+    return cases
 
 
 def _view(kind: str, name: Any, title: str, rows: Any, runs: list[str], *, latest: Any = None,
@@ -110,7 +117,7 @@ def _view(kind: str, name: Any, title: str, rows: Any, runs: list[str], *, lates
                 fabric_matrix(rows, topology, index),
                 fabric_matrix(base) if base is not None else None,
                 sorted({str(x) or "(no label)" for x in rows["label"].fillna("")}),
-                soaks_of(index, rows) if index is not None else [])
+                soaks_of(index, rows, topology) if index is not None else [])
 
 
 def dashboard_views(store: ReadableStore, run: str | None = None, label: str | None = None,

@@ -98,11 +98,17 @@ def _safe(fig: dict[str, Any] | None) -> dict[str, Any] | None:
     if title.get("text"):
         # Left, in lines short enough to end before plotly's toolbar (top right) at 800 px,
         # the top margin grown to hold them: a long title never runs under it or off the page.
+        # From the container's top, the plot's top margin below every line of it (and
+        # below what the chart keeps there itself: a heatmap's switch names).
         lines = _wrapped(str(title["text"]), TITLE_CHARS)
         layout["title"] = {**title, "text": "<br>".join(lines), "x": 0.0, "xanchor": "left",
-                           "xref": "container", "y": 1.0, "yanchor": "bottom", "yref": "paper",
-                           "automargin": True, "pad": {"b": 8, "l": 10},
+                           "xref": "container", "y": 1.0, "yanchor": "top",
+                           "yref": "container", "pad": {"t": 18, "l": 10},
                            "font": {"size": 15}}
+        margin = dict(layout.get("margin") or {})
+        kept = 40 if layout.get("annotations") else 0       # labels drawn above the plot
+        margin["t"] = max(int(margin.get("t") or 0), 20 * len(lines) + 30 + kept)
+        layout["margin"] = margin
     return {**fig, "data": data, "layout": layout}
 
 
@@ -797,8 +803,11 @@ def soak_chart(cases: Sequence[Any]) -> dict[str, Any] | None:
                   for t, _, s in c.timeline
                   if dip.start <= t <= dip.start + timedelta(seconds=dip.seconds)]
         if marked:
+            # A fabric burn-in's "events" are what a pass named (analysis.fabric).
+            what = "what the pass named" if all(k.startswith("named: ") for d in c.dips
+                                                 for k in d.events) else "error counters grew"
             traces.append({
-                "type": "scatter", "mode": "markers", "name": f"{name}: error counters grew",
+                "type": "scatter", "mode": "markers", "name": f"{name}: {what}",
                 "x": [str(t) for t, _, _ in marked],
                 "y": [s if s == s else 0 for _, s, _ in marked],
                 "marker": {"symbol": "x", "size": 11, "color": "#b2182b"},
