@@ -654,3 +654,17 @@ def test_an_interface_that_vanishes_mid_case_is_named_once_not_counter_by_counte
     assert grown == {"net/eth1/rx_bytes": 8}
     assert notes == ["net/eth0 vanished during a case (renamed or removed, as a driver reload "
                      "does): what it counted in that case is unknown"]
+
+
+def test_a_port_gone_between_two_cases_is_named_once_as_between():
+    """A driver reload between two windows of a soak: the last case's end read net/eth1,
+    this case's start does not; named as the delta names one gone mid-case."""
+    from netbench.env.counters import Snapshot, delta, vanished_between
+
+    last = Snapshot()
+    last.values = {"net/eth1/rx_errors": 3, "net/eth0/rx_errors": 1}
+    now = Snapshot()
+    now.values = {"net/eth0/rx_errors": 1}
+    assert vanished_between(last, now) == [
+        "net/eth1 vanished between cases (renamed or removed, as a driver reload does)"]
+    assert vanished_between(now, now) == [] and delta(now, now) == ({}, [])

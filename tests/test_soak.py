@@ -467,7 +467,9 @@ def test_an_interface_renamed_mid_soak_is_named_and_the_soak_goes_on(
     finally:
         server.stop()
     assert proc.returncode == 0, err
-    assert err.count(f"net/{dev_a} vanished during a case") == 1, err
+    # Named once, whether the rename fell inside a window or between two (a loaded CI
+    # runner put it in the gap once, and nothing was said).
+    assert err.count(f"net/{dev_a} vanished") == 1, err
     assert "6 windows over" in out or "6 ok" in err, out + err
 
 

@@ -152,6 +152,16 @@ def delta(before: Snapshot, after: Snapshot) -> tuple[dict[str, int], list[str]]
     return out, notes
 
 
+def vanished_between(previous: Snapshot, now: Snapshot) -> list[str]:
+    """The interfaces and ports the last case's end read that this case's start does not (a
+    driver reload between two windows of a soak): named as delta names one mid-case."""
+    def objects(snap: Snapshot) -> set[str]:
+        return {"/".join(key.split("/")[:2]) for key in snap.values}
+
+    return [f"{obj} vanished between cases (renamed or removed, as a driver reload does)"
+            for obj in sorted(objects(previous) - objects(now))]
+
+
 MAX_COUNTER_FILE = 1 << 20     # bytes a statistics file (or /proc/net/snmp) may hold
 
 

@@ -314,6 +314,7 @@ class Runner:
         self.trace = False        # trace each data connection's routers (fabric --trace)
         self._soaking = False     # the plan is a soak: its invocations are windows (Context.soak)
         self.sample_limit = MAX_STORED_SAMPLES   # a soak's windows keep fewer (soak_sample_limit)
+        self._last_counted: counters.Snapshot | None = None   # the last case's end's
         self.every = 0.0          # seconds between a case's interval lines (run --interval)
         # Steer traced connections through these switches (each as its addresses): a
         # fabric sweep's pair meant to load one link.
@@ -530,6 +531,9 @@ class Runner:
         if before[0] is None or after[0] is None:
             return
         grown, notes = counters.delta(before[0], after[0])
+        if self._last_counted is not None:     # gone since the last case ended
+            notes = counters.vanished_between(self._last_counted, before[0]) + notes
+        self._last_counted = after[0]
         if before[1] is not None and after[1] is not None:
             far, far_notes = counters.delta(before[1], after[1])
             grown.update({f"far/{k}": v for k, v in far.items()})
