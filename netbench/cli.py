@@ -92,6 +92,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from netbench.analysis import expectations
     from netbench.env.launch import launch_info
     from netbench.env.probe import probe
     from netbench.report import console
@@ -119,16 +120,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         events.estimates = estimate.case_seconds(args.results, plan, env)
     result = session.measure(plan, store, env, resume, label=args.label or "",
                              peer=args.peer, events=events, every=args.interval)
-    again = session.resume_command(result.run_id, args.target, args.param or [],
-                                   results=args.results, repeat=args.repeat,
-                                   timeout=args.timeout, peer=args.peer,
-                                   sysfs_root=args.sysfs_root, no_counters=args.no_counters)
     out, err, code = console.run_ending(
-        result, len(plan.cases), rank=launched.rank if quiet else None,
-        as_json=args.json, resumed=resume is not None, jsonl=args.jsonl, resume_command=again)
+        result, len(plan.cases), rank=launched.rank if quiet else None, as_json=args.json,
+        resumed=resume is not None, jsonl=args.jsonl, resume_command=_again(args, result.run_id),
+        published=[] if quiet else console.reached_lines(*expectations.reached_beside(
+            result.rows, args.target, registry.metric_units())))
     sys.stdout.write(out)
     sys.stderr.write(err)
     return code
+
+
+def _again(args: argparse.Namespace, run_id: str) -> str:
+    from netbench.run import session
+
+    return session.resume_command(run_id, args.target, args.param or [], results=args.results,
+                                  repeat=args.repeat, timeout=args.timeout, peer=args.peer,
+                                  sysfs_root=args.sysfs_root, no_counters=args.no_counters)
 
 
 def cmd_soak(args: argparse.Namespace) -> int:

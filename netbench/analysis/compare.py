@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from netbench.analysis.error_metrics import is_error_metric, with_error_metrics
@@ -649,6 +649,10 @@ class Comparison:
     unasked: list[tuple[str, str]]                       # not_asked
     thresholds: Mapping[str, float]
     source: str                                          # where the thresholds came from
+    # The candidate's cases against what their hardware reaches (analysis.expectations), and
+    # why they could not be where the table would not load.
+    reached: list[Any] = field(default_factory=list)
+    reached_error: str = ""
 
     def fails_gate(self, allow_lost: bool = False) -> bool:
         """A regressed or lost metric, or an error counter grown on a case's own device."""
@@ -664,9 +668,12 @@ def comparison(store: ReadableStore, base: Any, cand: Any, thresholds: Mapping[s
     from netbench.analysis.counter_news import counter_news
 
     verdicts = judge_selections(store, base, cand, thresholds, alpha, pool_hosts, use_history)
+    from netbench.analysis.expectations import reached_safely
+
     a, b = base.rows, cand.rows
     return Comparison(base, cand, verdicts, env_changes(a, b), failed_cases(a, b),
-                      counter_news(a, b), new_cases(a, b), not_asked(a, b), thresholds, source)
+                      counter_news(a, b), new_cases(a, b), not_asked(a, b), thresholds, source,
+                      *reached_safely(b, [], None))
 
 
 def judge_selections(store: ReadableStore, base: Any, cand: Any, thresholds: Mapping[str, float],

@@ -16,6 +16,7 @@ siw) matches nothing: no hardware figure applies to it.
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ SITE_FILE = "expectations.toml"          # beside a suite: the site's own table
 KEYS = {"name", "benchmark", "metric", "at_least", "at_most", "unit", "source", "when", "note"}
 WHEN = {"link_layer": str, "rate_gbps": float, "gpu": str, "pcie_gen": int,
         "pcie_width": int, "world_size": int, "msg_size_min": "size", "params": dict}
+HARDWARE = {"link_layer", "rate_gbps", "gpu", "pcie_gen", "pcie_width", "world_size"}
 _ADDRESS = re.compile(r"^([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
 
 
@@ -145,6 +147,12 @@ def facts(row: Mapping[str, Any]) -> dict[str, Any]:
         if found is not None:
             out["link_layer"], out["rate_gbps"] = found.link_layer, found.rate_gbps()
     address = _ADDRESS.match(str(row.get("env_gpu") or ""))
+    if not address and str(row.get("transport") or "") == "nccl":
+        # A collective on GPUs: its row names no one GPU; the host's, where they are one model
+        # (an 8-GPU system), are the ranks'.
+        models = {g.model for g in env.gpus if g.model}
+        if len(models) == 1:
+            out["gpu"] = models.pop()
     if address:
         gpu, path = env.gpu(address.group(1)), env.pcie_path(address.group(1))
         if gpu is not None:
@@ -195,6 +203,10 @@ def match(row: Mapping[str, Any], table: Sequence[Expectation]) -> tuple[Expecta
                       "figure applies")
     held = [e for e in candidates if _holds(e.when, have)]
     if not held:
+        if any(_holds({k: v for k, v in e.when.items() if k in HARDWARE}, have)
+               for e in candidates):
+            return None, ("no published figure for this case on this hardware (its figures "
+                          "are for other message sizes or settings)")
         return None, "no published figure for this hardware"
     best = max(len(e.when) for e in held)
     top = [e for e in held if len(e.when) == best]
@@ -206,3 +218,58 @@ def match(row: Mapping[str, Any], table: Sequence[Expectation]) -> tuple[Expecta
                                                             for e in top[:2])
                          + ": make one more specific (another `when` condition) or drop one")
     return top[0], ""
+
+
+@dataclass(frozen=True)
+class Reached:
+    """One case's figure against what its hardware reaches elsewhere: the entry it matched
+    and its share (None: no entry holds, and ``why``)."""
+    benchmark: str
+    metric: str
+    params: str                   # the case's params, as stored
+    value: float                  # the median of its repeats, in ``unit``
+    unit: str
+    entry: Expectation | None
+    share: float | None
+    why: str = ""
+
+
+def reached(rows: Any, table: Sequence[Expectation]) -> list[Reached]:
+    """Each measured case metric of ``rows`` (records or a frame) that the table has any
+    entry for (its benchmark and metric), against the entry its hardware matches: the median
+    of the case's repeats as a share of the figure (higher is better, a latency too)."""
+    records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
+    named = {(e.benchmark, e.metric) for e in table}
+    cases: dict[tuple[str, str, str, str], list[Mapping[str, Any]]] = {}
+    for row in records:
+        value = row.get("value")
+        if (row.get("status") == "ok" and isinstance(value, int | float) and value == value
+                and (row.get("benchmark"), row.get("metric")) in named):
+            key = (str(row["benchmark"]), str(row["metric"]), str(row.get("params") or ""),
+                   f"{row.get('host')}:{row.get('device')}")
+            cases.setdefault(key, []).append(row)
+    out = []
+    for (bench, metric, params, _), group in cases.items():
+        median = statistics.median(float(r["value"]) for r in group)
+        unit = str(group[0].get("unit") or "")
+        entry, why = match(group[0], table)
+        out.append(Reached(bench, metric, params, median, unit, entry,
+                           entry.share(median, unit) if entry else None, why))
+    return out
+
+
+def reached_safely(rows: Any, site: Sequence[str | Path],
+                   units: Mapping[str, Mapping[str, str]] | None) -> tuple[list[Reached], str]:
+    """``reached`` against the shipped table and a site's, for a report that must not fail on
+    a bad table (a run's rows are stored already): what was reached, and the error that kept
+    it from being judged ("" when none)."""
+    try:
+        return reached(rows, load([p for p in site if Path(p).is_file()], units)), ""
+    except UsageError as exc:
+        return [], str(exc)
+
+
+def reached_beside(rows: Any, target: str | Path,
+                   units: Mapping[str, Mapping[str, str]] | None) -> tuple[list[Reached], str]:
+    """``reached_safely`` with the site's table beside a run's suite file (if it has one)."""
+    return reached_safely(rows, [Path(target).parent / SITE_FILE], units)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from netbench.analysis.expectations import reached_safely
 from netbench.analysis.selection import kept_passes, kept_topology, newest_of_each, resolve
 from netbench.errors import NetbenchError, UsageError
 from netbench.store.protocol import ReadableStore
@@ -32,6 +33,10 @@ class View:
     base_matrix: Any = None       # the baseline's
     labels: list[str] = field(default_factory=list)
     soaks: list[Any] = field(default_factory=list)   # its burn-ins (analysis.soak.SoakCase)
+    # Its cases against what their hardware reaches (analysis.expectations.Reached), and the
+    # error that kept them from being judged.
+    reached: list[Any] = field(default_factory=list)
+    reached_error: str = ""
 
 
 @dataclass
@@ -117,7 +122,8 @@ def _view(kind: str, name: Any, title: str, rows: Any, runs: list[str], *, lates
                 fabric_matrix(rows, topology, index),
                 fabric_matrix(base) if base is not None else None,
                 sorted({str(x) or "(no label)" for x in rows["label"].fillna("")}),
-                soaks_of(index, rows, topology) if index is not None else [])
+                soaks_of(index, rows, topology) if index is not None else [],
+                *reached_safely(rows, [], None))
 
 
 def dashboard_views(store: ReadableStore, run: str | None = None, label: str | None = None,

@@ -670,7 +670,8 @@ def resuming(resume: Any) -> str:
 
 
 def run_ending(result: Any, n_cases: int, *, rank: int | None, as_json: bool,
-               resumed: bool, jsonl: str | None, resume_command: str) -> tuple[str, str, int]:
+               resumed: bool, jsonl: str | None, resume_command: str,
+               published: Sequence[str] = ()) -> tuple[str, str, int]:
     """What `netbench run` prints when its run ends, as (stdout, stderr, exit code).
 
     ``rank``: a rank other than 0 under a launcher, which says only its first failure
@@ -678,7 +679,8 @@ def run_ending(result: Any, n_cases: int, *, rank: int | None, as_json: bool,
     goes to stderr), the summary table, each fallback once with a count, the skipped cases
     grouped by reason, what the run's file holds, how an interrupted run goes on (130, 143
     or 129: the signal's exit code; 1 where it stopped itself, its store full), and the first
-    failure (exit 1)."""
+    failure (exit 1). ``published``: each case against its published figure
+    (``reached_lines``)."""
     stopped = 1 if result.gave_up else 128 + int(getattr(signal, result.stopped_by or "SIGINT"))
     failed = [r for r in result.rows if r["status"] == "failed"]
     if rank is not None:
@@ -692,6 +694,7 @@ def run_ending(result: Any, n_cases: int, *, rank: int | None, as_json: bool,
         out, err = rows + "\n", [table]
     else:
         out, err = table, []
+    err += [line + "\n" for line in published]
     err += _run_notes(result, resumed) + uncompacted_note(result, "run", "case")
     if result.interrupted:
         err += _stop_notes(result, n_cases, resumed, jsonl, resume_command)
@@ -704,6 +707,32 @@ def run_ending(result: Any, n_cases: int, *, rank: int | None, as_json: bool,
         err.append(f"netbench: error: {first['benchmark']}: {first['reason']}{more}\n")
         return out, "".join(err), 1
     return out, "".join(err), 0
+
+
+def reached_lines(reached: Sequence[Any], error: str = "") -> list[str]:
+    """Each case against what its hardware reaches elsewhere (``analysis.expectations.
+    reached``): a matched case's share of the figure with the figure and its source, and the
+    cases nothing matched, counted by why; ``error``: a table that could not be read."""
+    if error:
+        return [f"published figures: not judged: {printable(error)}"]
+    if not reached:
+        return []
+    lines = ["published figures (what the same hardware reaches elsewhere, "
+             "docs/expectations.md):"]
+    names = case_names([(r.benchmark, r.params) for r in reached])
+    unmatched: dict[str, Counter[str]] = {}
+    for r, name in zip(reached, names):
+        if r.entry is None:
+            unmatched.setdefault(r.why, Counter())[f"{r.benchmark} {r.metric}"] += 1
+            continue
+        share = f"{r.share:.0%}" if r.share is not None else "?"
+        lines.append(f"  {printable(name)} {r.metric}: {format_value(r.value)} {r.unit}, "
+                     f"{share} of what this hardware reaches ({printable(r.entry.text())})")
+    for why, counts in unmatched.items():
+        what = ", ".join(f"{k} ({n} case{'s' * (n > 1)})" for k, n in counts.items())
+        rule = "; the line-rate and link bounds still apply" if "hardware" in why else ""
+        lines.append(f"  {printable(why)}: {printable(what)}{rule}")
+    return lines
 
 
 def _run_notes(result: Any, resumed: bool) -> list[str]:
@@ -1050,6 +1079,7 @@ def compare_text(done: Any, everything: bool = False) -> str:
                      f"({', '.join(printable(w) for w in n.where[:4])})"
                      + ("" if n.gated else "; not the case's own device (the namespace's "
                         "TCP, or another interface that carried its traffic): not gated"))
+    lines += reached_lines(done.reached, done.reached_error)
     lines.append("environment changes:" if changes else "environment: no differences recorded")
     lines.extend(f"  {env_change(what, a, b)}" for what, a, b in changes)
     return "\n".join(lines)

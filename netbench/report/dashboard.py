@@ -913,6 +913,23 @@ def counters_panel(rows: Any) -> str:
             + "".join(cells) + "</tbody></table>" + more)
 
 
+def reached_panel(reached: Sequence[Any], error: str = "") -> str:
+    """Each case against what its hardware reaches elsewhere (analysis.expectations): the
+    figure, its share of the published one and the source; where none holds, why."""
+    if not reached and not error:
+        return ""
+    head = "<h3>Against published figures (what the same hardware reaches elsewhere)</h3>"
+    if error:
+        return head + f"<p>not judged: {html.escape(visible(error))}</p>"
+    names = case_names([(r.benchmark, r.params) for r in reached])
+    body = [[name, r.metric, f"{_fmt(r.value)} {r.unit}",
+             f"{r.share:.0%}" if r.share is not None else "",
+             r.entry.text() if r.entry is not None else r.why]
+            for r, name in zip(reached, names)]
+    return head + _table(["case", "metric", "measured", "of what this hardware reaches",
+                          "published figure (source)"], body)
+
+
 def environment_panel(rows: Any, latest: Any = None, base: Any = None) -> str:
     """The runs drawn (with --baseline, both sides' runs), the devices they ran on, and what
     the view's runs (and ``latest``, the newest run of the view's label) skipped and why:
@@ -1069,7 +1086,8 @@ def _view(view: Any) -> dict[str, Any]:
     return {"title": title,
             "figures": {k: _safe(v) for k, v in figures.items() if v is not None},
             "missing": {k: html.escape(visible(v)) for k, v in missing.items()},
-            "env": environment_panel(rows, view.latest, base), "runs": runs,
+            "env": reached_panel(view.reached, view.reached_error)
+            + environment_panel(rows, view.latest, base), "runs": runs,
             "labels": view.labels,
             "note": html.escape(visible(
                 f"{title}: {len(rows)} rows from run(s) {', '.join(runs)}; each benchmark "

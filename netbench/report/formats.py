@@ -21,6 +21,18 @@ if TYPE_CHECKING:
     from netbench.analysis.history import History
 
 
+def reached_json(reached: Any, error: str = "") -> dict[str, Any]:
+    """Each case against its published figure (``analysis.expectations.Reached``)."""
+    return {"error": error or None,
+            "cases": [{"benchmark": r.benchmark, "metric": r.metric, "params": r.params,
+                       "value": r.value, "unit": r.unit, "share": r.share,
+                       "figure": None if r.entry is None else {
+                           "name": r.entry.name, "value": r.entry.figure,
+                           "unit": r.entry.unit, "better": r.entry.better,
+                           "source": r.entry.source, "origin": r.entry.origin},
+                       "why": r.why or None} for r in reached]}
+
+
 def compare_json(done: Comparison) -> str:
     """Verdicts (lost cases first), environment changes, the runs chosen, error counters quiet
     before and grown now (analysis.counter_news), cases only the candidate measured (new) and
@@ -45,6 +57,7 @@ def compare_json(done: Comparison) -> str:
                                                for b, p in new],
                                  "not_asked_cases": [{"benchmark": b, "params": p}
                                                      for b, p in unasked],
+                                 "published": reached_json(done.reached, done.reached_error),
                                  "thresholds": {"values": dict(thresholds[0]),
                                                 "source": thresholds[1] or "default 5%"}}),
                       indent=2, allow_nan=False)
