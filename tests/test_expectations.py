@@ -255,3 +255,74 @@ def test_accept_expect_three_ways_same_caught_and_lost(h200_results, tmp_path):
     verdict = netbench("accept", str(spec), "--results", str(h200_results))
     assert verdict.returncode == 1, verdict.stdout
     assert "FAIL" in verdict.stdout and "no CUDA device (driver gone)" in verdict.stdout
+
+
+H200_TREE = ROOT / "tests" / "fixtures" / "sysfs" / "firecracker-h200"
+
+
+def _h100_tree(tmp_path: Path) -> Path:
+    """The H200's real capture (Gen5 x16) with an H100 SXM5 in its slot: the PCI device id
+    and the model line of nvidia's /proc information file, as an H100 host shows them."""
+    tree = tmp_path / "h100"
+    shutil.copytree(H200_TREE, tree, symlinks=True)
+    gpu = Path(str((tree / "bus/pci/devices/0000:00:06.0").resolve()))
+    (gpu / "device").write_text("0x2330\n")
+    info = tree / "_proc/driver/nvidia/gpus/0000:00:06.0/information"
+    info.write_text(info.read_text().replace("NVIDIA H200", "NVIDIA H100 80GB HBM3"))
+    return tree
+
+
+def _egpu(tmp_path: Path, generation: str) -> Path:
+    """test_linkpath's Thunderbolt enclosure tree with a GeForce in it, named as nvidia's
+    /proc information file names it."""
+    from test_linkpath import _egpu_tree
+
+    tree = _egpu_tree(tmp_path, generation)
+    gpu = Path(str((tree / "bus/pci/devices/0000:05:00.0").resolve()))
+    (gpu / "vendor").write_text("0x10de\n")
+    (gpu / "device").write_text("0x2204\n")
+    info = tree / "_proc/driver/nvidia/gpus/0000:05:00.0"
+    info.mkdir(parents=True)
+    (info / "information").write_text("Model: \t\t NVIDIA GeForce RTX 3090\nBus Type: \t PCIe\n")
+    return tree
+
+
+def _copy_row(env: dict, address: str, value: float) -> dict:
+    return {"benchmark": "gpu.h2d", "metric": "bw", "unit": "GB/s", "better": "higher",
+            "device": "cuda:0", "msg_size": 64 << 20, "value": value, "status": "ok",
+            "params": json.dumps({"host_mem": "pinned", "msg_size": 64 << 20}),
+            "env_json": json.dumps(env), "env_gpu": f"{address}: probed",
+            "run_id": "3f2a9c1d0b7e", "case_index": 0, "host": "gpu-host", "peer": None}
+
+
+@pytest.mark.parametrize("tree, address, want", [
+    (_h100_tree, "0000:00:06.0", 52.0),
+    (lambda p: _egpu(p, "3"), "0000:05:00.0", None),
+    (lambda p: _egpu(p, "4"), "0000:05:00.0", None)], ids=["h100-gen5-x16", "tb3-egpu",
+                                                           "tb4-egpu"])
+def test_each_probed_gpu_host_is_matched_to_its_figure_or_says_none_holds(
+        tmp_path, tree, address, want):
+    """Probe trees built from real captures: an H100 on Gen5 x16 matches Azure's 52 GB/s
+    (90% of it: 50 passes, 40 fails naming the figure); a Thunderbolt 3 or 4 eGPU matches no
+    published figure (judged by its tunnel's PCIe bound instead: test_accept), and an
+    `expect` check says NONE for it, never PASS."""
+    from netbench.analysis.accept import Check, Spec, _judge
+
+    table = expectations.load([], _units())
+    env = probe(tree(tmp_path))
+    check = Check("copies at 90%", "gpu.h2d", "bw", expect=0.9, unit="GB/s")
+    spec = Spec("s", None, None, [check], table)
+    entry, why = expectations.match(_copy_row(env, address, 50.0), table)
+    if want is None:
+        assert entry is None and why == "no published figure for this hardware"
+        have = expectations.facts(_copy_row(env, address, 2.6))
+        assert have["gpu"] == "NVIDIA GeForce RTX 3090" and have["pcie_width"] == 4
+        outcome = _judge(check, spec, [_copy_row(env, address, 2.6)], skipped=None)
+        assert outcome.unjudged and not outcome.verdict.fails_gate()
+        return
+    assert entry is not None and entry.figure == want and "H100" in entry.name, why
+    assert expectations.facts(_copy_row(env, address, 50.0))["pcie_gen"] == 5
+    assert _judge(check, spec, [_copy_row(env, address, 50.0)], skipped=None).passed
+    low = _judge(check, spec, [_copy_row(env, address, 40.0)], skipped=None)
+    assert not low.passed and "40 < 46.8 GB/s (90% of 52 GB/s: H100 on PCIe Gen5 x16" \
+        in low.message, low.message
