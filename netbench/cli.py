@@ -138,6 +138,39 @@ def _again(args: argparse.Namespace, run_id: str) -> str:
                                   sysfs_root=args.sysfs_root, no_counters=args.no_counters)
 
 
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from netbench.analysis import accept, health
+    from netbench.env import counters, slurmnode
+    from netbench.report import console, formats
+    from netbench.run import session
+    from netbench.store import healthstate
+
+    spec_path = args.spec or str(health.DEFAULT_SPEC)
+    spec = health.load_spec(spec_path)
+    checks = (accept.load_spec(spec_path, registry.catalog(), registry.metric_units())
+              if spec.checks else None)
+    env = session.run_env(args.sysfs_root, None)
+    plan = session.per_device(session.plan_target(spec_path, [], args.timeout), env)
+    store = _store(args.results)
+    result = session.measure(plan, store, env, None, label=args.label, peer=None,
+                             events=console.Reporter(open(os.devnull, "w")))
+    outcomes = accept.evaluate(checks, pd.DataFrame(result.rows), None, accept.read_counters(
+        store, [result.run_id])) if checks else []
+    previous, note = healthstate.read(args.results)
+    now = counters.snapshot(args.sysfs_root or "/sys").values
+    findings = (health.judge_node(spec, env) + health.judge_counters(spec, previous, now)
+                + health.judge_checks(outcomes))
+    healthstate.write(args.results, now)
+    acted = slurmnode.act(args.node, bool(health.failed(findings)),
+                          health.reason(findings)) if args.drain else ""
+    notes = [n for n in (note, f"stored run {result.run_id} in {result.path}") if n]
+    print(formats.health_json(findings, acted, notes) if args.json
+          else console.health_text(findings, acted, notes))
+    return 1 if health.failed(findings) else 0
+
+
 def cmd_soak(args: argparse.Namespace) -> int:
     from netbench.analysis import soak
     from netbench.env.launch import launch_info
@@ -613,6 +646,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expectations", action="append", metavar="FILE", help="a site's table of "
                    "published figures (as netbench/expectations.toml) beside the shipped one")
     p.set_defaults(func=cmd_accept)
+
+    p = sub.add_parser("healthcheck", help="a node's quick check between jobs (links, counters "
+                       "since the last check, a short RDMA write per NIC, host-to-GPU per GPU); "
+                       "exit 1 on failure, as NHC")
+    p.add_argument("spec", nargs="?", help="healthcheck suite (default suites/healthcheck.toml)")
+    p.add_argument("--results", default="results", help="results directory (default results/)")
+    p.add_argument("--label", default="healthcheck", help="label of the stored run")
+    p.add_argument("--drain", action="store_true", help="Slurm: drain this node when a check "
+                   "fails (reason 'netbench: ...'); resume it when all pass and netbench "
+                   "drained it")
+    p.add_argument("--node", help="the Slurm node name (default $SLURMD_NODENAME, else the "
+                   "short host name)")
+    p.add_argument("--timeout", type=float, help="seconds a case may take")
+    p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")
+    p.add_argument("--json", action="store_true", help="the checks as JSON")
+    p.set_defaults(func=cmd_healthcheck)
 
     p = sub.add_parser("report", help="one self-contained HTML dashboard (plotly, offline)")
     p.add_argument("--results", default="results", help="results directory (default results/)")

@@ -289,8 +289,9 @@ def test_api_is_only_the_contract():
 # 685: issue 39's fabric --soak (declared, parsed, its ending chosen) and a soak under a
 # launcher storing on rank 0 only. 690: issue 40's accept --expectations; 697: a run's end
 # judged against published figures (the site's table beside its suite; the resume command
-# built apart to keep cmd_run under 40 lines).
-CLI_LINES = 697
+# built apart to keep cmd_run under 40 lines). 746: issue 41's healthcheck (its options, and
+# the one place that runs a measurement and judges it: probe, run, accept, counters, Slurm).
+CLI_LINES = 746
 CLI_FUNCTION_LINES = 40
 
 

@@ -735,6 +735,24 @@ def reached_lines(reached: Sequence[Any], error: str = "") -> list[str]:
     return lines
 
 
+def health_text(findings: Sequence[Any], acted: str = "", notes: Sequence[str] = ()) -> str:
+    """`netbench healthcheck` (``analysis.health.Finding``): one line a check, PASS, FAIL or
+    N/A (not on this node, and why), then the verdict in one line, as NHC's log says it, and
+    what was done in Slurm."""
+    lines = []
+    for f in findings:
+        word = "N/A " if not f.applies else ("PASS" if f.ok else "FAIL")
+        lines.append(f"  {word}  {printable(f.check)}: {printable(f.what)}")
+    lines += [f"note: {printable(n)}" for n in notes]
+    bad = [f for f in findings if not f.ok]
+    lines.append("netbench healthcheck: " + (
+        "FAIL: " + "; ".join(f"{printable(f.check)}: {printable(f.what)}" for f in bad)
+        if bad else f"PASS ({sum(f.applies for f in findings)} checks)"))
+    if acted:
+        lines.append(f"slurm: {printable(acted)}")
+    return "\n".join(lines)
+
+
 def _run_notes(result: Any, resumed: bool) -> list[str]:
     """Fallbacks said once with a count, skipped cases grouped by reason, and what the run's
     file holds."""

@@ -33,6 +33,15 @@ def reached_json(reached: Any, error: str = "") -> dict[str, Any]:
                        "why": r.why or None} for r in reached]}
 
 
+def health_json(findings: Any, acted: str = "", notes: Any = ()) -> str:
+    """`netbench healthcheck --json`: each check, the verdict and what was done in Slurm."""
+    return json.dumps(json_safe({
+        "healthy": all(f.ok for f in findings),
+        "checks": [{"check": f.check, "ok": f.ok, "applies": f.applies, "what": f.what}
+                   for f in findings],
+        "notes": list(notes), "slurm": acted or None}), indent=2)
+
+
 def compare_json(done: Comparison) -> str:
     """Verdicts (lost cases first), environment changes, the runs chosen, error counters quiet
     before and grown now (analysis.counter_news), cases only the candidate measured (new) and

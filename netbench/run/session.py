@@ -169,3 +169,25 @@ def refuse_a_complete_run(store: ReadableStore, run_id: str, plan: Plan) -> None
                      f"{shown(run_id)} is complete ({run['ok']} ok, {run['skipped']} "
                      f"skipped, {run['failed']} failed cases in {run['path']}); to measure "
                      "again, run without --resume")
+
+
+def per_device(plan: Plan, env: Mapping[str, Any]) -> Plan:
+    """A node check's plan: each case that names no RDMA ``device`` once per RDMA device the
+    probe found, each with a ``gpu`` index once per GPU (a NIC or a GPU of eight is checked,
+    not only the first)."""
+    from dataclasses import replace
+
+    fp = Fingerprint(env)
+    rdma = [d.name for d in fp.rdma_devices]
+    cases = []
+    for planned in plan.cases:
+        params = planned.case.params
+        if params.get("device") == "" and rdma:
+            values = [("device", name) for name in rdma]
+        elif params.get("gpu") == 0 and len(fp.gpus) > 1:
+            values = [("gpu", index) for index in range(len(fp.gpus))]
+        else:
+            values = []
+        cases += [replace(planned, case=replace(planned.case, params={**params, key: value}))
+                  for key, value in values] or [planned]
+    return replace(plan, cases=cases)

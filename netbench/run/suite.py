@@ -195,8 +195,9 @@ def load_suite(path: str | Path, timeout: float | None = None,
         raise UsageError(f"{where}: {message}")
 
     for key in data:
-        # acceptance checks and compare thresholds may ride along in the suite file
-        if key not in ("suite", "case", "accept", "check", "thresholds"):
+        # acceptance checks, compare thresholds and a node check's expectations may ride
+        # along in the suite file
+        if key not in ("suite", "case", "accept", "check", "thresholds", "healthcheck"):
             fail(f"unknown table or key {key!r}; a suite has [suite] and [[case]] entries "
                  "(and [accept]/[[check]] for `netbench accept`, [thresholds] for "
                  "`netbench compare`)", None, key)
