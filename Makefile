@@ -36,7 +36,8 @@ TEST_TOOLS := ip:iproute2 tc:iproute2 iperf3:iperf3 sockperf:sockperf chromium:c
               modprobe:kmod mpirun:openmpi-bin unshare:util-linux ps:procps \
               lldpd:lldpd lldpcli:lldpd \
               ibsim:ibsim-utils opensm:opensm dump_fts:infiniband-diags ibtracert:infiniband-diags \
-              ethtool:ethtool valgrind:valgrind
+              ethtool:ethtool valgrind:valgrind \
+              promtool:prometheus prometheus-node-exporter:prometheus-node-exporter
 builddeps:
 	@tools/sysdeps.sh $(BUILD_DEPS)
 sysdeps: builddeps

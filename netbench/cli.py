@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,7 +144,8 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 
     from netbench.analysis import accept, health
     from netbench.env import counters, slurmnode
-    from netbench.report import console, formats
+    from netbench.fingerprint import Fingerprint
+    from netbench.report import console, export, formats
     from netbench.run import session
     from netbench.store import healthstate
 
@@ -166,6 +168,8 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     acted = slurmnode.act(args.node, bool(health.failed(findings)),
                           health.reason(findings)) if args.drain else ""
     notes = [n for n in (note, f"stored run {result.run_id} in {result.path}") if n]
+    if args.prom:
+        _write_prom(args.prom, export.health_metrics(findings, Fingerprint(env).host, time.time()))
     print(formats.health_json(findings, acted, notes) if args.json
           else console.health_text(findings, acted, notes))
     return 1 if health.failed(findings) else 0
@@ -216,7 +220,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from netbench.analysis import compare as cmp
     from netbench.analysis.selection import resolve
-    from netbench.report import console, formats
+    from netbench.report import console, export, formats
 
     store = _store(args.results)
     base_sel = resolve(store, args.baseline)
@@ -231,6 +235,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"netbench: error: {shown(exc)}", file=sys.stderr)
         return 2
     print(formats.compare_json(done) if args.json else console.compare_text(done, args.all))
+    if args.prom:
+        _write_prom(args.prom, export.compare_metrics(done))
     if done.fails_gate(args.allow_lost):
         return 1
     if args.fail_on_noisy and cmp.undecided(done.verdicts):
@@ -383,7 +389,6 @@ def _threshold_args(p: argparse.ArgumentParser) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from netbench.analysis.selection import resolve
     from netbench.report.export import openmetrics
-    from netbench.textfile import write_atomic
 
     chosen = resolve(_store(args.results), args.run or args.label)
     text = openmetrics(chosen.rows.astype(object).where(chosen.rows.notna(), None)
@@ -391,13 +396,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not args.output or args.output == "-":
         sys.stdout.write(text)
     else:
-        out = Path(args.output)
-        if out.is_dir():
-            raise UsageError(f"-o {out}: a directory; name the file (node_exporter's textfile "
-                             "collector reads DIR/*.prom)")
-        write_atomic(out, lambda tmp: tmp.write_text(text))    # the collector never sees half
-        print(f"wrote {out}: {chosen.describe()}", file=sys.stderr)
+        _write_prom(args.output, text)
+        print(f"wrote {args.output}: {chosen.describe()}", file=sys.stderr)
     return 0
+
+
+def _write_prom(path: str, text: str) -> None:
+    from netbench.textfile import write_atomic
+
+    out = Path(path)
+    if out.is_dir():
+        raise UsageError(f"{out}: a directory; name the file (node_exporter's textfile "
+                         "collector reads DIR/*.prom)")
+    write_atomic(out, lambda tmp: tmp.write_text(text))    # the collector never sees half
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -615,6 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every metric of every case, not the "
                    "headline first with the rest folded")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--prom", metavar="FILE", help="also write the verdicts as OpenMetrics")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("history", help="metrics across stored runs, each run judged against "
@@ -661,6 +673,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="seconds a case may take")
     p.add_argument("--sysfs-root", help="read a captured sysfs tree instead of /sys")
     p.add_argument("--json", action="store_true", help="the checks as JSON")
+    p.add_argument("--prom", metavar="FILE", help="also write the verdict as OpenMetrics (for "
+                   "node_exporter's textfile collector: DIR/netbench-health.prom)")
     p.set_defaults(func=cmd_healthcheck)
 
     p = sub.add_parser("report", help="one self-contained HTML dashboard (plotly, offline)")

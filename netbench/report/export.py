@@ -111,3 +111,46 @@ def openmetrics(rows: Iterable[Mapping[str, Any]]) -> str:
             out.append(f"{PREFIX}run_cases{labels} {len(cases.get((run_id, status), ()))}")
     out.append("# EOF")
     return "\n".join(out) + "\n"
+
+
+def _gauge(name: str, help_text: str, samples: Iterable[tuple[Mapping[str, Any], float]]
+           ) -> list[str]:
+    out = [f"# TYPE {PREFIX}{name} gauge", f"# HELP {PREFIX}{name} {help_text}"]
+    return out + [f"{PREFIX}{name}{_labels(labels)} {_number(value)}"
+                  for labels, value in samples]
+
+
+def health_metrics(findings: Iterable[Any], host: str, at: float) -> str:
+    """A node check's verdict as OpenMetrics (``analysis.health.Finding``): the node healthy
+    or not, each check's outcome, and when it ran, so an alert fires on a failing node and on
+    one whose check stopped running (docs/healthcheck.md's rules)."""
+    findings = list(findings)
+    healthy = all(f.ok for f in findings)
+    out = _gauge("healthcheck_healthy", "1: every check of the node's last health check "
+                 "passed; 0: one failed", [({"host": host}, 1.0 if healthy else 0.0)])
+    out += _gauge("healthcheck_check_ok", "1: this check passed (or does not apply here: "
+                  "applies=\"false\"); 0: it failed",
+                  [({"host": host, "check": f.check, "applies": str(f.applies).lower()},
+                    1.0 if f.ok else 0.0) for f in findings])
+    out += _gauge("healthcheck_timestamp_seconds", "when the node's last health check ran "
+                  "(Unix time)", [({"host": host}, at)])
+    return "\n".join(out + ["# EOF"]) + "\n"
+
+
+def compare_metrics(done: Any) -> str:
+    """`netbench compare`'s verdicts as OpenMetrics (``analysis.compare.Comparison``): one
+    series a case metric with its verdict as a label (1), and whether the gate failed, per
+    baseline and candidate as they were named, so an alert names the case that regressed
+    or was lost."""
+    sides = {"baseline": done.baseline.what, "candidate": done.candidate.what}
+    keys = [(v.benchmark, v.params) for v in done.verdicts]
+    names = dict(zip(keys, case_names(keys)))
+    out = _gauge("compare_verdict", "1 for each case metric's verdict (lost and regressed "
+                 "fail the gate)",
+                 [({**sides, "benchmark": v.benchmark,
+                    "case": names[(v.benchmark, v.params)][len(v.benchmark) + 1:],
+                    "metric": v.metric, "verdict": str(v.verdict.value)}, 1.0)
+                  for v in done.verdicts])
+    out += _gauge("compare_gate_failed", "1: a case metric regressed or was lost (exit 1)",
+                  [(sides, 1.0 if done.fails_gate() else 0.0)])
+    return "\n".join(out + ["# EOF"]) + "\n"

@@ -1,0 +1,105 @@
+"""The alert rules netbench ships, checked and unit-tested with Prometheus's own promtool,
+and netbench's verdict files read by a real node_exporter's textfile collector, scraped on
+loopback (Debian's prometheus and prometheus-node-exporter; `make test` installs them)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+from conftest import ROOT, netbench
+from prometheus_client.parser import text_string_to_metric_families
+
+RULES = ROOT / "deploy" / "prometheus" / "netbench.rules.yml"
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "netbench.rules.test.yml"
+EXPORTER = "prometheus-node-exporter"
+
+
+def _promtool() -> str:
+    tool = shutil.which("promtool")
+    if tool is None:
+        pytest.skip("needs promtool (apt-get install prometheus; make test installs it)")
+    return tool
+
+
+def test_the_shipped_alert_rules_pass_promtools_check_and_their_unit_tests():
+    tool = _promtool()
+    checked = subprocess.run([tool, "check", "rules", str(RULES)], capture_output=True,
+                             text=True, timeout=60)
+    assert checked.returncode == 0 and "SUCCESS: 5 rules found" in checked.stdout, checked
+    tested = subprocess.run([tool, "test", "rules", str(RULE_TESTS)], capture_output=True,
+                            text=True, timeout=120)
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+
+
+def test_the_rule_tests_fail_a_rule_that_would_not_fire(tmp_path):
+    """The unit tests can fail: a rule whose bound is wrong (a healthy node alerting, a failed
+    one silent) is caught."""
+    tool = _promtool()
+    (tmp_path / "netbench.rules.yml").write_text(
+        RULES.read_text().replace("netbench_healthcheck_healthy == 0",
+                                  "netbench_healthcheck_healthy == 1"))
+    shutil.copy(RULE_TESTS, tmp_path / "netbench.rules.test.yml")
+    tested = subprocess.run([tool, "test", "rules", str(tmp_path / "netbench.rules.test.yml")],
+                            capture_output=True, text=True, timeout=120)
+    assert tested.returncode != 0 and "NetbenchNodeUnhealthy" in tested.stdout + tested.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_node_exporters_textfile_collector_serves_a_failed_checks_verdict(tmp_path):
+    """A real health check that fails (an interface that is not there) and a run's export,
+    written where node_exporter's textfile collector reads, scraped from it on loopback: the
+    verdict series are there as netbench wrote them, and the collector reports no error."""
+    exporter = shutil.which(EXPORTER)
+    if exporter is None:
+        pytest.skip(f"needs {EXPORTER} (apt-get install prometheus-node-exporter)")
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir()
+    spec = tmp_path / "hc.toml"
+    spec.write_text('[suite]\nname = "hc"\n\n[healthcheck]\nnetdevs = ["nbgone0", "lo"]\n\n'
+                    '[[case]]\nbenchmark = "mem.copy"\nmsg_size = "1M"\niterations = 3\n')
+    results = str(tmp_path / "r")
+    check = netbench("healthcheck", str(spec), "--results", results, "--prom",
+                     str(textfiles / "netbench-health.prom"))
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert netbench("export", "--results", results, "-o",
+                    str(textfiles / "netbench.prom")).returncode == 0
+    port = _free_port()
+    proc = subprocess.Popen([exporter, "--collector.disable-defaults", "--collector.textfile",
+                             f"--collector.textfile.directory={textfiles}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        text = ""
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert text, "node_exporter did not answer on loopback"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    healthy = [v for (name, labels), v in samples.items()
+               if name == "netbench_healthcheck_healthy"]
+    assert healthy == [0.0], text[:2000]
+    failed = {dict(labels)["check"]: v for (name, labels), v in samples.items()
+              if name == "netbench_healthcheck_check_ok"}
+    assert failed == {"interface nbgone0": 0.0, "interface lo": 1.0}, failed
+    assert any(name == "netbench_bw" and dict(labels).get("benchmark") == "mem.copy"
+               for name, labels in samples), "the run's figures are served beside the verdict"
+    errors = [v for (name, _), v in samples.items() if name == "node_textfile_scrape_error"]
+    assert errors == [0.0], errors
