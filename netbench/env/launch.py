@@ -12,6 +12,8 @@ import hashlib
 import os
 from dataclasses import dataclass
 
+from netbench.errors import UsageError
+
 # (launcher, rank var, world var, local rank var, ranks-on-this-host var)
 _LAUNCHERS = (
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
@@ -19,6 +21,9 @@ _LAUNCHERS = (
     ("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE"),
     ("mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    # A Kubernetes Indexed Job (what a JobSet is made of) sets the index; the world is the
+    # manifest's (deploy/kubernetes/fabric-sweep.yaml: equal to completions), one rank a pod.
+    ("kubernetes", "JOB_COMPLETION_INDEX", "NETBENCH_WORLD_SIZE", "", ""),
 )
 # Variables that identify one job (the same on all its ranks), in order of preference.
 _JOB_IDS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "OMPI_MCA_orte_ess_jobid",
@@ -53,10 +58,13 @@ def launch_info() -> LaunchInfo | None:
             continue
         try:
             rank_i, world_i = int(rank), int(world)
-            local_i = int(os.environ.get(local_var, "0"))
+            local_i = int(os.environ.get(local_var, "0")) if local_var else 0
         except ValueError:
             continue
-        here = os.environ.get(here_var, "")
+        if world_i > 1 and not 0 <= rank_i < world_i:
+            raise UsageError(f"{rank_var}={rank} is not a rank of {world_var}={world} (ranks "
+                             f"0..{world_i - 1}): the launcher's world and this rank disagree")
+        here = os.environ.get(here_var, "") if here_var else ""
         here_i = int(here) if here.isdigit() else None
         # One task of srun/mpirun is just a process; one torchrun worker is asked for on
         # purpose (e.g. the NCCL path on a one-GPU machine).

@@ -736,18 +736,17 @@ def reached_lines(reached: Sequence[Any], error: str = "") -> list[str]:
 
 
 def health_text(findings: Sequence[Any], acted: str = "", notes: Sequence[str] = ()) -> str:
-    """`netbench healthcheck` (``analysis.health.Finding``): one line a check, PASS, FAIL or
-    N/A (not on this node, and why), then the verdict in one line, as NHC's log says it, and
-    what was done in Slurm."""
-    lines = []
+    """`netbench healthcheck` (``analysis.health.Finding``): the verdict in one line first
+    (NHC's log line; Node Problem Detector's message is stdout's start), then one line a
+    check, PASS, FAIL or N/A (not on this node, and why), and what was done in Slurm."""
+    bad = [f for f in findings if not f.ok]
+    lines = ["netbench healthcheck: " + (
+        "FAIL: " + "; ".join(f"{printable(f.check)}: {printable(f.what)}" for f in bad)
+        if bad else f"PASS ({sum(f.applies for f in findings)} checks)")]
     for f in findings:
         word = "N/A " if not f.applies else ("PASS" if f.ok else "FAIL")
         lines.append(f"  {word}  {printable(f.check)}: {printable(f.what)}")
     lines += [f"note: {printable(n)}" for n in notes]
-    bad = [f for f in findings if not f.ok]
-    lines.append("netbench healthcheck: " + (
-        "FAIL: " + "; ".join(f"{printable(f.check)}: {printable(f.what)}" for f in bad)
-        if bad else f"PASS ({sum(f.applies for f in findings)} checks)"))
     if acted:
         lines.append(f"slurm: {printable(acted)}")
     return "\n".join(lines)
