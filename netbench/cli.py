@@ -388,11 +388,13 @@ def _threshold_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from netbench.analysis.selection import resolve
+    from netbench.analysis.views import soaks_of
     from netbench.report.export import openmetrics
 
-    chosen = resolve(_store(args.results), args.run or args.label)
+    store = _store(args.results)
+    chosen = resolve(store, args.run or args.label)
     text = openmetrics(chosen.rows.astype(object).where(chosen.rows.notna(), None)
-                       .to_dict("records"))
+                       .to_dict("records"), soaks_of(store.runs(), chosen.rows))
     if not args.output or args.output == "-":
         sys.stdout.write(text)
     else:

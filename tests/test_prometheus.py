@@ -4,6 +4,7 @@ loopback (Debian's prometheus and prometheus-node-exporter; `make test` installs
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -30,7 +31,7 @@ def test_the_shipped_alert_rules_pass_promtools_check_and_their_unit_tests():
     tool = _promtool()
     checked = subprocess.run([tool, "check", "rules", str(RULES)], capture_output=True,
                              text=True, timeout=60)
-    assert checked.returncode == 0 and "SUCCESS: 5 rules found" in checked.stdout, checked
+    assert checked.returncode == 0 and "SUCCESS: 6 rules found" in checked.stdout, checked
     tested = subprocess.run([tool, "test", "rules", str(RULE_TESTS)], capture_output=True,
                             text=True, timeout=120)
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
@@ -103,3 +104,26 @@ def test_node_exporters_textfile_collector_serves_a_failed_checks_verdict(tmp_pa
                for name, labels in samples), "the run's figures are served beside the verdict"
     errors = [v for (name, _), v in samples.items() if name == "node_textfile_scrape_error"]
     assert errors == [0.0], errors
+
+
+def test_a_burn_ins_verdict_is_exported_beside_its_figures(tmp_path):
+    """A real soak (tcp.rr against the loopback server, 3 windows): its export carries the
+    burn-in's dips, worst share and link events per case, which NetbenchBurnInDip reads."""
+    results = str(tmp_path / "r")
+    soaked = netbench("soak", "tcp.rr", "--duration", "3s", "--window", "1s", "--results",
+                      results, "--json")
+    assert soaked.returncode in (0, 1), soaked.stderr
+    [case] = [c for c in json.loads(soaked.stdout)["cases"]]
+    text = netbench("export", "--results", results).stdout
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("netbench_soak_dips", "netbench_soak_lowest_share", "netbench_soak_link_events"):
+        [sample] = families[name].samples
+        assert sample.labels["benchmark"] == "tcp.rr" and sample.labels["case"] == "msg_size=64"
+    assert families["netbench_soak_dips"].samples[0].value == len(case["dips"])
+    assert families["netbench_soak_lowest_share"].samples[0].value == pytest.approx(
+        case["lowest"])
+    # A run that is no burn-in exports no soak series.
+    assert netbench("run", "mem.copy", "-p", "msg_size=1M", "-p", "iterations=3",
+                    "--results", str(tmp_path / "plain")).returncode == 0
+    assert "netbench_soak_dips" not in netbench("export", "--results",
+                                                str(tmp_path / "plain")).stdout

@@ -51,8 +51,9 @@ def _stamp(started: Any) -> float:
     return started.timestamp() if hasattr(started, "timestamp") else float("nan")
 
 
-def openmetrics(rows: Iterable[Mapping[str, Any]]) -> str:
-    """The rows of one or more runs as OpenMetrics text, ending with ``# EOF``."""
+def openmetrics(rows: Iterable[Mapping[str, Any]], soaks: Iterable[Any] = ()) -> str:
+    """The rows of one or more runs as OpenMetrics text, ending with ``# EOF``; ``soaks``:
+    their burn-ins judged (``analysis.views.soaks_of``), as verdict series."""
     rows = [dict(r) for r in rows]
     ok = [r for r in rows if r.get("status") == "ok" and r.get("value") is not None
           and not (isinstance(r["value"], float) and math.isnan(r["value"]))]
@@ -109,8 +110,31 @@ def openmetrics(rows: Iterable[Mapping[str, Any]]) -> str:
             labels = _labels({"label": r.get("label"), "host": r.get("host"),
                               "suite": r.get("suite"), "status": status})
             out.append(f"{PREFIX}run_cases{labels} {len(cases.get((run_id, status), ()))}")
+    first = rows[0] if rows else {}
+    out += _soak_series(list(soaks), {"host": first.get("host"), "label": first.get("label")})
     out.append("# EOF")
     return "\n".join(out) + "\n"
+
+
+def _soak_series(soaks: list[Any], where: Mapping[str, Any]) -> list[str]:
+    """A burn-in's verdict: each case's dips (windows under 0.9 of its reference, consecutive
+    ones one dip), its worst window's share of the reference and its link events."""
+    if not soaks:
+        return []
+    keys = [(c.benchmark, c.params) for c in soaks]
+    names = dict(zip(keys, case_names(keys)))
+
+    def labels(c: Any) -> dict[str, Any]:
+        return {**where, "benchmark": c.benchmark,
+                "case": names[(c.benchmark, c.params)][len(c.benchmark) + 1:],
+                "metric": c.metric}
+    out = _gauge("soak_dips", "dips of a burn-in: runs of windows under 0.9 of its "
+                 "reference", [(labels(c), float(len(c.dips))) for c in soaks])
+    out += _gauge("soak_lowest_share", "a burn-in's worst window as a share of its reference",
+                  [(labels(c), float("nan") if c.lowest is None else c.lowest) for c in soaks])
+    out += _gauge("soak_link_events", "carrier changes and link downs in the whole burn-in",
+                  [(labels(c), float(c.link_events)) for c in soaks])
+    return out
 
 
 def _gauge(name: str, help_text: str, samples: Iterable[tuple[Mapping[str, Any], float]]
