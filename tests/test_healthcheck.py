@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_clean_error, netbench
+from conftest import ROOT, assert_clean_error, netbench
 from test_expectations import _ndr_tree
 from test_slurm import slurm_node  # noqa: F401  (the fixture: the cluster, or skip/fail)
 
@@ -51,7 +54,8 @@ def test_a_node_check_judges_ports_and_the_counters_grown_since_the_last_check(t
     (port / "counters").mkdir()
     for name in ("link_downed", "symbol_error"):
         (port / "counters" / name).write_text("0\n")
-    spec = _spec(tmp_path, 'rdma_ports = 1\nrate_gbps = 400\nlink_layer = "InfiniBand"\n'
+    spec = _spec(tmp_path, 'rdma_ports = 1\nrate_gbps = 400\nlink_width = "4X"\n'
+                           'link_layer = "InfiniBand"\n'
                            'since_last = { link_downed = 0, symbol_error = 0 }')
     args = ("healthcheck", str(spec), "--results", str(tmp_path / "r"), "--sysfs-root",
             str(tree))
@@ -67,13 +71,18 @@ def test_a_node_check_judges_ports_and_the_counters_grown_since_the_last_check(t
             "the last check (mlx5_0/1), allowed 0") in second.stdout, second.stdout
     third = netbench(*args, "--json")                # nothing grew since the second
     assert third.returncode == 0 and json.loads(third.stdout)["healthy"] is True
+    (port / "rate").write_text("200 Gb/sec (2X NDR)\n")        # trained on half its lanes
+    narrow = netbench(*args)
+    assert narrow.returncode == 1 and ("mlx5_0 port 1: rate 200 Gb/sec (2X NDR), expected 400 "
+                                       "Gb/sec; mlx5_0 port 1: width 2X (200 Gb/sec (2X NDR)), "
+                                       "expected 4X") in narrow.stdout, narrow.stdout
     (port / "state").write_text("1: DOWN\n")
     down = netbench(*args)
     assert down.returncode == 1
     assert ("FAIL: rdma ports: 0 of 1 RDMA ports active (1 found); mlx5_0 port 1: state DOWN, "
             "expected ACTIVE") in down.stdout, down.stdout
     # Its measurement was stored as a run, as any run is.
-    assert len(list((tmp_path / "r").glob("2*.parquet"))) == 4
+    assert len(list((tmp_path / "r").glob("2*.parquet"))) == 5
 
 
 @pytest.fixture
@@ -137,7 +146,7 @@ def test_without_scontrol_a_failing_check_says_so_drains_nothing_and_keeps_its_c
         tmp_path):
     spec = _spec(tmp_path, 'netdevs = ["no-such-nic0"]')
     env = {**os.environ, "PATH": str(Path(os.__file__).parent)}     # no scontrol on it
-    done = subprocess.run([str(Path(os.sys.executable)), "-m", "netbench", "healthcheck",
+    done = subprocess.run([sys.executable, "-m", "netbench", "healthcheck",
                            str(spec), "--results", str(tmp_path / "r"), "--drain"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -166,3 +175,27 @@ def test_an_unreadable_state_file_is_said_and_the_counters_recorded_afresh(tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
     assert "_healthcheck_counters.json: unreadable" in done.stdout
     assert json.loads((results / "_healthcheck_counters.json").read_text())["counters"]
+
+
+def test_with_the_controller_down_a_failing_check_says_so_and_drains_nothing(tmp_path):
+    """slurm.conf pointing scontrol at a controller port nothing listens on (the controller
+    down, as scontrol sees it): the check's own failure and exit code stand, bounded."""
+    conf = Path("/etc/slurm/slurm.conf")
+    if not shutil.which("scontrol") or not conf.is_file():
+        pytest.skip("needs scontrol and a slurm.conf (make slurm)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]       # closed again when the check runs
+    text = "\n".join(line for line in conf.read_text().splitlines()
+                     if not line.startswith("SlurmctldPort"))
+    (tmp_path / "slurm.conf").write_text(f"{text}\nSlurmctldPort={dead}\n")
+    spec = _spec(tmp_path, 'netdevs = ["no-such-nic0"]')
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "netbench", "healthcheck", str(spec),
+                           "--results", str(tmp_path / "r"), "--drain"], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "SLURM_CONF": str(tmp_path / "slurm.conf")})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Unable to contact slurm controller" in done.stdout and "nothing drained" \
+        in done.stdout, done.stdout
+    assert time.monotonic() - started < 60

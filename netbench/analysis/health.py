@@ -10,6 +10,7 @@ table::
     [healthcheck]
     rdma_ports = 8                 # ACTIVE RDMA ports this node must show, at least
     rate_gbps = 400                # each at this rate (sysfs: "400 Gb/sec (4X NDR)")
+    link_width = "4X"              # and this many lanes (a port trained on fewer: "2X")
     link_layer = "InfiniBand"
     gpu_count = 8                  # GPUs the node must show
     netdevs = ["eth0"]             # interfaces that must be up
@@ -24,6 +25,7 @@ above names, so a device gone after a driver update fails there. The outcome is 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +37,8 @@ from netbench.fingerprint import Fingerprint
 from netbench.textfile import load_toml
 
 DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "suites" / "healthcheck.toml"
-KEYS = {"rdma_ports": int, "rate_gbps": float, "link_layer": str, "gpu_count": int,
+KEYS = {"rdma_ports": int, "rate_gbps": float, "link_width": str, "link_layer": str,
+        "gpu_count": int,
         "netdevs": list, "since_last": dict}
 
 
@@ -51,6 +54,7 @@ class Finding:
 class HealthSpec:
     rdma_ports: int | None = None
     rate_gbps: float | None = None
+    link_width: str | None = None
     link_layer: str | None = None
     gpu_count: int | None = None
     netdevs: tuple[str, ...] = ()
@@ -94,7 +98,8 @@ def judge_node(spec: HealthSpec, env: Mapping[str, Any]) -> list[Finding]:
     out = []
     # A soft-RoCE or siw device beside the NICs is no port the node's hardware must show.
     ports = [(d, p) for d in fp.rdma_devices if not d.emulated for p in d.ports]
-    if spec.rdma_ports is not None or spec.rate_gbps is not None or spec.link_layer:
+    if (spec.rdma_ports is not None or spec.rate_gbps is not None or spec.link_layer
+            or spec.link_width):
         bad = []
         for dev, port in ports:
             where = f"{dev.name} port {port.port}"
@@ -105,6 +110,10 @@ def judge_node(spec: HealthSpec, env: Mapping[str, Any]) -> list[Finding]:
             if spec.rate_gbps is not None and rate != spec.rate_gbps:
                 bad.append(f"{where}: rate {port.rate or 'unreadable'}, expected "
                            f"{spec.rate_gbps:g} Gb/sec")
+            width = re.search(r"\((\d+X)\b", port.rate or "")
+            if spec.link_width and (width.group(1) if width else None) != spec.link_width.upper():
+                bad.append(f"{where}: width {width.group(1) if width else 'unreadable'} "
+                           f"({port.rate}), expected {spec.link_width.upper()}")
             if spec.link_layer and str(port.link_layer or "").lower() != spec.link_layer.lower():
                 bad.append(f"{where}: link layer {port.link_layer}, expected {spec.link_layer}")
         active = sum(1 for _, p in ports if "ACTIVE" in str(p.state or "").upper())
