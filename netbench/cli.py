@@ -140,9 +140,7 @@ def _again(args: argparse.Namespace, run_id: str) -> str:
 
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from netbench.analysis import accept, health
+    from netbench.analysis import health
     from netbench.env import counters, slurmnode
     from netbench.fingerprint import Fingerprint
     from netbench.report import console, export, formats
@@ -151,28 +149,46 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 
     spec_path = args.spec or str(health.DEFAULT_SPEC)
     spec = health.load_spec(spec_path)
-    checks = (accept.load_spec(spec_path, registry.catalog(), registry.metric_units())
-              if spec.checks else None)
     env = session.run_env(args.sysfs_root, None)
-    plan = session.per_device(session.plan_target(spec_path, [], args.timeout), env)
-    store = _store(args.results)
-    result = session.measure(plan, store, env, None, label=args.label, peer=None,
-                             events=console.Reporter(open(os.devnull, "w")))
-    outcomes = accept.evaluate(checks, pd.DataFrame(result.rows), None, accept.read_counters(
-        store, [result.run_id])) if checks else []
     previous, note = healthstate.read(args.results)
     now = counters.snapshot(args.sysfs_root or "/sys").values
-    findings = (health.judge_node(spec, env) + health.judge_counters(spec, previous, now)
-                + health.judge_checks(outcomes))
-    healthstate.write(args.results, now)
+    findings = health.judge_node(spec, env) + health.judge_counters(spec, previous, now)
+    if health.keeps_counters(findings):
+        healthstate.write(args.results, now)
+    notes = [note] if note else []
+    if health.failed(findings):     # its verdict is known: act now (HealthCheckProgram: 60 s)
+        notes.append("not measured: the node fails what it must show already")
+    else:
+        findings += _health_measured(args, spec_path, spec, env, notes)
     acted = slurmnode.act(args.node, bool(health.failed(findings)),
                           health.reason(findings)) if args.drain else ""
-    notes = [n for n in (note, f"stored run {result.run_id} in {result.path}") if n]
     if args.prom:
         _write_prom(args.prom, export.health_metrics(findings, Fingerprint(env).host, time.time()))
     print(formats.health_json(findings, acted, notes) if args.json
           else console.health_text(findings, acted, notes))
     return 1 if health.failed(findings) else 0
+
+
+def _health_measured(args: argparse.Namespace, spec_path: str, spec: Any, env: Any,
+                     notes: list[str]) -> list[Any]:
+    """A node check's measurement (each case once per NIC or GPU), judged by its checks."""
+    import pandas as pd
+
+    from netbench.analysis import accept, health
+    from netbench.report import console
+    from netbench.run import session
+
+    plan = session.per_device(session.plan_target(spec_path, [], args.timeout), env)
+    store = _store(args.results)
+    result = session.measure(plan, store, env, None, label=args.label, peer=None,
+                             events=console.Reporter(open(os.devnull, "w")))
+    notes.append(f"stored run {result.run_id} in {result.path}")
+    if not spec.checks:
+        return []
+    checks = accept.load_spec(spec_path, registry.catalog(), registry.metric_units())
+    outcomes = accept.evaluate(checks, pd.DataFrame(result.rows), None,
+                               accept.read_counters(store, [result.run_id]))
+    return health.judge_checks(spec, outcomes, result.rows)
 
 
 def cmd_soak(args: argparse.Namespace) -> int:
@@ -236,7 +252,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 2
     print(formats.compare_json(done) if args.json else console.compare_text(done, args.all))
     if args.prom:
-        _write_prom(args.prom, export.compare_metrics(done))
+        _write_prom(args.prom, export.compare_metrics(done, args.allow_lost))
     if done.fails_gate(args.allow_lost):
         return 1
     if args.fail_on_noisy and cmp.undecided(done.verdicts):

@@ -69,8 +69,24 @@ def test_a_node_check_judges_ports_and_the_counters_grown_since_the_last_check(t
     assert second.returncode == 1, second.stdout
     assert ("netbench healthcheck: FAIL: counters since the last check: link_downed +2 since "
             "the last check (mlx5_0/1), allowed 0") in second.stdout, second.stdout
-    third = netbench(*args, "--json")                # nothing grew since the second
-    assert third.returncode == 0 and json.loads(third.stdout)["healthy"] is True
+    # It keeps failing until someone looks (the grown counters are not the new reference),
+    # and the node is not measured meanwhile: its verdict is known.
+    third = netbench(*args, "--json")
+    assert third.returncode == 1 and json.loads(third.stdout)["healthy"] is False
+    assert "not measured: the node fails what it must show already" in third.stdout
+    (tmp_path / "r" / "_healthcheck_counters.json").unlink()      # looked at: start afresh
+    assert netbench(*args).returncode == 0
+    # A driver reload resets the counters: what they read now grew since, from 0.
+    assert netbench(*args).returncode == 0
+    (port / "counters" / "link_downed").write_text("1\n")
+    assert netbench(*args).returncode == 1
+    (tmp_path / "r" / "_healthcheck_counters.json").write_text(json.dumps(
+        {"counters": {"rdma/mlx5_0/1/link_downed": 9, "rdma/mlx5_0/1/symbol_error": 0}}))
+    reset = netbench(*args)
+    assert reset.returncode == 1 and "link_downed +1 since the last check" in reset.stdout \
+        and "1 counter(s) reset since: counted from 0" in reset.stdout, reset.stdout
+    (tmp_path / "r" / "_healthcheck_counters.json").unlink()
+    assert netbench(*args).returncode == 0
     (port / "rate").write_text("200 Gb/sec (2X NDR)\n")        # trained on half its lanes
     narrow = netbench(*args)
     assert narrow.returncode == 1 and ("mlx5_0 port 1: rate 200 Gb/sec (2X NDR), expected 400 "
@@ -81,8 +97,8 @@ def test_a_node_check_judges_ports_and_the_counters_grown_since_the_last_check(t
     assert down.returncode == 1
     assert ("FAIL: rdma ports: 0 of 1 RDMA ports active (1 found); mlx5_0 port 1: state DOWN, "
             "expected ACTIVE") in down.stdout, down.stdout
-    # Its measurement was stored as a run, as any run is.
-    assert len(list((tmp_path / "r").glob("2*.parquet"))) == 5
+    # Each measurement was stored as a run, as any run is.
+    assert len(list((tmp_path / "r").glob("2*.parquet"))) >= 4
 
 
 @pytest.fixture
@@ -126,12 +142,12 @@ def test_in_a_real_slurm_a_failing_check_drains_its_node_and_an_admins_drain_sta
         kept = netbench("healthcheck", str(passing), "--results", results, "--drain",
                         "--node", slurm_node)
         assert kept.returncode == 0
-        assert (f"slurm: {slurm_node} stays drained (admin: memory test: not netbench's)"
+        assert (f"slurm: {slurm_node} stays IDLE+DRAIN (admin: memory test: not netbench's)"
                 in kept.stdout), kept.stdout
         again = netbench("healthcheck", str(failing), "--results", results, "--drain",
                          "--node", slurm_node)
-        assert again.returncode == 1 and "is drained already (admin: memory test)" \
-            in again.stdout, again.stdout
+        assert again.returncode == 1 and "is IDLE+DRAIN already (admin: memory test): left " \
+            "as it is" in again.stdout, again.stdout
         assert _node(slurm_node)[1] == "admin: memory test"
         unknown = netbench("healthcheck", str(failing), "--results", results, "--drain",
                            "--node", "no-such-node")
@@ -157,7 +173,7 @@ def test_without_scontrol_a_failing_check_says_so_drains_nothing_and_keeps_its_c
 
 @pytest.mark.parametrize("expect, needle", [
     ("gpu_count = 0", "[healthcheck] gpu_count = 0: a positive number"),
-    ("rate = 400", "[healthcheck] unknown key 'rate'; accepted: rdma_ports, rate_gbps"),
+    ("rate = 400", "[healthcheck] unknown key 'rate'; accepted: rdma_names, rdma_ports"),
     ('since_last = { link_downed = -1 }', "[healthcheck] since_last: counter name = the growth"),
     ('netdevs = "eth0"', "[healthcheck] netdevs = 'eth0': a list")])
 def test_a_bad_healthcheck_table_is_refused_naming_the_file_and_key(tmp_path, expect, needle):
@@ -199,3 +215,103 @@ def test_with_the_controller_down_a_failing_check_says_so_and_drains_nothing(tmp
     assert "Unable to contact slurm controller" in done.stdout and "nothing drained" \
         in done.stdout, done.stdout
     assert time.monotonic() - started < 60
+
+
+def test_a_failed_case_fails_its_check_and_a_required_benchmark_skipped_fails(tmp_path):
+    """One case of two failing (a timeout) fails the check though the other measured; a
+    benchmark the node must run (must_run) skipped for want of its hardware fails, where
+    otherwise it would not apply."""
+    spec = tmp_path / "mixed.toml"
+    spec.write_text('[suite]\nname = "hc"\n\n[healthcheck]\nmust_run = ["gpu.h2d"]\n\n'
+                    '[[case]]\nbenchmark = "mem.copy"\nmsg_size = ["1M", "256M"]\n'
+                    'iterations = 3\ntimeout = 0.05\n\n'
+                    '[[case]]\nbenchmark = "gpu.h2d"\nmsg_size = "1M"\n\n'
+                    '[[check]]\nname = "copies"\nbenchmark = "mem.copy"\nmetric = "bw"\n'
+                    'min = 0.001\n\n[[check]]\nname = "gpu copies"\nbenchmark = "gpu.h2d"\n'
+                    'metric = "bw"\nmin = 0.001\n')
+    done = netbench("healthcheck", str(spec), "--results", str(tmp_path / "r"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("  FAIL  copies: ") and "case(s) failed" in line
+               for line in lines), done.stdout
+    assert any(line.startswith("  FAIL  gpu copies: skipped, and this node must run gpu.h2d")
+               for line in lines), done.stdout
+
+
+def test_check_names_given_twice_are_refused(tmp_path):
+    spec = _spec(tmp_path, "")
+    spec.write_text(spec.read_text() + spec.read_text().split("\n\n", 3)[-1])
+    assert_clean_error(netbench("healthcheck", str(spec), "--results", str(tmp_path / "r")),
+                       "[[check]] name 'host memory copies' is given twice")
+
+
+FAKE_SCONTROL = """#!/bin/sh
+# A stand-in scontrol: a node in the state the test sets, every update logged.
+if [ "$1" = show ]; then
+  printf 'NodeName=%s Arch=x86_64 State=%s ThreadsPerCore=1 ' "$3" "$FAKE_STATE"
+  echo "Reason=$FAKE_REASON [root@2026-12-06T07:00:00] Comment=(null)"
+else
+  echo "$@" >> "$FAKE_LOG"
+fi
+"""
+
+
+@pytest.mark.parametrize("state, reason, failing, want", [
+    ("DOWN+DRAIN", "netbench: link down", False, "stays DOWN+DRAIN"),   # no RESUME of a DOWN
+    ("DOWN", "admin: PSU", True, "is DOWN already (admin: PSU): left as it is"),
+    ("IDLE+DRAIN+MAINT", "netbench: x", False, "stays IDLE+DRAIN+MAINT"),
+    ("IDLE+DRAIN", "netbench: link down", False, "resumed n1"),
+    ("MIXED", "", True, "drained n1: netbench: interface")])
+def test_a_check_acts_only_on_a_node_in_service_and_never_on_an_admins_state(
+        tmp_path, state, reason, failing, want):
+    """scontrol stood in by a script (the real one would change this machine's node): a
+    DOWN, FAILed or MAINT node, or one with an admin's reason, is never resumed nor drained
+    over; only a node netbench drained, in service, is resumed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
+    (bin_dir / "scontrol").chmod(0o755)
+    log = tmp_path / "updates.log"
+    spec = _spec(tmp_path, f'netdevs = ["{"no-such-nic0" if failing else "lo"}"]')
+    done = subprocess.run([sys.executable, "-m", "netbench", "healthcheck", str(spec),
+                           "--results", str(tmp_path / "r"), "--drain", "--node", "n1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                               "FAKE_STATE": state, "FAKE_REASON": reason,
+                               "FAKE_LOG": str(log)})
+    assert done.returncode == (1 if failing else 0), done.stdout + done.stderr
+    assert want in done.stdout, done.stdout
+    updates = log.read_text() if log.exists() else ""
+    acted = want.startswith(("resumed", "drained"))
+    assert bool(updates) == acted, updates
+    if want.startswith("resumed"):
+        assert updates.strip() == "update NodeName=n1 State=RESUME"
+
+
+def test_a_host_list_for_a_node_is_refused_and_nothing_is_done(tmp_path):
+    spec = _spec(tmp_path, 'netdevs = ["lo"]')
+    done = netbench("healthcheck", str(spec), "--results", str(tmp_path / "r"), "--drain",
+                    "--node", "n[01-64]")
+    assert done.returncode == 0 and "node name 'n[01-64]': one node's name" in done.stdout \
+        and "nothing resumed" in done.stdout, done.stdout
+
+
+def test_only_the_named_rdma_devices_are_judged(tmp_path):
+    """A front-end NIC beside the fabric's (here the NDR port judged, an uncabled second port
+    of another device left out by rdma_names)."""
+    tree = _ndr_tree(tmp_path)
+    other = tree / "devices/pci0000:00/0000:00:07.0/infiniband/mlx5_9"
+    (other / "ports" / "1").mkdir(parents=True)
+    for name, text in {"rate": "25 Gb/sec (1X EDR)", "link_layer": "Ethernet",
+                       "state": "1: DOWN", "phys_state": "3: Disabled"}.items():
+        (other / "ports" / "1" / name).write_text(text + "\n")
+    (tree / "class" / "infiniband" / "mlx5_9").symlink_to(
+        "../../devices/pci0000:00/0000:00:07.0/infiniband/mlx5_9")
+    every = _spec(tmp_path, 'rdma_ports = 1\nrate_gbps = 400', "every.toml")
+    named = _spec(tmp_path, 'rdma_names = ["mlx5_0"]\nrdma_ports = 1\nrate_gbps = 400',
+                  "named.toml")
+    args = ("--results", str(tmp_path / "r"), "--sysfs-root", str(tree))
+    judged_all = netbench("healthcheck", str(every), *args)
+    assert judged_all.returncode == 1 and "mlx5_9 port 1: state DOWN" in judged_all.stdout
+    judged_named = netbench("healthcheck", str(named), *args)
+    assert judged_named.returncode == 0, judged_named.stdout

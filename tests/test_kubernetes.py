@@ -124,6 +124,22 @@ def test_an_index_beyond_the_world_is_refused_on_that_rank(tmp_path):
     env = {**INDEXED_JOB, "JOB_COMPLETION_INDEX": "5", "MASTER_PORT": str(port)}
     [(code, out, err)] = _finish([_rank(5, 3, port, [*STREAM, "--results", str(tmp_path)],
                                         "netbench-fabric-5", launcher=env)], timeout=60)
-    assert code == 2 and "JOB_COMPLETION_INDEX=5" in err and "NETBENCH_WORLD_SIZE=3" in err, err
+    assert code == 2 and "rank 5 is outside the world of 3 (ranks 0..2)" in err, err
     assert "Traceback" not in err
     assert not list(Path(tmp_path).glob("2*.parquet"))
+
+
+def test_a_rendezvous_name_not_yet_published_is_asked_again_until_the_join_timeout():
+    """Pod 0's name under a headless Service resolves once the pod is up: a rank asks again
+    for up to --join-timeout, then says what it waited for."""
+    import time
+
+    from netbench.errors import UsageError
+    from netbench.sweep.fabric import local_address
+
+    started = time.monotonic()
+    with pytest.raises(UsageError, match=r"cannot resolve the rendezvous "
+                                         r"netbench-fabric-0\.invalid \(waited 2 s\)"):
+        local_address("netbench-fabric-0.invalid", 2.0)
+    assert 1.9 <= time.monotonic() - started < 10
+    assert local_address("127.0.0.1", 2.0) == "127.0.0.1"

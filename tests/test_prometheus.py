@@ -72,6 +72,8 @@ def test_node_exporters_textfile_collector_serves_a_failed_checks_verdict(tmp_pa
     check = netbench("healthcheck", str(spec), "--results", results, "--prom",
                      str(textfiles / "netbench-health.prom"))
     assert check.returncode == 1, check.stdout + check.stderr
+    assert netbench("run", "mem.copy", "-p", "msg_size=1M", "-p", "iterations=3",
+                    "--results", results).returncode == 0
     assert netbench("export", "--results", results, "-o",
                     str(textfiles / "netbench.prom")).returncode == 0
     port = _free_port()
@@ -127,3 +129,30 @@ def test_a_burn_ins_verdict_is_exported_beside_its_figures(tmp_path):
                     "--results", str(tmp_path / "plain")).returncode == 0
     assert "netbench_soak_dips" not in netbench("export", "--results",
                                                 str(tmp_path / "plain")).stdout
+
+
+def test_compare_prom_says_the_gate_as_the_exit_code_does(h200_results, tmp_path):
+    """A case measured before and gone now: lost, the gate failed (exit 1); with --allow-lost
+    the exit is 0 and so is netbench_compare_gate_failed."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = next(h200_results.glob("2*d85820a297fd.parquet"))
+    table = pq.read_table(path)
+    rows = [r for r in table.to_pylist() if r["benchmark"] != "mem.copy"]
+    later = tmp_path / "later"
+    later.mkdir()
+    for r in rows:
+        r["run_id"], r["started_at"] = "ab12cd34ef56", pd.Timestamp("2026-12-01", tz="UTC")
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema),
+                   later / "20261201T000000-ab12cd34ef56.parquet")
+    out = tmp_path / "cmp.prom"
+    for flags, code, gate in (((), 1, 1.0), (("--allow-lost",), 0, 0.0)):
+        done = netbench("compare", str(h200_results), str(later), *flags, "--prom", str(out))
+        assert done.returncode == code, done.stdout + done.stderr
+        families = {f.name: f for f in text_string_to_metric_families(out.read_text())}
+        assert families["netbench_compare_gate_failed"].samples[0].value == gate
+        lost = [s for s in families["netbench_compare_verdict"].samples
+                if s.labels["verdict"] == "lost"]
+        assert lost and {s.labels["benchmark"] for s in lost} == {"mem.copy"}

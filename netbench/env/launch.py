@@ -12,8 +12,6 @@ import hashlib
 import os
 from dataclasses import dataclass
 
-from netbench.errors import UsageError
-
 # (launcher, rank var, world var, local rank var, ranks-on-this-host var)
 _LAUNCHERS = (
     ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
@@ -61,9 +59,6 @@ def launch_info() -> LaunchInfo | None:
             local_i = int(os.environ.get(local_var, "0")) if local_var else 0
         except ValueError:
             continue
-        if world_i > 1 and not 0 <= rank_i < world_i:
-            raise UsageError(f"{rank_var}={rank} is not a rank of {world_var}={world} (ranks "
-                             f"0..{world_i - 1}): the launcher's world and this rank disagree")
         here = os.environ.get(here_var, "") if here_var else ""
         here_i = int(here) if here.isdigit() else None
         # One task of srun/mpirun is just a process; one torchrun worker is asked for on

@@ -11,6 +11,7 @@ says it and drains nothing.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -18,6 +19,12 @@ from dataclasses import dataclass
 TIMEOUT = 15.0                     # seconds a scontrol call may take
 PREFIX = "netbench:"               # the reason of a node netbench drained
 MAX_REASON = 250                   # characters of a reason (scontrol keeps what it is given)
+SERVING = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}        # base states a check may act on
+HELD = {"DOWN", "FAIL", "FAILING", "MAINT", "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERED_DOWN",
+        "POWERING_DOWN", "POWER_DOWN", "NOT_RESPONDING", "RESERVED_FOR_MAINT"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# "Reason=text [user@2026-12-06T07:18:37]", then possibly more fields (Comment=, Extra=).
+_REASON = re.compile(r" Reason=(.*?) \[[^\]@]*@[^\]]*\]")
 
 
 class SlurmError(Exception):
@@ -38,6 +45,13 @@ class NodeState:
     def drained_by_us(self) -> bool:
         return self.drained and self.reason.startswith(PREFIX)
 
+    @property
+    def in_service(self) -> bool:
+        """Up and scheduling but for a drain: not DOWN, FAIL, MAINT, REBOOT, powered down or
+        unknown (an admin's or Slurm's own state, which a health check never changes)."""
+        parts = self.state.upper().replace("*", "").split("+")
+        return parts[0] in SERVING and not set(parts[1:]) & HELD
+
 
 def _scontrol(*args: str) -> str:
     tool = shutil.which("scontrol")
@@ -57,12 +71,15 @@ def _scontrol(*args: str) -> str:
 
 def node_state(name: str) -> NodeState:
     """``scontrol show node NAME``: its state and reason."""
+    if not _NAME.fullmatch(name):
+        raise SlurmError(f"node name {name!r}: one node's name (letters, digits, '.', '_', "
+                         "'-'), not a host list")
     text = _scontrol("show", "node", name, "--oneliner")
-    fields, reason = {}, ""
+    fields = {}
     line = text.strip().splitlines()[0] if text.strip() else ""
-    head, _, tail = line.partition(" Reason=")
-    if tail:                       # the reason runs to the end: "text [user@time]"
-        reason = tail.rsplit(" [", 1)[0] if tail.endswith("]") else tail
+    found = _REASON.search(line)
+    head = line[:found.start()] if found else line.partition(" Reason=")[0]
+    reason = found.group(1) if found else line.partition(" Reason=")[2]
     for part in head.split():
         key, _, value = part.partition("=")
         fields[key] = value
@@ -75,8 +92,9 @@ def drain(name: str, why: str) -> str:
     """Drain ``name`` with ``netbench: why`` (a node already draining for another reason is
     left as the admin set it); returns what was done, in words."""
     now = node_state(name)
-    if now.drained and not now.drained_by_us:
-        return f"{name} is drained already ({now.reason or 'no reason'}): left as it is"
+    if now.reason and not now.reason.startswith(PREFIX) or not now.in_service:
+        return (f"{name} is {now.state} already ({now.reason or 'no reason'}): left as it "
+                "is")
     reason = f"{PREFIX} {' '.join(why.split())}"[:MAX_REASON]
     _scontrol("update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
     return f"drained {name}: {reason}"
@@ -85,10 +103,10 @@ def drain(name: str, why: str) -> str:
 def resume(name: str) -> str:
     """Resume ``name`` where netbench drained it; any other state is not touched."""
     now = node_state(name)
-    if not now.drained:
+    if not now.drained and now.in_service:
         return ""
-    if not now.drained_by_us:
-        return f"{name} stays drained ({now.reason or 'no reason'}: not netbench's)"
+    if not now.drained_by_us or not now.in_service:
+        return f"{name} stays {now.state} ({now.reason or 'no reason'}: not netbench's)"
     _scontrol("update", f"NodeName={name}", "State=RESUME")
     return f"resumed {name} (netbench had drained it: {now.reason})"
 
@@ -109,4 +127,4 @@ def act(node: str | None, failed: bool, why: str) -> str:
     try:
         return drain(node, why) if failed else (resume(node) or f"{node} left as it is")
     except SlurmError as exc:
-        return f"{exc}: nothing drained"
+        return f"{exc}: " + ("nothing drained" if failed else "nothing resumed")

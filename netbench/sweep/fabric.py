@@ -74,16 +74,25 @@ class SweepResult:
     facts: dict[str, Any] = field(default_factory=dict)         # rank 0's netbench_fabric
 
 
-def local_address(toward: str) -> str:
+def local_address(toward: str, wait: float = 0.0) -> str:
     """The address this host uses to reach ``toward`` (no packet is sent): the fabric
-    address to serve on when none is given."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((toward, 9))
-            return str(s.getsockname()[0])
-    except OSError as exc:
-        raise UsageError(f"cannot find this host's address toward the rendezvous {toward}: "
-                         f"{exc.strerror or exc}; give --bind ADDR") from None
+    address to serve on when none is given. A name that does not resolve yet is asked again
+    for up to ``wait`` seconds (a Kubernetes headless Service publishes a pod's name as the
+    pod comes up)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((toward, 9))
+                return str(s.getsockname()[0])
+        except socket.gaierror as exc:
+            if time.monotonic() >= deadline:
+                raise UsageError(f"cannot resolve the rendezvous {toward} (waited {wait:g} "
+                                 f"s): {exc.strerror or exc}; give --bind ADDR") from None
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        except OSError as exc:
+            raise UsageError(f"cannot find this host's address toward the rendezvous {toward}: "
+                             f"{exc.strerror or exc}; give --bind ADDR") from None
 
 
 def name_endpoints(joined: Sequence[Endpoint]) -> list[Endpoint]:
@@ -478,7 +487,7 @@ def sweep(plan: Plan, env: Mapping[str, Any], launched: Any, store: Store, optio
                 "node of SLURM_STEP_NODELIST")
         meet_host, meet_port, source = found
     say(f"rendezvous at {meet_host}:{meet_port} ({source})")
-    addr = bind or local_address(meet_host)
+    addr = bind or local_address(meet_host, options.join_timeout)
     # The far ends' per-request log lines are `netbench serve`'s; here they would interleave
     # with the sweep's own (a library imported later may have set up the root logger).
     logging.getLogger("netbench.serve").setLevel(logging.WARNING)
