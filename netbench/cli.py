@@ -150,16 +150,17 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     spec_path = args.spec or str(health.DEFAULT_SPEC)
     spec = health.load_spec(spec_path)
     env = session.run_env(args.sysfs_root, None)
-    previous, note = healthstate.read(args.results)
-    now = counters.snapshot(args.sysfs_root or "/sys").values
-    findings = health.judge_node(spec, env) + health.judge_counters(spec, previous, now)
-    if health.keeps_counters(findings):
-        healthstate.write(args.results, now)
-    notes = [note] if note else []
-    if health.failed(findings):     # its verdict is known: act now (HealthCheckProgram: 60 s)
-        notes.append("not measured: the node fails what it must show already")
-    else:
-        findings += _health_measured(args, spec_path, spec, env, notes)
+    with healthstate.exclusive(args.results):       # one check of a node at a time
+        previous, note = healthstate.read(args.results)
+        now = counters.snapshot(args.sysfs_root or "/sys").values
+        findings = health.judge_node(spec, env) + health.judge_counters(spec, previous, now)
+        if health.keeps_counters(findings):
+            healthstate.write(args.results, now)
+        notes = [note] if note else []
+        if health.failed(findings):     # the verdict is known: act now (HealthCheckProgram: 60 s)
+            notes.append("not measured: the node fails what it must show already")
+        elif spec.cases:
+            findings += _health_measured(args, spec_path, spec, env, notes)
     acted = slurmnode.act(args.node, bool(health.failed(findings)),
                           health.reason(findings)) if args.drain else ""
     if args.prom:

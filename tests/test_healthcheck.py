@@ -315,3 +315,25 @@ def test_only_the_named_rdma_devices_are_judged(tmp_path):
     assert judged_all.returncode == 1 and "mlx5_9 port 1: state DOWN" in judged_all.stdout
     judged_named = netbench("healthcheck", str(named), *args)
     assert judged_named.returncode == 0, judged_named.stdout
+
+
+def test_a_second_check_waits_for_the_first_and_a_spec_may_measure_nothing(tmp_path):
+    """Two checks of one node (HealthCheckProgram and a prolog) never measure at once: one
+    holding the lock keeps the next waiting until it lets go. A spec of [healthcheck] alone
+    judges the node and measures nothing."""
+    import fcntl
+    import threading
+
+    results = tmp_path / "r"
+    results.mkdir()
+    spec = tmp_path / "node.toml"
+    spec.write_text('[healthcheck]\nnetdevs = ["lo"]\n')
+    fd = os.open(results / "_healthcheck.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    threading.Timer(1.5, os.close, (fd,)).start()
+    started = time.monotonic()
+    done = netbench("healthcheck", str(spec), "--results", str(results))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - started >= 1.4
+    assert "netbench healthcheck: PASS (1 checks)" in done.stdout
+    assert not list(results.glob("2*.parquet"))

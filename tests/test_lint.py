@@ -293,8 +293,8 @@ def test_api_is_only_the_contract():
 # the one place that runs a measurement and judges it: probe, run, accept, counters, Slurm);
 # 760: --prom on healthcheck and compare (their verdicts for node_exporter, written as export's);
 # 762: export carries a burn-in's verdict; 778: healthcheck judges the node before it measures (its
-# measurement a function apart), compare --prom honours --allow-lost.
-CLI_LINES = 778
+# measurement a function apart), compare --prom honours --allow-lost; 779: one check at a time.
+CLI_LINES = 779
 CLI_FUNCTION_LINES = 40
 
 

@@ -69,6 +69,7 @@ class HealthSpec:
     must_run: tuple[str, ...] = ()
     since_last: Mapping[str, int] = field(default_factory=dict)
     checks: bool = False          # the suite has [[check]]s on what it measures
+    cases: bool = True            # ... and [[case]]s to measure (none: the node alone)
 
 
 def load_spec(path: str | Path) -> HealthSpec:
@@ -102,7 +103,7 @@ def load_spec(path: str | Path) -> HealthSpec:
     if twice := sorted({n for n in names if n and names.count(n) > 1}):
         raise UsageError(f"{path}: [[check]] name {twice[0]!r} is given twice: each check's "
                          "verdict is a series of its own (netbench_healthcheck_check_ok)")
-    return HealthSpec(**out, checks=bool(data.get("check")))
+    return HealthSpec(**out, checks=bool(data.get("check")), cases=bool(data.get("case")))
 
 
 def judge_node(spec: HealthSpec, env: Mapping[str, Any]) -> list[Finding]:
