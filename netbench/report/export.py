@@ -51,19 +51,24 @@ def _stamp(started: Any) -> float:
     return started.timestamp() if hasattr(started, "timestamp") else float("nan")
 
 
+def _case_texts(keys: list[tuple[Any, Any]]) -> dict[tuple[Any, Any], str]:
+    """Each (benchmark, params) case's ``case`` label: the params that name it among these
+    (``analysis.cases.case_names`` without the benchmark, which is a label of its own)."""
+    return {key: name[len(str(key[0])) + 1:] for key, name in zip(keys, case_names(keys))}
+
+
 def openmetrics(rows: Iterable[Mapping[str, Any]], soaks: Iterable[Any] = ()) -> str:
     """The rows of one or more runs as OpenMetrics text, ending with ``# EOF``; ``soaks``:
     their burn-ins judged (``analysis.views.soaks_of``), as verdict series."""
     rows = [dict(r) for r in rows]
     ok = [r for r in rows if r.get("status") == "ok" and r.get("value") is not None
           and not (isinstance(r["value"], float) and math.isnan(r["value"]))]
-    names = dict(zip([(r["benchmark"], r["params"]) for r in ok],
-                     case_names([(r["benchmark"], r["params"]) for r in ok])))
+    names = _case_texts([(r["benchmark"], r["params"]) for r in ok])
     series: dict[str, dict[tuple[tuple[str, str], ...], list[float]]] = {}
     helps: dict[str, set[str]] = {}
     for r in ok:
         family = metric_name(str(r["metric"]))
-        case = names[(r["benchmark"], r["params"])][len(str(r["benchmark"])) + 1:]
+        case = names[(r["benchmark"], r["params"])]
         # One unit per family: mem.copy's bw_peak in GB/s and a stream's in Gbit/s would
         # otherwise share a gauge that sum() and max() add up as if alike.
         value, unit = canonical(float(r["value"]), str(r.get("unit") or ""))
@@ -130,12 +135,10 @@ def _soak_series(soaks: list[Any], where: Mapping[str, Any]) -> list[str]:
                             and c.timeline[-1][0] > held.timeline[-1][0]):
             newest[key] = c
     soaks = list(newest.values())
-    keys = [(c.benchmark, c.params) for c in soaks]
-    names = dict(zip(keys, case_names(keys)))
+    names = _case_texts([(c.benchmark, c.params) for c in soaks])
 
     def labels(c: Any) -> dict[str, Any]:
-        return {**where, "benchmark": c.benchmark,
-                "case": names[(c.benchmark, c.params)][len(c.benchmark) + 1:],
+        return {**where, "benchmark": c.benchmark, "case": names[(c.benchmark, c.params)],
                 "metric": c.metric}
     out = _gauge("soak_dips", "dips of a burn-in: runs of windows under 0.9 of its "
                  "reference", [(labels(c), float(len(c.dips))) for c in soaks])
@@ -176,12 +179,10 @@ def compare_metrics(done: Any, allow_lost: bool = False) -> str:
     baseline and candidate as they were named, so an alert names the case that regressed
     or was lost."""
     sides = {"baseline": done.baseline.what, "candidate": done.candidate.what}
-    keys = [(v.benchmark, v.params) for v in done.verdicts]
-    names = dict(zip(keys, case_names(keys)))
+    names = _case_texts([(v.benchmark, v.params) for v in done.verdicts])
     out = _gauge("compare_verdict", "1 for each case metric's verdict (lost and regressed "
                  "fail the gate)",
-                 [({**sides, "benchmark": v.benchmark,
-                    "case": names[(v.benchmark, v.params)][len(v.benchmark) + 1:],
+                 [({**sides, "benchmark": v.benchmark, "case": names[(v.benchmark, v.params)],
                     "metric": v.metric, "verdict": str(v.verdict.value)}, 1.0)
                   for v in done.verdicts])
     out += _gauge("compare_gate_failed", "1: a case metric regressed or was lost (exit 1; "
