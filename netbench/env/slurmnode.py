@@ -20,8 +20,10 @@ TIMEOUT = 15.0                     # seconds a scontrol call may take
 PREFIX = "netbench:"               # the reason of a node netbench drained
 MAX_REASON = 250                   # characters of a reason (scontrol keeps what it is given)
 SERVING = {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"}        # base states a check may act on
+# NOT_RESPONDING is not held: it is the controller's view of a missed ping (a loaded node), which
+# clears at the next one, and a check running on the node shows its host is up.
 HELD = {"DOWN", "FAIL", "FAILING", "MAINT", "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERED_DOWN",
-        "POWERING_DOWN", "POWER_DOWN", "NOT_RESPONDING", "RESERVED_FOR_MAINT"}
+        "POWERING_DOWN", "POWER_DOWN", "RESERVED_FOR_MAINT"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # "Reason=text [user@2026-12-06T07:18:37]", then possibly more fields (Comment=, Extra=).
 _REASON = re.compile(r" Reason=(.*?) \[[^\]@]*@[^\]]*\]")
