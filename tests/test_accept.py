@@ -110,8 +110,9 @@ def test_shipped_acceptance_spec_loads():
     from netbench.analysis.accept import load_spec
 
     spec = load_spec("suites/nic-acceptance.toml")
-    assert spec.suite == "nic-acceptance" and len(spec.checks) == 6
+    assert spec.suite == "nic-acceptance" and len(spec.checks) == 7
     assert spec.checks[1].expect == 0.95 and spec.expectations
+    assert spec.checks[5].expect == 1.0 and spec.checks[5].metric == "lat_p99"
     assert spec.checks[-1].max_delta["symbol_error"] == 0
 
 

@@ -129,6 +129,33 @@ def test_an_ndr_port_is_matched_and_an_emulated_rxe_matches_nothing(tmp_path):
     assert rxe_outcome.verdict.fails_gate() is False
 
 
+def test_an_ndr_ports_small_write_latency_is_judged_against_imbues_p99_bound(tmp_path):
+    """Imbue's host validation passes an NDR HCA whose ib_write_lat p99 (2 bytes) is at most
+    4.2 us: 3.1 us is matched (a share above 1), 5.0 us fails an accept check that expects
+    it, a 4 KiB latency matches nothing (the figure is for 2 bytes), nor does rxe0's."""
+    from netbench.analysis.accept import Check, Spec, _judge
+
+    table = expectations.load([], _units())
+    env = probe(_ndr_tree(tmp_path))
+
+    def lat(device, value, size=2, environment=env):
+        return {**_row(environment, device, value, size), "benchmark": "rdma.write_lat",
+                "metric": "lat_p99", "unit": "us", "better": "lower"}
+
+    entry, why = expectations.match(lat("mlx5_0:1", 3.1), table)
+    assert entry is not None and entry.figure == 4.2 and "Imbue" in entry.source, why
+    assert entry.share(3.1, "us") == pytest.approx(4.2 / 3.1)
+    entry, why = expectations.match(lat("mlx5_0:1", 3.1, 4096), table)
+    assert entry is None and "other message sizes" in why, why
+    check = Check("p99 write latency as Imbue's", "rdma.write_lat", "lat_p99", expect=1.0,
+                  unit="us")
+    spec = Spec("s", None, None, [check], table)
+    assert _judge(check, spec, [lat("mlx5_0:1", 3.1)], skipped=None).passed
+    slow = _judge(check, spec, [lat("mlx5_0:1", 5.0)], skipped=None)
+    assert not slow.passed and "4.2 us" in slow.message, slow.message
+    assert expectations.match(lat("rxe0:1", 9.0, environment=probe(TREE)), table)[0] is None
+
+
 @pytest.mark.parametrize("entry, needle", [
     ('name = "x"\nbenchmark = "gpu.h2d"\nmetric = "bw"\nat_least = 5\nunit = "GB/s"\n',
      "source is required (text); every figure names where it was published"),

@@ -33,7 +33,8 @@ SHIPPED = Path(__file__).resolve().parent.parent / "expectations.toml"
 SITE_FILE = "expectations.toml"          # beside a suite: the site's own table
 KEYS = {"name", "benchmark", "metric", "at_least", "at_most", "unit", "source", "when", "note"}
 WHEN = {"link_layer": str, "rate_gbps": float, "gpu": str, "pcie_gen": int,
-        "pcie_width": int, "world_size": int, "msg_size_min": "size", "params": dict}
+        "pcie_width": int, "world_size": int, "msg_size_min": "size", "msg_size_max": "size",
+        "params": dict}
 HARDWARE = {"link_layer", "rate_gbps", "gpu", "pcie_gen", "pcie_width", "world_size"}
 _ADDRESS = re.compile(r"^([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
 
@@ -173,8 +174,10 @@ def facts(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _holds(when: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
     for key, want in when.items():
-        if key == "msg_size_min":
-            if not isinstance(have.get("msg_size"), int | float) or have["msg_size"] < want:
+        if key in ("msg_size_min", "msg_size_max"):
+            size = have.get("msg_size")
+            if not isinstance(size, int | float) or (
+                    size < want if key == "msg_size_min" else size > want):
                 return False
         elif key == "gpu":
             if want.lower() not in str(have.get("gpu") or "").lower():
