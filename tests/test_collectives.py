@@ -307,6 +307,40 @@ def test_cpu_bind_rank_puts_rank_i_on_cpu_i():
             group.close()
 
 
+def test_path_nic_forces_nccls_ranks_onto_their_nics_and_says_where_it_cannot(
+        tmp_path, monkeypatch):
+    """path=nic (Azure's IB loopback all_reduce): every spawned rank starts with
+    NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1, ranks without it get neither; on gloo there is
+    nothing to force and under a launcher NCCL has read its environment already: a skipped
+    row saying why and what to do."""
+    from netbench.benchmarks import collectives
+    from netbench.benchmarks.collectives import NIC_ENV, _path_env
+
+    def environ(proc):
+        return dict(line.split("=", 1) for line in
+                    open(f"/proc/{proc.pid}/environ").read().split("\0") if "=" in line)
+
+    group = collectives._Group()
+    try:
+        nic = group.get(2, "gloo", 0, 30.0, "none", "", NIC_ENV)
+        assert all({k: environ(p).get(k) for k in NIC_ENV} == NIC_ENV for p in nic.procs)
+        plain = group.get(2, "gloo", 0, 30.0, "none", "", {})
+        assert plain is not nic and all(
+            "NCCL_P2P_DISABLE" not in environ(p) for p in plain.procs)
+    finally:
+        group.close()
+    assert _path_env("auto", "nccl", None) == {} and _path_env("nic", "nccl", None) == NIC_ENV
+    proc = netbench("run", "coll.all_reduce", "-p", "path=nic", "-p", "backend=gloo",
+                    "-p", "msg_size=1K", "--json", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row["status"] == "skipped" and "path=nic forces NCCL off NVLink" in row["reason"]
+    monkeypatch.delenv("NCCL_SHM_DISABLE", raising=False)
+    monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
+    with pytest.raises(collectives.SkipCase, match="export NCCL_SHM_DISABLE=1 in the launcher"):
+        _path_env("nic", "nccl", object())
+
+
 def test_a_repeat_of_a_case_gets_new_ranks(monkeypatch):
     """A repeat is an invocation of its own: the ranks that ran a case are replaced before
     it runs again (whole-run state made repeats agree more than runs do), and the other
@@ -316,7 +350,7 @@ def test_a_repeat_of_a_case_gets_new_ranks(monkeypatch):
     spawned = []
 
     class Ranks:
-        def __init__(self, *args):
+        def __init__(self, *args, **kwargs):
             self.closed = False
             spawned.append(self)
 

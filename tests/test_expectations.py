@@ -258,6 +258,11 @@ def test_a_collective_on_one_model_of_gpu_is_matched_to_that_systems_figure(h200
            "env_json": json.dumps(env), "value": 470.0}
     entry, why = expectations.match(row, table)
     assert entry is not None and entry.figure == 460 and "8 x H100" in entry.name, why
+    # Through the NICs (path=nic: NCCL off NVLink and shared memory), Azure's IB loopback
+    # figure: the more specific entry wins over the NVLink system's.
+    nic = {**row, "params": json.dumps({**params, "path": "nic"}), "value": 44.0}
+    entry, why = expectations.match(nic, table)
+    assert entry is not None and entry.figure == 40 and "ib_loopback" in entry.source, why
     gloo = {**row, "transport": "gloo"}
     assert expectations.match(gloo, table)[0] is None
     mixed = {**row, "env_json": json.dumps({**env, "gpus": [

@@ -421,7 +421,7 @@ class RankGroup:
     """``world_size`` worker processes on this host, one per rank, reused across cases."""
 
     def __init__(self, world: int, backend: str, master_port: int, timeout_s: float,
-                 bind: str = "none") -> None:
+                 bind: str = "none", env: Mapping[str, str] | None = None) -> None:
         self.world, self.backend, self.timeout_s = world, backend, timeout_s
         cpus = sorted(os.sched_getaffinity(0))
         port = master_port or free_port()
@@ -430,7 +430,7 @@ class RankGroup:
         self.logs: list[Any] = []
         base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                     WORLD_SIZE=str(world), NETBENCH_BACKEND=backend,
-                    NETBENCH_PG_TIMEOUT=str(timeout_s), PYTHONUNBUFFERED="1")
+                    NETBENCH_PG_TIMEOUT=str(timeout_s), PYTHONUNBUFFERED="1", **(env or {}))
         for rank in range(world):
             read_fd, write_fd = os.pipe()
             env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -60,7 +61,16 @@ def _params(default_size: int) -> tuple[Param, ...]:
         Param("cpu_bind", "choice", "none", "spawned ranks: rank = rank i on CPU i (mod the "
               "CPUs this process may use), as mpirun --bind-to core; under a launcher its own "
               "binding holds", choices=("none", "rank")),
+        Param("path", "choice", "auto", "nccl: auto = NCCL's choice (NVLink, shared memory "
+              "within a host); nic = every byte through the ranks' NICs (NCCL_P2P_DISABLE=1, "
+              "NCCL_SHM_DISABLE=1: one host's NICs in loopback, as Azure's IB loopback "
+              "all_reduce check)", choices=("auto", "nic")),
     )
+
+
+# What path=nic sets in every rank's environment before NCCL starts: NCCL reads each once a
+# process, so a launcher's ranks must have them from the launcher.
+NIC_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
 
 
 ITEMSIZE = {"uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "int32": 4,
@@ -85,11 +95,11 @@ class _Group:
     """The spawned ranks of one run, kept for every case with the same shape."""
 
     def __init__(self) -> None:
-        self.groups: dict[tuple[int, str, int, float, str], Any] = {}
+        self.groups: dict[tuple[Any, ...], Any] = {}
         self.measured: set[str] = set()       # the cases the live ranks have run
 
     def get(self, world: int, backend: str, port: int, timeout: float, bind: str,
-            case: str = "") -> Any:
+            case: str = "", env: Mapping[str, str] | None = None) -> Any:
         """The ranks for a case; ``case`` (its identity) run by these ranks already is a
         repeat, and a repeat is an invocation of its own: new ranks, new connections. Kept,
         the ranks' whole-run state made a case's repeats agree more than two runs do (gloo
@@ -97,7 +107,7 @@ class _Group:
         an A/A comparison called that a regression."""
         from . import _ranks
 
-        key = (world, backend, port, timeout, bind)
+        key = (world, backend, port, timeout, bind, tuple(sorted((env or {}).items())))
         if case and case in self.measured:
             self.close()
         if key not in self.groups:
@@ -105,7 +115,8 @@ class _Group:
                 old.close()
             self.groups, self.measured = {}, set()
             try:
-                self.groups[key] = _ranks.RankGroup(world, backend, port, timeout, bind)
+                self.groups[key] = _ranks.RankGroup(world, backend, port, timeout, bind,
+                                                    env=env)
             except _ranks.RankError as exc:
                 raise NetbenchError(f"could not start {world} {backend} ranks: {exc}") from None
         self.measured.add(case)
@@ -201,6 +212,7 @@ class _Collective(Benchmark):
         launched = launch_info()
         world = launched.world_size if launched else params["world_size"]
         backend = _backend(params["backend"], world, launched)
+        env = _path_env(params.get("path", "auto"), backend, launched)
         spec = self._spec(params)
         if launched:
             results = _run_in_process(spec, backend, launched, params["pg_timeout"])
@@ -215,7 +227,7 @@ class _Collective(Benchmark):
                 {**spec, "world": world, "backend": backend}, sort_keys=True)
             group = ctx.shared.setdefault("coll.ranks", _Group()).get(
                 world, backend, params["master_port"], params["pg_timeout"],
-                params.get("cpu_bind", "none"), identity)
+                params.get("cpu_bind", "none"), identity, env)
             from . import _ranks
             try:
                 results = group.run(spec, max(ctx.remaining() - 5, 10))
@@ -300,6 +312,23 @@ def _backend(requested: str, world: int, launched: Any) -> str:
     if requested == "gloo":
         return "gloo"
     return "nccl" if gpus and (here is None or gpus >= here) else "gloo"
+
+
+def _path_env(path: str, backend: str, launched: Any) -> dict[str, str]:
+    """The environment spawned ranks need for ``path``: NIC_ENV for path=nic, else none. A
+    path NCCL cannot be forced onto is a skipped case saying why."""
+    if path != "nic":
+        return {}
+    if backend != "nccl":
+        raise SkipCase(f"path=nic forces NCCL off NVLink and shared memory onto the NICs; "
+                       f"the backend here is {backend} (TCP sockets, on one host the loopback): "
+                       "nothing to force (backend=nccl, on GPUs)")
+    if launched:
+        unset = [f"{k}={v}" for k, v in NIC_ENV.items() if os.environ.get(k) != v]
+        if unset:
+            raise SkipCase(f"path=nic under a launcher: export {' '.join(unset)} in the "
+                           "launcher's environment (NCCL reads them once a process)")
+    return dict(NIC_ENV)
 
 
 def _check_host_can_run(world: int, backend: str) -> None:
