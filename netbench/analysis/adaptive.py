@@ -48,6 +48,13 @@ NOISE_MARGIN = 4          # healthy pairs past the noise's minimum a sweep measu
 REPEATS = 3               # times a pair through a leaning element is measured again
 PARTNERS = 8              # switches a cover pair's far end is looked for among
 ECMP_MISS = 0.05          # chance a path of an ECMP set is left unloaded by the cover
+# Untraced ECMP: flows a cover round sends across each directed link's path set, as a share of
+# its width (16 spines: 4 flows out of and into each leaf). Their collisions are expected
+# (``Measured.crowd``) and read as such; one flow a path set would load a given link of a
+# 16-wide set once in 16 rounds, too seldom to name one running 15% slow. Half (8 of 16) was
+# tried: more collisions than a Poisson count of them reads (recall 0.675, precision 0.375).
+CROWD = 0.25
+COLLIDED = 3              # a flow that may have met others is slow below a three-way share
 
 
 def default_budget(n: int) -> int:
@@ -79,6 +86,10 @@ class Measured:
     # Its fair share of the round's links, from the traced paths (1: alone; NaN: unknown, a
     # trace that failed beside other flows).
     share: float = 1.0
+    # Untraced ECMP: how many of the round's other flows it may expect on its links (each
+    # link of its path set weighted by its share of both): a collision halves a healthy
+    # reading, with a chance that grows with this.
+    crowd: float = 0.0
 
 
 @dataclass
@@ -129,6 +140,7 @@ class AdaptivePlanner:
                        if topo else set())
         self._cover_intra = 0
         self._cover_cross = 0
+        self._per_link = 1                     # cover flows a path set's links may carry
         self._ecmp_rounds = self._rounds_to_load_every_path() if topo and not self.pinned else 1
         self._paths: dict[tuple[int, int], dict[str, float]] = {}
         self._hop_index: dict[tuple[str, str], dict[tuple[str, str], list[int]]] = {}
@@ -221,6 +233,8 @@ class AdaptivePlanner:
             fresh = self.measured[start:]
             if self.traced:
                 self._expect_shares(fresh)
+            elif self._per_link > 1:
+                self._expect_crowds(fresh)
             for m in fresh:                 # the links each flow loaded, for the cover
                 if self.pinned or m.path is not None:
                     self._covered |= {e for e in self._elements_of(m) if e in self.trunks}
@@ -267,6 +281,21 @@ class AdaptivePlanner:
             else:               # progressive filling sums its steps: 1 - 1e-16 is alone
                 m.share = 1.0 if got >= solo * (1 - 1e-9) else got / solo
 
+    def _expect_crowds(self, round_: Sequence[Measured]) -> None:
+        """Untraced ECMP: each flow's expected company on its links, the sum over its path
+        set's links of its share of the link times the other flows' shares of it (four flows
+        out of a leaf with 16 uplinks: 3/16 on the way up)."""
+        loads: Counter[str] = Counter()
+        sets = []
+        for m in round_:
+            mine = {e: share for e, share in self.elements(m.client, m.server).items()
+                    if e in self.trunks and share < 1.0}
+            sets.append(mine)
+            for e, share in mine.items():
+                loads[e] += share
+        for m, mine in zip(round_, sets):
+            m.crowd = sum(share * (loads[e] - share) for e, share in mine.items())
+
     def _oriented(self, value: float | None) -> float | None:
         if value is None or not value > 0:
             return None
@@ -283,7 +312,8 @@ class AdaptivePlanner:
         # The healthy rate from flows that had their links alone: a collided flow over its
         # share overstates itself wherever the shared link was not the bottleneck after all
         # (a 100G uplink under two 25G hosts).
-        alone = [v if m.share >= 1.0 else math.nan for m, v in zip(self.measured, values)]
+        alone = [v if m.share >= 1.0 and not m.crowd else math.nan
+                 for m, v in zip(self.measured, values)]
         # One figure a pair and path (its readings' median), as the stored sweep's matrix
         # judges: a pair measured again is one more reading of it, never one more healthy
         # pair for the spread of the noise (ten readings of six pairs are six).
@@ -295,9 +325,13 @@ class AdaptivePlanner:
         self.healthy, self.healthy_from = reference(cells, self.threshold)
         self.cut = slow_cut(cells, self.healthy, self.threshold, self.min_deficit)
         self._noise_n = noise(cells, self.healthy, self.threshold)[1]
+        # A flow that may have met another on its links (untraced ECMP) is slow only below
+        # what a three-way collision leaves it: its reading's weight is the verdict's, which
+        # expects the collisions.
         self.slow_flags = [v is None or (self.healthy is not None and
-                                         v < (1 - self.cut[0]) * self.healthy)
-                           for v in values]
+                                         v < (1 - self.cut[0]) * self.healthy
+                                         / (COLLIDED if m.crowd else 1))
+                           for m, v in zip(self.measured, values)]
         # Short of healthy by at least min_deficit, not by the cut: where the noise is
         # known, the verdict weighs such pairs' elements too (their readings, not flags).
         self._low = (low_readings(values, self.healthy, self.min_deficit).tolist()
@@ -355,7 +389,8 @@ class AdaptivePlanner:
             notes.append(f"again: {len(repeated)} pair(s) through "
                          f"{', '.join(self._leaning[:3])}{' ...' if len(self._leaning) > 3 else ''}"
                          " (their readings lean slow; more of them decide)")
-        if self._needs_cover() and self._cover_cross < MAX_COVER_ROUNDS:
+        crowded = self._per_link > 1 and not self.traced
+        if self._needs_cover() and (self._cover_cross < MAX_COVER_ROUNDS or crowded):
             self._cover_cross += 1
             before = len(pairs)
             self._cross_cover(pairs, busy, loaded)
@@ -366,7 +401,19 @@ class AdaptivePlanner:
                                 if self.pinned else f" (traced: every endpoint once, flows "
                                 f"judged against their fair share; {left} directed "
                                 "inter-switch link(s) not yet seen loaded)" if self.traced
+                                else f" ({self._per_link} flows per path set, their "
+                                "collisions expected)" if crowded
                                 else " (one flow per path set: no two can share a link)"))
+        elif crowded and pairs:
+            # Untraced ECMP, a round run for its re-probes anyway: the rest of the fabric
+            # carries cover flows, those of the switches the verdict leans on first (a
+            # leaning uplink is loaded by 1 flow in 16 out of its leaf: it needs many).
+            before = len(pairs)
+            self._cross_cover(pairs, busy, loaded, first=self._leaning)
+            if len(pairs) > before:
+                notes.append(f"cover: {len(pairs) - before} more pair(s) across switches "
+                             f"({self._per_link} flows per path set), the leaning "
+                             "switches' first")
         from netbench.analysis.localize import MIN_NOISE_PAIRS
 
         more = self._noise_pairs(pairs, busy, loaded)
@@ -447,7 +494,8 @@ class AdaptivePlanner:
         # A traced flow's reading against its fair share of the round (1 where it had its
         # links alone): what it would have read alone.
         return localize([Pair(names[m.client], names[m.server],
-                              None if m.value is None else m.value / m.share, m.path)
+                              None if m.value is None else m.value / m.share, m.path,
+                              m.crowd)
                          for m, _ in chosen],
                         self.topology or self._alone(), self.threshold, self.better,
                         slow=[slow for _, slow in chosen],
@@ -520,7 +568,11 @@ class AdaptivePlanner:
         widest = max(len(topo.switch_paths(hosted[0], other)) for other in hosted[1:9])
         if widest < 2:
             return 1                           # a tree: one path, one round loads it
-        need = math.ceil(widest * math.log(widest / ECMP_MISS))
+        if not self.traced:
+            self._per_link = max(1, int(CROWD * widest))
+        need = math.ceil(widest * math.log(widest / ECMP_MISS) / self._per_link)
+        if self._per_link > 1:      # a link 15% slow needs its few flows: all but 4 rounds
+            return max(1, min(need, (self.budget or 2) - 4))
         return max(1, min(need, MAX_COVER_ROUNDS, (self.budget or 2) // 2))
 
     def _intra_round(self, reverse: bool) -> Round:
@@ -546,7 +598,7 @@ class AdaptivePlanner:
                      if reverse else f"cover: every endpoint sending to a neighbour {where}")
 
     def _cross_cover(self, pairs: list[tuple[int, int]], busy: set[int],
-                     loaded: set[str]) -> None:
+                     loaded: set[str], first: Sequence[str] = ()) -> None:
         """Pairs across switches whose links are disjoint: where routes are known, a pair
         for each directed inter-switch link not yet loaded; under ECMP one flow per path
         set; without a topology a shifted matching."""
@@ -567,26 +619,51 @@ class AdaptivePlanner:
                         self._take(pair, pairs, busy, loaded)
             return
         switches = [s for s in self.by_switch if s is not None]
+        # The host switches of the elements named ``first``: their endpoints send first, and
+        # the others send to them first.
+        ends = {name for e in first
+                for name in e.split(":", 1)[-1].replace("->", "--").split("--")}
+        wanted = [s for s in switches if s in ends]
+        if wanted:
+            order.sort(key=lambda i: self.switch[i] not in ends)
         # A switch pair whose path set met a loaded link stays blocked this round (the
         # round only loads more): at 16,384 hosts most tries end here, a set lookup each.
         # A switch that met 2 x PARTNERS blocked ones sends no more this round: each try is
         # a switch pair's path set worked out, and a fabric has N^2 / radix^2 of them.
         blocked: set[tuple[str | None, str]] = set()
         failed: Counter[str | None] = Counter()
+        crowd: Counter[str] = Counter()       # cover flows on each directed link's path sets
         for c in order:
             if c in busy or failed[self.switch[c]] >= 2 * PARTNERS:
                 continue
-            for other in self.rng.sample(switches, min(len(switches), PARTNERS)):
+            others = self.rng.sample(switches, min(len(switches), PARTNERS))
+            if wanted and self.switch[c] not in ends:
+                others = self.rng.sample(wanted, len(wanted)) + others
+            for other in others:
                 if other == self.switch[c] or (self.switch[c], other) in blocked:
                     continue
                 free = next((s for s in self.by_switch[other] if s not in busy), None)
                 if free is None:
                     continue
-                if self._fits((c, free), busy, loaded):
-                    self._take((c, free), pairs, busy, loaded)
+                if self._fits_crowded((c, free), busy, loaded, crowd):
+                    pairs.append((c, free))
+                    busy.update((c, free))
+                    crowd.update(self._trunks_of(c, free))
                     break
                 blocked.add((self.switch[c], other))
                 failed[self.switch[c]] += 1
+        loaded |= set(crowd)
+
+    def _fits_crowded(self, pair: tuple[int, int], busy: set[int], loaded: set[str],
+                      crowd: Counter[str]) -> bool:
+        """A cover flow under ECMP: its ends free, its path set clear of what this round's
+        other pairs load, and each link of it carrying fewer than ``_per_link`` cover flows
+        (one, traced or not, where the widest path set is narrow)."""
+        c, s = pair
+        if self.traced or c == s or c in busy or s in busy:
+            return self._fits(pair, busy, loaded)
+        trunks = self._trunks_of(c, s)
+        return not (trunks & loaded) and all(crowd[t] < self._per_link for t in trunks)
 
     def _pair_through(self, trunk: str, busy: set[int],
                       loaded: set[str]) -> tuple[int, int] | None:

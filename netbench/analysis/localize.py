@@ -56,6 +56,9 @@ class Pair:
     server: str
     value: float | None          # None: the pair failed (no traffic crossed its path)
     path: tuple[str, ...] | None = None   # the switches a tracer saw its flow cross
+    # Untraced ECMP: the other flows it may have met on its links (adaptive's
+    # ``Measured.crowd``); a collision halves a healthy reading, with chance 1 - exp(-crowd).
+    crowd: float = 0.0
 
 
 @dataclass
@@ -284,7 +287,7 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
 
     flat = {e: (np.concatenate([idx for idx, _ in blocks]),
                 np.concatenate([np.full(len(idx), share) for idx, share in blocks]))
-            for e, blocks in through.items()}
+            for e, blocks in through.items() if e in candidates}
 
     def gain(element: str) -> float:
         idx, share = flat[element]
@@ -298,7 +301,7 @@ def localize(pairs: Sequence[Pair], topology: Topology | None = None, threshold:
     if graded:
         chosen, out.suspects, out.leaning = _by_readings(
             flat, through, signature, candidates, is_slow, oriented, ref, sigma,
-            min_deficit or MIN_DEFICIT)
+            min_deficit or MIN_DEFICIT, [p.crowd for p in pairs])
         candidates = set()
     while candidates and len(chosen) < MAX_SUSPECTS:
         gains = {e: gain(e) for e in candidates}
@@ -477,18 +480,41 @@ def _suspect(group: list[str], blocks: Blocks, slow: Any, oriented: Sequence[flo
                    of_healthy=of_healthy, p=p)
 
 
-def _log_healthy(r: Any, sigma: Any) -> Any:
+def _log_healthy(r: Any, sigma: Any, met: tuple[Any, ...] | None = None) -> Any:
     """The log density of a log ratio ``r`` read by a healthy pair: the noise's normal, save
     EPS of readings that land anywhere (a moment's contention, a stalled host), so that one
-    stray pair cannot outweigh the many beside it."""
-    normal = -0.5 * (r / sigma) ** 2 - np.log(sigma * math.sqrt(2 * math.pi))
-    return np.logaddexp(math.log1p(-EPS) + normal, math.log(EPS / STRAY_RANGE))
+    stray pair cannot outweigh the many beside it. ``met``: where flows may have met others
+    on their links (untraced ECMP), the log chances of meeting none, one, two, three or more
+    (from ``_met``): a flow that met k others reads 1/(k + 1) of its rate."""
+    def normal(x: Any) -> Any:
+        return -0.5 * (x / sigma) ** 2 - np.log(sigma * math.sqrt(2 * math.pi))
+
+    clean = normal(r)
+    if met is not None:
+        clean = met[0] + clean
+        for k, chance in enumerate(met[1:], start=1):
+            clean = np.logaddexp(clean, chance + normal(r + math.log(k + 1)))
+    return np.logaddexp(math.log1p(-EPS) + clean, math.log(EPS / STRAY_RANGE))
+
+
+def _met(crowds: Sequence[float] | None) -> tuple[Any, ...] | None:
+    """Each flow's log chances of having met no other flow on its links, one, two, and
+    three or more: Poisson in its crowd (the company it could expect); None where no flow
+    had any."""
+    if crowds is None or not any(crowds):
+        return None
+    lam = np.asarray(crowds, dtype=float)
+    each = [np.exp(-lam) * lam ** k / math.factorial(k) for k in range(3)]
+    with np.errstate(divide="ignore"):
+        return (*(np.log(p) for p in each),
+                np.log(np.maximum(1.0 - sum(each), 0.0)))
 
 
 def _by_readings(flat: dict[str, tuple[Any, Any]], through: dict[str, Blocks],
                  signature: dict[str, bytes], candidates: set[str], is_slow: Any,
                  oriented: Sequence[float | None], healthy: float | None, sigma: float,
-                 min_deficit: float) -> tuple[list[str], list[Suspect], list[str]]:
+                 min_deficit: float, crowds: Sequence[float] | None = None,
+                 ) -> tuple[list[str], list[Suspect], list[str]]:
     """The fewest elements that explain the pairs' readings (not only the slow flags): greedy on
     the likelihood ratio of "this element runs at exp(-d) of its capacity" against "healthy", d
     fitted (at least ``min_deficit``). A pair that crosses an element with share s (ECMP: one of
@@ -503,13 +529,24 @@ def _by_readings(flat: dict[str, tuple[Any, Any]], through: dict[str, Blocks],
     values = np.array([np.nan if v is None else v for v in oriented], dtype=float)
     ratio = np.where(np.isfinite(values) & (values > 0), values / (healthy or 1.0), FAILED)
     r = np.log(np.maximum(ratio, FAILED))
-    base = _log_healthy(r, sigma)
+    met = _met(crowds)
+    base = _log_healthy(r, sigma, met)
     steps = np.geomspace(-math.log1p(-min_deficit), -math.log(FAILED), 64)
     # A broken element's pairs scatter more than healthy ones (flows sharing what is left of
     # it, a shaper's bursts: a link shaped to a tenth read 0.03-0.10 here): wider with d.
     spread = np.sqrt(sigma ** 2 + (SLOW_SCATTER * steps) ** 2)
+    # The most each reading can tell for a slowed element (at its own best d), so that an
+    # element whose pairs could not reach LEAN of ``need`` even so is passed over unfitted
+    # (thousands are, where collided flows make every element of theirs a candidate).
+    top = _log_healthy(r[:, None] + steps, spread,
+                       None if met is None else tuple(part[:, None] for part in met)).max(1)
     left = np.ones(len(r), dtype=bool)
-    need = NormalDist().inv_cdf(1 - ALPHA / max(len(candidates), 1)) ** 2 / 2
+    # Untraced ECMP: one test a signature, since elements every flow crosses alike (a leaf's
+    # 16 uplinks) have one likelihood, and count once against ALPHA, not once each. Elsewhere
+    # each element counts: a hard fault's pairs fit its model loosely, and the smaller bound
+    # let a traced sweep name a spine's downlink beside the broken uplink feeding it.
+    tests = len({signature[e] for e in candidates}) if met is not None else len(candidates)
+    need = NormalDist().inv_cdf(1 - ALPHA / max(tests, 1)) ** 2 / 2
     candidates = set(candidates)
     chosen: list[str] = []
     suspects: list[Suspect] = []
@@ -522,7 +559,13 @@ def _by_readings(flat: dict[str, tuple[Any, Any]], through: dict[str, Blocks],
         idx, share = idx[keep], share[keep]
         if not len(idx):
             return 0.0, idx, None
-        slowed = np.log(share)[:, None] + _log_healthy(r[idx][:, None] + steps, spread)
+        bound = np.logaddexp(np.log(share) + top[idx],
+                             np.log1p(-np.minimum(share, 1.0)) + base[idx]) - base[idx]
+        if bound.sum() - bound.max() < LEAN * need:     # sum less max: as gains below
+            return 0.0, idx, None
+        slowed = np.log(share)[:, None] + _log_healthy(
+            r[idx][:, None] + steps, spread,
+            None if met is None else tuple(part[idx][:, None] for part in met))
         other = np.log1p(-np.minimum(share, 1.0))[:, None] + base[idx][:, None]
         mixed = np.logaddexp(slowed, other)
         each = mixed - base[idx][:, None]
