@@ -143,8 +143,8 @@ def test_files_from_before_traits_read_them_from_the_installed_benchmarks():
 
 
 def test_a_case_stored_before_its_benchmark_gained_a_param_is_the_same_case_after(tmp_path):
-    """The h200 fixture's coll.* rows were stored before coll.* declared ``cpu_bind`` and
-    ``duration``: read through the CLI's upgrade they hold both at their defaults (their own
+    """The h200 fixture's coll.* rows were stored before coll.* declared ``cpu_bind``,
+    ``duration`` and ``path``: read through the CLI's upgrade they hold them at their defaults (their own
     params untouched), so a run of the same case since compares against them instead of
     "no case in common" (every such baseline read as lost after an upgrade)."""
     import shutil
@@ -157,6 +157,7 @@ def test_a_case_stored_before_its_benchmark_gained_a_param_is_the_same_case_afte
     for before, after in zip(old, rows[rows["benchmark"] == "coll.all_reduce"]["params"]):
         added = json.loads(after)
         assert added.pop("duration") == 0.0 and added.pop("cpu_bind") == "none"
+        assert added.pop("path") == "auto"
         assert added == json.loads(before)
     new = netbench("run", "coll.all_reduce", "-p", "msg_size=4096", "-p", "iterations=10",
                    "-p", "warmup=5", "--results", str(res), "--label", "new", timeout=180)
