@@ -144,9 +144,9 @@ def test_files_from_before_traits_read_them_from_the_installed_benchmarks():
 
 def test_a_case_stored_before_its_benchmark_gained_a_param_is_the_same_case_after(tmp_path):
     """The h200 fixture's coll.* rows were stored before coll.* declared ``cpu_bind``,
-    ``duration`` and ``path``: read through the CLI's upgrade they hold them at their defaults (their own
-    params untouched), so a run of the same case since compares against them instead of
-    "no case in common" (every such baseline read as lost after an upgrade)."""
+    ``duration`` and ``path``: read through the CLI's upgrade they hold them at their
+    defaults (their own params untouched), so a run of the same case since compares against
+    them instead of "no case in common" (every such baseline read as lost after an upgrade)."""
     import shutil
 
     res = Path(shutil.copytree(H200_RESULTS, tmp_path / "res"))
