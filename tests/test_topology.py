@@ -230,3 +230,13 @@ def test_slow_pairs_that_name_two_elements_equally_name_both_and_a_pair_that_tel
     (suspect,) = localize(_leaf_to_leaf(("01", "02"), seed), shape, **judged).suspects
     assert (suspect.elements, suspect.or_else) == (leaf0, []), suspect
     assert "or else" not in suspect.text()
+
+
+def test_an_elements_nodes_are_read_from_its_name_in_every_form() -> None:
+    from netbench.env.topology import element_nodes
+
+    assert element_nodes("link:leaf1--spine2") == ("leaf1", "spine2")
+    assert element_nodes("link:spine2->leaf1") == ("spine2", "leaf1")
+    assert element_nodes("switch:leaf1") == ("leaf1",)
+    assert element_nodes("host:node7:send") == ("node7",)
+    assert element_nodes("host:node7") == ("node7",)

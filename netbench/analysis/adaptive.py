@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from netbench.env.topology import Topology, link_name
+from netbench.env.topology import Topology, element_nodes, link_name
 
 THRESHOLD = 0.4           # a pair below (1 - this) of the healthy rate is slow (as localize)
 MAX_COVER_ROUNDS = 8      # cross-switch cover rounds at most (the rest are for suspects)
@@ -149,6 +149,7 @@ class AdaptivePlanner:
         self._place = {s: i for i, s in enumerate(self._ring)}
         self._star: Topology | None = None
         self._core_trunks: dict[tuple[str, str, int], frozenset[str]] = {}
+        self._spread: dict[tuple[str, str], dict[str, float]] = {}
         self._via: dict[tuple[int, int, tuple[str, ...]], dict[str, float]] = {}
         self._via_now: dict[tuple[int, int], tuple[str, ...]] = {}    # this round's steering
         self._slow_paths: dict[tuple[int, int], tuple[str, ...]] = {}  # a pair's, traced
@@ -208,6 +209,19 @@ class AdaptivePlanner:
             found = frozenset(e for e in self.elements(client, server)
                               if "->" in e and e in self.trunks)
             self._core_trunks[key] = found
+        return found
+
+    def _spread_over(self, client: int, server: int) -> dict[str, float]:
+        """The inter-switch links only some of the pair's paths cross, with the share that
+        does: where its ECMP flow may meet others. Worked out once a switch pair, as
+        ``_trunks_of``."""
+        sa, sb = self.switch[client], self.switch[server]
+        found = self._spread.get((sa, sb)) if sa is not None and sb is not None else None
+        if found is None:
+            found = {e: share for e, share in self.elements(client, server).items()
+                     if e in self.trunks and share < 1.0}
+            if sa is not None and sb is not None:
+                self._spread[(sa, sb)] = found
         return found
 
     # --- learning ----------------------------------------------------------------------------
@@ -288,8 +302,7 @@ class AdaptivePlanner:
         loads: Counter[str] = Counter()
         sets = []
         for m in round_:
-            mine = {e: share for e, share in self.elements(m.client, m.server).items()
-                    if e in self.trunks and share < 1.0}
+            mine = self._spread_over(m.client, m.server)
             sets.append(mine)
             for e, share in mine.items():
                 loads[e] += share
@@ -621,8 +634,7 @@ class AdaptivePlanner:
         switches = [s for s in self.by_switch if s is not None]
         # The host switches of the elements named ``first``: their endpoints send first, and
         # the others send to them first.
-        ends = {name for e in first
-                for name in e.split(":", 1)[-1].replace("->", "--").split("--")}
+        ends = {node for e in first for node in element_nodes(e)}
         wanted = [s for s in switches if s in ends]
         if wanted:
             order.sort(key=lambda i: self.switch[i] not in ends)
@@ -646,9 +658,7 @@ class AdaptivePlanner:
                 if free is None:
                     continue
                 if self._fits_crowded((c, free), busy, loaded, crowd):
-                    pairs.append((c, free))
-                    busy.update((c, free))
-                    crowd.update(self._trunks_of(c, free))
+                    self._take((c, free), pairs, busy, loaded, crowd)
                     break
                 blocked.add((self.switch[c], other))
                 failed[self.switch[c]] += 1
@@ -727,10 +737,16 @@ class AdaptivePlanner:
             self._trunks_of(c, s) & loaded)
 
     def _take(self, pair: tuple[int, int], pairs: list[tuple[int, int]], busy: set[int],
-              loaded: set[str]) -> None:
+              loaded: set[str], crowd: Counter[str] | None = None) -> None:
+        """``pair`` into the round: its ends busy, its links loaded for the round's later
+        pairs (traced flows may share links: nothing to keep apart); with ``crowd``, the
+        crowded cover's count of flows on each link instead (its flows may share a link up
+        to ``_per_link``; the caller marks them loaded when the cover is done)."""
         pairs.append(pair)
         busy.update(pair)
-        if not self.traced:           # traced flows may share links: nothing to keep apart
+        if crowd is not None:
+            crowd.update(self._trunks_of(*pair))
+        elif not self.traced:
             loaded |= self._trunks_of(*pair)
 
     def _units(self, c: int, s: int) -> set[str]:
@@ -920,12 +936,9 @@ def _thing(element: str, topology: Topology | None) -> str:
         host, _, way = name.partition(":")
         return f"end:{host}:{way}" if way else f"end:{host}"
     if kind == "link" and topology is not None:
-        a, arrow, b = name.partition("->")
-        if not arrow:
-            a, _, b = name.partition("--")
-        for end, way in ((a, "send"), (b, "recv")):
+        for end, way in zip(element_nodes(element), ("send", "recv")):
             if end in topology.hosts:
-                return f"end:{end}:{way}" if arrow else f"end:{end}"
+                return f"end:{end}:{way}" if "->" in name else f"end:{end}"
     return element
 
 

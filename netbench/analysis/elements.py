@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netbench.analysis.localize import path_blocks
-from netbench.env.topology import Topology, link_name
+from netbench.env.topology import Topology, element_nodes, link_name
 
 
 @dataclass
@@ -146,9 +146,8 @@ def element_table(matrix: Any, topology: Topology) -> list[ElementStat]:
 
 
 def _is_trunk(element: str, topology: Topology) -> bool:
-    name = element.split(":", 1)[1]
-    ends = name.split("->", 1) if "->" in name else name.split("--", 1)
-    return len(ends) == 2 and all(e in topology.switches for e in ends) and \
+    ends = element_nodes(element)
+    return element.startswith("link:") and all(e in topology.switches for e in ends) and \
         not any(e in topology.hosts for e in ends)
 
 

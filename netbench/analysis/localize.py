@@ -538,8 +538,11 @@ def _by_readings(flat: dict[str, tuple[Any, Any]], through: dict[str, Blocks],
     # The most each reading can tell for a slowed element (at its own best d), so that an
     # element whose pairs could not reach LEAN of ``need`` even so is passed over unfitted
     # (thousands are, where collided flows make every element of theirs a candidate).
-    top = _log_healthy(r[:, None] + steps, spread,
-                       None if met is None else tuple(part[:, None] for part in met)).max(1)
+    def met_of(idx: Any = slice(None)) -> tuple[Any, ...] | None:
+        """The collision chances of the readings ``idx``, one column each, as ``steps``."""
+        return None if met is None else tuple(part[idx][:, None] for part in met)
+
+    top = _log_healthy(r[:, None] + steps, spread, met_of()).max(1)
     left = np.ones(len(r), dtype=bool)
     # Untraced ECMP: one test a signature, since elements every flow crosses alike (a leaf's
     # 16 uplinks) have one likelihood, and count once against ALPHA, not once each. Elsewhere
@@ -563,9 +566,8 @@ def _by_readings(flat: dict[str, tuple[Any, Any]], through: dict[str, Blocks],
                              np.log1p(-np.minimum(share, 1.0)) + base[idx]) - base[idx]
         if bound.sum() - bound.max() < LEAN * need:     # sum less max: as gains below
             return 0.0, idx, None
-        slowed = np.log(share)[:, None] + _log_healthy(
-            r[idx][:, None] + steps, spread,
-            None if met is None else tuple(part[idx][:, None] for part in met))
+        slowed = np.log(share)[:, None] + _log_healthy(r[idx][:, None] + steps, spread,
+                                                       met_of(idx))
         other = np.log1p(-np.minimum(share, 1.0))[:, None] + base[idx][:, None]
         mixed = np.logaddexp(slowed, other)
         each = mixed - base[idx][:, None]

@@ -139,6 +139,20 @@ def link_name(a: str, b: str) -> str:
     return "--".join(sorted((a, b)))
 
 
+def element_nodes(element: str) -> tuple[str, ...]:
+    """The hosts and switches an element is made of: the one ``host:H`` (``host:H:way``) or
+    ``switch:S`` names, or the two ends of ``link:A--B`` (``link:A->B``)."""
+    kind, _, name = element.partition(":")
+    if kind == "host":
+        return (name.partition(":")[0],)
+    if kind == "link":
+        a, arrow, b = name.partition("->")
+        if not arrow:
+            a, _, b = name.partition("--")
+        return (a, b)
+    return (name,)
+
+
 @dataclass
 class Topology:
     """Hosts, switches and links (undirected, with an optional capacity in Gbit/s). Elements
