@@ -32,6 +32,7 @@ import contextlib
 import math
 import multiprocessing
 import random
+import re
 import statistics
 import sys
 import time
@@ -244,18 +245,23 @@ def main() -> int:
     ap.add_argument("--threshold", type=float, default=0.4)
     ap.add_argument("--min-deficit", type=float, default=0.05,
                     help="the smallest shortfall called slow (0: the fixed --threshold cut)")
-    ap.add_argument("--only", default="", help="run only topologies whose name has this")
+    ap.add_argument("--only", default="", help="run only topologies whose name this regular "
+                    "expression matches anywhere (fat-tree-2tier-ecmp$: that one alone)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--verbose", action="store_true", help="print each miss's rounds")
     ap.add_argument("--jobs", type=int, default=1,
                     help="trials run at once (processes); the figures do not depend on it")
     args = ap.parse_args()
+    try:
+        only = re.compile(args.only)
+    except re.error as exc:
+        ap.error(f"--only {args.only!r}: not a regular expression ({exc})")
     from netbench.analysis.adaptive import default_budget
 
     combos = [(float(sev), float(noise)) for sev in args.severity.split(",")
               for noise in args.noise.split(",")]
     for index, (name, make, traced) in enumerate(shapes(args.hosts)):
-        if args.only and args.only not in name:
+        if args.only and not only.search(name):
             continue
         try:
             make = built(args.hosts, index)
