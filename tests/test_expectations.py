@@ -129,6 +129,28 @@ def test_an_ndr_port_is_matched_and_an_emulated_rxe_matches_nothing(tmp_path):
     assert rxe_outcome.verdict.fails_gate() is False
 
 
+def test_an_hdr_port_is_judged_from_host_memory_and_from_gpu_memory_by_its_own_figure(
+        tmp_path):
+    """HDR: Azure's HBv3 checks the HCA from host memory (190 Gbit/s), its A100 VMs through
+    GPUDirect (185): the entry naming ``mem = "host"`` is the more specific one for a
+    host-memory row, and a GPU-memory row falls to the GPUDirect figure."""
+    table = expectations.load([], _units())
+    tree = _ndr_tree(tmp_path)
+    rate = next(tree.rglob("mlx5_0/ports/1/rate"))
+    rate.write_text("200 Gb/sec (4X HDR)\n")
+    env = probe(tree)
+
+    def row(mem, value):
+        return {**_row(env, "mlx5_0:1", value),
+                "params": json.dumps({"msg_size": 1 << 20, "mem": mem})}
+
+    entry, why = expectations.match(row("host", 192.0), table)
+    assert entry is not None and entry.figure == 190 and "hb120rs_v3" in entry.source, why
+    entry, why = expectations.match(row("gpu", 186.0), table)
+    assert entry is not None and entry.figure == 185 and "gdr" in entry.source, why
+    assert entry.share(92.5, "Gbit/s") == pytest.approx(0.5)
+
+
 def test_an_ndr_ports_small_write_latency_is_judged_against_imbues_p99_bound(tmp_path):
     """Imbue's host validation passes an NDR HCA whose ib_write_lat p99 (2 bytes) is at most
     4.2 us: 3.1 us is matched (a share above 1), 5.0 us fails an accept check that expects
@@ -265,6 +287,13 @@ def test_a_collective_on_one_model_of_gpu_is_matched_to_that_systems_figure(h200
     assert entry is not None and entry.figure == 40 and "ib_loopback" in entry.source, why
     gloo = {**row, "transport": "gloo"}
     assert expectations.match(gloo, table)[0] is None
+    # A GB200 VM: four GPUs a host, its own figures (NVLink, and through its 4 NICs).
+    gb200 = {**env, "gpus": [{**g, "model": "NVIDIA GB200"} for g in env["gpus"][:4]]}
+    four = {**params, "world_size": 4}
+    for extra, figure in (({}, 432), ({"path": "nic"}, 48)):
+        entry, why = expectations.match({**row, "env_json": json.dumps(gb200),
+                                         "params": json.dumps({**four, **extra})}, table)
+        assert entry is not None and entry.figure == figure and "gb200" in entry.source, why
     mixed = {**row, "env_json": json.dumps({**env, "gpus": [
         *env["gpus"][:4], *({**g, "model": "NVIDIA A100"} for g in env["gpus"][4:])]})}
     assert expectations.match(mixed, table)[0] is None     # which GPU ran it is unknown
