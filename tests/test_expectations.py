@@ -146,12 +146,23 @@ def test_an_hdr_port_is_judged_from_host_memory_and_from_gpu_memory_by_its_own_f
         return {**_row(env, "mlx5_0:1", value, size),
                 "params": json.dumps({"msg_size": size, "mem": mem})}
 
-    entry, why = expectations.match(row("host", 192.0, 1 << 20), table)
-    assert entry is not None and entry.figure == 190 and "hb120rs_v3" in entry.source, why
+    for size in (1 << 20, 8 << 20):     # at 8 MiB both hold: the one naming mem wins
+        entry, why = expectations.match(row("host", 192.0, size), table)
+        assert entry is not None and entry.figure == 190 and "hb120rs_v3" in entry.source, why
     assert expectations.match(row("gpu", 186.0, 1 << 20), table)[0] is None   # Azure's: 8 MiB
     entry, why = expectations.match(row("gpu", 186.0, 8 << 20), table)
     assert entry is not None and entry.figure == 185 and "gdr" in entry.source, why
     assert entry.share(92.5, "Gbit/s") == pytest.approx(0.5)
+    # A site's entry that holds wins over both, though it names fewer conditions.
+    site = tmp_path / "expectations.toml"
+    site.write_text('[[expect]]\nname = "our HDR"\nbenchmark = "rdma.write_bw"\n'
+                    'metric = "bw_avg"\nat_least = 170\nunit = "Gbit/s"\n'
+                    'when = { link_layer = "InfiniBand", rate_gbps = 200, msg_size_min = "1M" }\n'
+                    'source = "our acceptance, 2026"\n')
+    ours = expectations.load([site], _units())
+    for mem in ("host", "gpu"):
+        entry, why = expectations.match(row(mem, 180.0, 8 << 20), ours)
+        assert entry is not None and entry.figure == 170 and entry.site, (mem, why)
 
 
 def test_an_ndr_ports_small_write_latency_is_judged_against_imbues_p99_bound(tmp_path):

@@ -7,9 +7,9 @@ acceptance figures. An entry names a benchmark and metric, a figure (``at_least`
 is better higher, ``at_most`` for lower), its unit, its ``source`` and the hardware it holds
 for (``when``: the RDMA port's link layer and rate, the GPU's model and its PCIe path's
 generation and width, the ranks of a collective, a smallest message); a row matches an
-entry when its fingerprint says each of those. Of the entries matching a row, the one with
-the most conditions wins; a site's entry wins over a shipped one as specific; two of one
-table as specific with different figures are refused, naming both. An emulated device (rxe,
+entry when its fingerprint says each of those. A site's entry matching a row wins over every
+shipped one; among the entries left, the one with the most conditions wins; two as specific
+with different figures are refused, naming both. An emulated device (rxe,
 siw) matches nothing: no hardware figure applies to it.
 """
 
@@ -211,10 +211,14 @@ def match(row: Mapping[str, Any], table: Sequence[Expectation]) -> tuple[Expecta
             return None, ("no published figure for this case on this hardware (its figures "
                           "are for other message sizes or settings)")
         return None, "no published figure for this hardware"
+    # A site's entry that holds wins over every shipped one, however specific: its own
+    # acceptance figure for its own hardware (a shipped entry it did not foresee, say one
+    # naming the buffer memory, must not shadow it). Among the entries left, the most
+    # specific.
+    if any(e.site for e in held):
+        held = [e for e in held if e.site]
     best = max(len(e.when) for e in held)
     top = [e for e in held if len(e.when) == best]
-    if any(e.site for e in top):
-        top = [e for e in top if e.site]
     if len({e.figure for e in top}) > 1:
         raise UsageError("two expectations as specific hold for the same hardware with "
                          "different figures: " + "; ".join(f"{e.origin} {e.text()}"
