@@ -47,6 +47,24 @@ def test_too_few_pairs_for_a_spread_fall_back_to_the_fixed_cut_and_say_how_many_
     assert slow_cut(_pairs(100, 0.05), 100.0, 0.1, None)[2].startswith("a fixed cut")
 
 
+def test_the_spread_is_each_readings_where_a_pair_was_read_again_and_pairs_are_counted():
+    """A pair read three times is one pair (its median) for the count the spread needs, but
+    each of its readings is judged against the spread: the medians of three spread about
+    a quarter less than one reading does, and a spread that narrow read a healthy fabric's
+    normal tails as a slow element (an untraced ECMP sweep named all 16 spines)."""
+    rng = random.Random(3)
+    readings = [[100 * (1 + rng.gauss(0, 0.03)) for _ in range(3)] for _ in range(400)]
+    medians = [float(np.median(r)) for r in readings]
+    flat = [v for r in readings for v in r]
+    narrow = slow_cut(medians, 100.0, 0.4, 0.05)
+    wide = slow_cut(medians, 100.0, 0.4, 0.05, flat)
+    assert narrow[1] < 0.026 and 0.027 < wide[1] < 0.033, (narrow, wide)
+    assert wide[1] == pytest.approx(noise(flat, 100.0, 0.4)[0])
+    assert "the spread of 400 healthy pairs" in wide[2]
+    few = slow_cut(medians[:MIN_NOISE_PAIRS - 1], 100.0, 0.4, 0.05, flat)
+    assert few[1] is None and f"needs {MIN_NOISE_PAIRS} healthy pairs" in few[2]
+
+
 @pytest.mark.parametrize("threshold, min_deficit, named", [
     (1.5, 0.05, "threshold 1.5"), (0.0, 0.05, "threshold 0"), (0.4, 0.0, "min_deficit 0"),
     (0.4, 1.0, "min_deficit 1")])

@@ -336,7 +336,8 @@ class AdaptivePlanner:
                 readings.setdefault((m.client, m.server, m.path), []).append(v)
         cells = [statistics.median(r) for r in readings.values()]
         self.healthy, self.healthy_from = reference(cells, self.threshold)
-        self.cut = slow_cut(cells, self.healthy, self.threshold, self.min_deficit)
+        self.cut = slow_cut(cells, self.healthy, self.threshold, self.min_deficit,
+                            [v for r in readings.values() for v in r])
         self._noise_n = noise(cells, self.healthy, self.threshold)[1]
         # A flow that may have met another on its links (untraced ECMP) is slow only below
         # what a three-way collision leaves it: its reading's weight is the verdict's, which

@@ -230,16 +230,22 @@ def low_readings(oriented: Sequence[float | None], healthy: float | None,
 
 
 def slow_cut(values: Sequence[float | None] | Any, healthy: float | None, threshold: float,
-             min_deficit: float | None = MIN_DEFICIT) -> tuple[float, float | None, str]:
+             min_deficit: float | None = MIN_DEFICIT,
+             readings: Sequence[float | None] | None = None) -> tuple[float, float | None, str]:
     """The shortfall below ``healthy`` at which a pair reads slow, the noise it came from,
     and why: ``Z_SLOW`` spreads of the healthy pairs (``noise``), at least ``min_deficit``
     and at most ``threshold``; ``threshold`` itself where the spread has too few pairs or
-    ``min_deficit`` is None (a fixed cut)."""
+    ``min_deficit`` is None (a fixed cut). ``readings``: every reading of the pairs whose
+    figures ``values`` are (the median of each pair's): the spread is theirs, since each
+    reading is judged against it (a median of three spreads less than one reading), and
+    ``values`` count the pairs it needs."""
     check_fraction("threshold", threshold)
     check_fraction("min_deficit", min_deficit)
     if min_deficit is None or min_deficit >= threshold:
         return threshold, None, f"a fixed cut: {threshold:.0%} below healthy"
     sigma, n = noise(values, healthy, threshold)
+    if sigma is not None and readings is not None:
+        sigma = noise(readings, healthy, threshold)[0] or sigma
     if sigma is None:
         return threshold, None, (f"{threshold:.0%} below healthy: a spread of the noise needs "
                                  f"{MIN_NOISE_PAIRS} healthy pairs, {n} measured")
