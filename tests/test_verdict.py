@@ -282,11 +282,20 @@ def test_a_cost_beside_a_hog_is_disturbed_unless_beyond_its_loaded_history():
     assert j.verdict == DISTURBED, j
 
 
-def test_error_counts_are_never_disturbed():
+def test_error_counts_are_never_disturbed_unless_counted_inside_the_host():
     base = Side([0.0, 0.0, 0.0], 0.0, 1)
     cand = Side([2472.0, 2390.0, 2501.0], 1.0, 1)
     p, evidence, sd = invocation_test(base, cand, Past(), counts=True)
     j = judge(base, cand, math.inf, "lower", 0.05, p, evidence, sd=sd, counts=True)
+    assert j.verdict == REGRESSED, j
+    # Unless they happened inside the host (a loopback case: no link between the ends), where
+    # the host's load explains them as it does a rate's.
+    j = judge(base, cand, math.inf, "lower", 0.05, p, evidence, sd=sd, counts=True,
+              hosted=True)
+    assert j.verdict == DISTURBED, j
+    quiet = Side(cand.values, 0.0, 1)
+    j = judge(base, quiet, math.inf, "lower", 0.05, p, evidence, sd=sd, counts=True,
+              hosted=True)
     assert j.verdict == REGRESSED, j
 
 

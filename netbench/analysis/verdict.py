@@ -39,7 +39,9 @@ The verdicts:
   what the case moved under such load in its history; otherwise the verdict stands, the
   load named beside it. A cost (``cost=True``: CPU spent) is cleared only by that history,
   and judged by runs only: one run's repeats share where the host ran it (``unverified``);
-  counted events (``counts=True``: retransmits, drops) are never disturbed.
+  counted events (``counts=True``: retransmits, drops) are never disturbed, except a
+  loopback case's (``hosted``): with no link between its ends, its host dropped or re-sent
+  them.
 Each judgement carries ``detectable``: the smallest change its evidence would catch at 80%
 power. Only ``regressed`` and ``lost`` fail a gate by default.
 """
@@ -236,15 +238,18 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
           p_adjusted: float | None, evidence: str, alpha: float = 0.05,
           history_runs: int = 0, what: str = "", sd: float = 0.0,
           past: Past | None = None, p_value: float | None = None,
-          extreme: str = "", counts: bool = False, cost: bool = False) -> Judgement:
+          extreme: str = "", counts: bool = False, cost: bool = False,
+          hosted: bool = False) -> Judgement:
     """The verdict on a relative ``change`` (candidate against baseline, in the metric's
     own direction ``better``), from the test's (adjusted) p-value, evidence and spread.
     ``p_value``: the test's own, before adjustment (default ``p_adjusted``: a test alone).
     ``extreme``: why the figure is an extreme (``extreme()``), judged by run-level evidence
     only: a history to judge by (more than MIN_DF earlier runs; the test took the wider of
     its spread and the repeats'). ``counts``: the values count events (an error counter's
-    growth): the host's load never explains those. ``cost``: a resource the case spent (CPU),
-    which a neighbour's contention raises whether or not the case was short of CPU."""
+    growth): the host's load never explains those, unless ``hosted``: the events happened
+    inside this host, no link or NIC between the ends (a loopback case), so the host's load
+    may explain them as it does a rate. ``cost``: a resource the case spent (CPU), which a
+    neighbour's contention raises whether or not the case was short of CPU."""
     raw = p_adjusted if p_value is None else p_value
     se = relative_se(base, cand, evidence, sd, counts)
     detectable = (None if se is None
@@ -275,9 +280,12 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
                                   "case's earlier runs on this host in the store"))
     worse = change < 0 if better == "higher" else change > 0
     verdict = REGRESSED if worse else IMPROVED
-    if counts:
+    if counts and not hosted:
         # Events counted (retransmits, drops): a busy neighbour does not make a NIC drop
-        # thousands of segments, and a count is no tail statistic: the counts decide.
+        # thousands of segments, and a count is no tail statistic: the counts decide. Over
+        # loopback there is no NIC: the host's own stack dropped or re-sent them, beside a
+        # hypervisor's steal too (a CI A/A: 0 -> 43 retransmits, candidate stolen 0.70 of a
+        # core), so they take the load rules below.
         return made(verdict, disturbed=load_differs(base, cand))
     # The sides ran on a host in different states: other work moves a figure either way (a
     # busy neighbour slows a stream; on an idle VM a ping-pong waits for halted vCPUs to wake:

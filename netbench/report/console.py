@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from netbench import stats
+from netbench.analysis import error_metrics
 from netbench.analysis.cases import case_names
 from netbench.analysis.verdict import VERDICTS, Verdict
 from netbench.api import Case, format_size, json_safe
@@ -797,7 +798,7 @@ def counter_growth(key: str, value: Any) -> str:
 def on_loopback(row: Mapping[str, Any]) -> bool:
     """The case ran over the host's loopback (no NIC): its TCP retransmits are the kernel's
     own queueing (a sender outrunning the receiver's backlog), normal there, no NIC's news."""
-    return row.get("device") == "lo" or row.get("peer") == "loopback"
+    return error_metrics.on_loopback(row.get("device"), row.get("peer"))
 
 
 def loopback_errors(row: Mapping[str, Any], errors: Mapping[str, Any]) -> bool:
