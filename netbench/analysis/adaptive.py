@@ -215,13 +215,16 @@ class AdaptivePlanner:
         """The inter-switch links only some of the pair's paths cross, with the share that
         does: where its ECMP flow may meet others. Worked out once a switch pair, as
         ``_trunks_of``."""
+        def worked_out() -> dict[str, float]:
+            return {e: share for e, share in self.elements(client, server).items()
+                    if e in self.trunks and share < 1.0}
+
         sa, sb = self.switch[client], self.switch[server]
-        found = self._spread.get((sa, sb)) if sa is not None and sb is not None else None
+        if sa is None or sb is None:
+            return worked_out()
+        found = self._spread.get((sa, sb))
         if found is None:
-            found = {e: share for e, share in self.elements(client, server).items()
-                     if e in self.trunks and share < 1.0}
-            if sa is not None and sb is not None:
-                self._spread[(sa, sb)] = found
+            found = self._spread[(sa, sb)] = worked_out()
         return found
 
     # --- learning ----------------------------------------------------------------------------
