@@ -242,8 +242,9 @@ def test_compare_and_the_dashboard_say_each_cases_share_of_what_its_hardware_rea
             "checks conf/nd96isr_h200_v5.conf: check_gpu_bw 48))") in said.stdout, said.stdout
     assert ("no published figure for this case on this hardware (its figures are for other "
             "message sizes or settings): gpu.h2d bw (3 cases)") in said.stdout
-    assert ("no published figure for this hardware: coll.all_reduce busbw (2 cases); the "
-            "line-rate and link bounds still apply") in said.stdout
+    assert ("no published figure for this hardware: coll.all_reduce busbw (2 cases), "
+            "coll.all_gather busbw (1 case); the line-rate and link bounds still apply"
+            ) in said.stdout, said.stdout
     published = json.loads(netbench("compare", run, run, "--results", str(h200_results),
                                     "--json").stdout)["published"]
     d2h = [c for c in published["cases"] if c["benchmark"] == "gpu.d2h"]
@@ -311,6 +312,41 @@ def test_a_collective_on_one_model_of_gpu_is_matched_to_that_systems_figure(h200
     mixed = {**row, "env_json": json.dumps({**env, "gpus": [
         *env["gpus"][:4], *({**g, "model": "NVIDIA A100"} for g in env["gpus"][4:])]})}
     assert expectations.match(mixed, table)[0] is None     # which GPU ran it is unknown
+
+
+def test_a_collective_across_two_hosts_of_8_gpus_is_matched_to_googles_figure(h200_results):
+    """16 ranks on two hosts of 8 H200s (or B200s), all_gather of 2 GiB and more with NCCL's
+    own choice of path: Google's two-host figure (250 GB/s); 8 on two hosts of 4 GB200s: 160.
+    NCCL forced off NVLink, a smaller message, one host's 8 ranks, or H100s (two machine
+    types, two figures): none."""
+    table = expectations.load([], _units())
+    path = next(h200_results.glob("2*d85820a297fd.parquet"))
+    row = next(r for r in pq.read_table(path).to_pylist()
+               if r["benchmark"] == "coll.all_reduce" and r["metric"] == "busbw")
+    env = json.loads(row["env_json"])
+    gpus = [{**env["gpus"][0], "model": "NVIDIA H200", "pci_address": f"0000:{i:02x}:00.0"}
+            for i in range(8)]
+    params = {**json.loads(row["params"]), "world_size": 16, "msg_size": 4 << 30,
+              "path": "auto"}
+    row = {**row, "benchmark": "coll.all_gather", "transport": "nccl", "msg_size": 4 << 30,
+           "params": json.dumps(params), "env_json": json.dumps({**env, "gpus": gpus}),
+           "value": 262.0}
+    entry, why = expectations.match(row, table)
+    assert entry is not None and entry.figure == 250 and "a3ultra.yaml" in entry.source, why
+    b200 = {**env, "gpus": [{**g, "model": "NVIDIA B200"} for g in gpus]}
+    entry, why = expectations.match({**row, "env_json": json.dumps(b200)}, table)
+    assert entry is not None and entry.figure == 250 and "a4.yaml" in entry.source, why
+    gb200 = {**env, "gpus": [{**g, "model": "NVIDIA GB200"} for g in gpus[:4]]}
+    entry, why = expectations.match({**row, "env_json": json.dumps(gb200), "params": json.dumps(
+        {**params, "world_size": 8})}, table)
+    assert entry is not None and entry.figure == 160 and "a4x.yaml" in entry.source, why
+    h100 = {**env, "gpus": [{**g, "model": "NVIDIA H100 80GB HBM3"} for g in gpus]}
+    for other in ({"params": json.dumps({**params, "path": "nic"})},
+                  {"msg_size": 1 << 30, "params": json.dumps({**params, "msg_size": 1 << 30})},
+                  {"params": json.dumps({**params, "world_size": 8})},
+                  {"env_json": json.dumps(h100)}):
+        entry, why = expectations.match({**row, **other}, table)
+        assert entry is None, (other, entry)
 
 
 def test_accept_expect_three_ways_same_caught_and_lost(h200_results, tmp_path):
