@@ -125,7 +125,7 @@ def test_repeats_under_a_hypervisors_heavy_steal_decide_nothing_a_history_at_it_
     assert "the hypervisor stole cores from this guest (baseline 0.55, candidate 0.56)" in \
         j.disturbed and "it would read regressed" in j.disturbed
     assert "3 or more earlier runs of this case on this host in the store, 2 or more of " \
-        "them at each side's steal" in j.needs
+        "them at each side's load and steal" in j.needs
     # The same store's runs of the case at that steal (medians of aa0, aa1, aa3, aa0's
     # 4 KiB twin excluded): their spread allows for it, and the step is within it.
     at_steal = Past([6.72, 7.44, 6.76, 7.0, 7.3, 6.9], [0.6, 0.7, 0.75, 0.6, 0.65, 0.7],
@@ -250,6 +250,29 @@ def test_a_change_beside_a_hog_is_judged_where_neither_side_was_short_of_cpu():
     assert j.verdict == REGRESSED and "of the 0.5 cores it could have had" in j.disturbed, j
     j = _verdict(base, _loaded(cand.values, 2.0, 0.6))
     assert j.verdict == DISTURBED, j
+
+
+def test_a_case_other_work_left_without_a_core_is_disturbed_on_both_sides_alike():
+    """Both sides beside the same other work filling both cores (busy 2.0 on 2 CPUs), the
+    case short of CPU: where it gets its slices moves between runs more than within one (an
+    A/A here: tcp.rr's p50 +53.5%, each run's repeats alike): disturbed, saying what decides.
+    A shaped stream there (not short of CPU) is judged; so is a case with a core of its own
+    (4 CPUs); and a history holding runs at that load decides."""
+    base = _loaded([20.0, 20.1, 19.9], 2.0, 1.5)
+    cand = _loaded([30.7, 30.8, 30.6], 2.0, 1.5)
+    j = _verdict(base, cand, better="lower")
+    assert j.verdict == DISTURBED, j
+    assert "beside 2 cores of other work on 2 CPUs" in j.disturbed, j
+    assert "at each side's load and steal" in j.needs, j
+    shaped = _verdict(_loaded(base.values, 2.0, 0.01), _loaded(cand.values, 2.0, 0.01),
+                      better="lower")
+    assert shaped.verdict == REGRESSED, shaped
+    roomy = _verdict(_loaded(base.values, 2.0, 1.5, cpus=4),
+                     _loaded(cand.values, 2.0, 1.5, cpus=4), better="lower")
+    assert roomy.verdict == REGRESSED, roomy
+    past = Past([20.0, 20.3, 19.8, 20.1, 19.9], [2.0] * 5)
+    j = _verdict(base, cand, better="lower", past=past)
+    assert j.verdict == REGRESSED, j
 
 
 def test_a_cost_beside_a_hog_is_disturbed_unless_beyond_its_loaded_history():

@@ -33,7 +33,9 @@ The verdicts:
   either way: named, and not blamed on the code, unless the case's history holds runs at
   both load levels (then its spread allows for that load, and it decides); or the hypervisor
   stole at least ``BUSY_CORES`` from either side: other guests' demand moves between runs more
-  than between the repeats of one, so only a history holding runs at that steal decides.
+  than between the repeats of one, so only a history holding runs at that steal decides; or
+  other work left a side's case, short of CPU, less than a core of its own (``crowded``):
+  the slices it gets move with that work between runs, and the same history decides.
   Load explains a rate or a latency only where a side's case was short of CPU (``starved``:
   it wanted ``STARVED`` of the cores it could have had, ``room``) or the change is within
   what the case moved under such load in its history; otherwise the verdict stands, the
@@ -321,15 +323,17 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     # 0.55 and 0.73 cores, tcp.rr's minimum round trip +10.7% with its repeats within 1%), so
     # one run's repeats cannot stand for another run; a history holding runs at that steal can,
     # and so does a change beyond what the case moved at that steal in its history.
-    stolen = heavy_steal(base, cand)
+    # So is a case that other work left without a core of its own (``crowded``): where it
+    # gets its slices moves with the other work's phases from run to run.
+    stolen = "; ".join(x for x in (heavy_steal(base, cand), crowded(base, cand)) if x)
     if stolen and not (decided_by_history and not apart):
         moved = beyond_load_history(base, cand, change, threshold, past)
         if not moved:
             return made(DISTURBED, disturbed=stolen + (f" during {what}" if what else "")
                         + f"; on a host nobody else shares it would read {verdict}",
                         needs=f"{MIN_DF + 1} or more earlier runs of this case on this host "
-                              "in the store, 2 or more of them at each side's steal (its "
-                              "history then decides)")
+                              "in the store, 2 or more of them at each side's load and steal "
+                              "(its history then decides)")
         named = "; ".join(x for x in (named, f"{stolen}; {moved}") if x)
     # Not sides of several runs each either: their values are still repeats, tested as if
     # each were a run (three alike in each of two runs read p 0.003 where the runs say 0.23).
@@ -512,6 +516,26 @@ def heavy_steal(base: Side, cand: Side) -> str:
                       for name, s in zip(("baseline", "candidate"), steals))
     return (f"the hypervisor stole cores from this guest ({shown}): other guests' demand, "
             "which moves between runs more than within one")
+
+
+def crowded(base: Side, cand: Side) -> str:
+    """Did other work leave either side's case less than a core of its own (``room``) while
+    it was short of CPU (``starved``), as a sentence, or ""? Such a case runs in the slices
+    the scheduler gives it among the other work's, which move with that work's phases from
+    run to run more than between one run's repeats (an A/A here beside two low-priority
+    loops filling both cores: tcp.rr's p50 +53.5%, each run's three repeats alike). A case
+    its link shapes is not starved there, and is judged (a -10% through tbf beside two hogs
+    on two cores is caught)."""
+    short = []
+    for name, one in (("baseline", base), ("candidate", cand)):
+        free = room(one)
+        if free is not None and free < 1.0 and starved(one):
+            short.append(f"{_starved_text(name, one)} beside {one.busy:.2g} cores of other "
+                         f"work on {one.cpus} CPUs")
+    if not short:
+        return ""
+    return "; ".join(short) + (": where a case short of CPU gets its slices moves between "
+                               "runs more than within one")
 
 
 CLOCK_GAP = 0.10     # CPU clocks this far apart (relative) are two different machines' worth
