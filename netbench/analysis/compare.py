@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from netbench.analysis.error_metrics import is_error_metric, on_loopback, with_error_metrics
+from netbench.analysis.error_metrics import inside_the_kernel, is_error_metric, with_error_metrics
 from netbench.analysis.segments import latest_segment
 from netbench.analysis.verdict import (
     HISTORY_RUNS,
@@ -214,12 +214,12 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     load = [column(c) for c in (*LOAD, *CLOCK)]
     # What the value summarises and of how many samples: an extreme is judged by runs; what
     # work it is a cost of; netbench's own demand on the host's CPUs (was it short of CPU?).
-    # Over loopback, no link: what its error counters count happened inside the host.
+    # Over the kernel's loopback, no link: what its error counters count happened in the host.
     shape = [column(c) for c in ("statistic", "n_samples", "per_metric", "cost",
-                                 "load_own_cores", "case_index", "placement", "device", "peer")]
+                                 "load_own_cores", "case_index", "placement", "device")]
     entries: dict[tuple[str, str, str], dict[str, Any]] = {}
     for (bench, params, metric, value, unit, better, size, host, run_id), *busy, mhz, \
-            throttled, statistic, counted, per, cost, own, index, placed, device, peer, \
+            throttled, statistic, counted, per, cost, own, index, placed, device, \
             cpus in zip(zip(*columns), *load, *shape, _cpus(ok)):
         entry = entries.get((bench, params, metric))
         if entry is None:
@@ -231,11 +231,11 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
                 "statistic": None if _is_missing(statistic) else str(statistic),
                 "per": None if _is_missing(per) else str(per),
                 "cost": not _is_missing(cost) and bool(cost),
-                "n_samples": None, "loopback": True}
+                "n_samples": None, "in_kernel": True}
         if not _is_missing(counted):            # the fewest an invocation of it rests on
             entry["n_samples"] = int(counted) if entry["n_samples"] is None else min(
                 int(counted), entry["n_samples"])
-        entry["loopback"] = entry["loopback"] and on_loopback(device, peer)
+        entry["in_kernel"] = entry["in_kernel"] and inside_the_kernel(device)
         entry["units"].add(str(unit))
         entry["hosts"].add(str(host))
         entry["runs"].add(run_id)
@@ -457,7 +457,7 @@ def judge_family(questions: Sequence[Question], thresholds: Mapping[str, float] 
                          history_runs=q.against + len(q.past.values), what=bench, sd=sd,
                          past=q.past, p_value=p, extreme=extreme_of(metric, q.base, q.cand),
                          counts=is_error_metric(metric), cost=bool(q.base.get("cost")),
-                         hosted=bool(q.base.get("loopback") and q.cand.get("loopback"))))
+                         hosted=bool(q.base.get("in_kernel") and q.cand.get("in_kernel"))))
     return out
 
 

@@ -41,11 +41,18 @@ def is_error_metric(metric: str) -> bool:
 
 
 def on_loopback(device: Any, peer: Any = None) -> bool:
-    """Did the case run over the host's loopback (no link, no NIC)? Then every error it counts
-    happened inside this host's own stack: a sender outrunning the receiver's backlog, loss
-    probes fired while a stolen vCPU held the ACKs, never a network's loss (a CI A/A beside a
-    hypervisor stealing 0.7 of a core: RetransSegs 0 -> 43 with no link to lose them)."""
+    """Did the case run over loopback: the kernel's (``lo``), or two ends on one RDMA device
+    (peer ``loopback``)?"""
     return device == "lo" or peer == "loopback"
+
+
+def inside_the_kernel(device: Any) -> bool:
+    """Did the case's traffic never leave the kernel (the ``lo`` interface)? Then every error
+    it counts happened in this host's own stack, with no link or NIC to lose anything: a
+    sender outrunning the receiver's backlog, loss probes fired while a stolen vCPU held the
+    ACKs (a CI A/A beside a hypervisor stealing 0.7 of a core: RetransSegs 0 -> 43). Two
+    ends on one RDMA device are not: their traffic crosses the HCA, whose counters count."""
+    return device == "lo"
 
 
 def _device_name(device: Any) -> str:
