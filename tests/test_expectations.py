@@ -74,16 +74,16 @@ def test_a_sites_table_beside_the_spec_overrides_the_shipped_figure(h200_results
         in verdict.stdout, verdict.stdout
 
 
-def _ndr_tree(tmp_path: Path) -> Path:
+def _ndr_tree(tmp_path: Path, link_layer: str = "InfiniBand") -> Path:
     """The q35 capture with a ConnectX-7 port as mlx5 lays it out in sysfs (class/infiniband
     links to the PCI function's infiniband/mlx5_0; ports/1 rate, link_layer and state as the
-    kernel writes them)."""
-    tree = tmp_path / "tree"
+    kernel writes them; a 400G RoCE port reads the same rate, its link layer Ethernet)."""
+    tree = tmp_path / f"tree-{link_layer}"
     shutil.copytree(TREE, tree, symlinks=True)
     dev = tree / "devices" / "pci0000:00" / "0000:00:07.0" / "infiniband" / "mlx5_0"
     port = dev / "ports" / "1"
     port.mkdir(parents=True)
-    for name, text in {"rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand",
+    for name, text in {"rate": "400 Gb/sec (4X NDR)", "link_layer": link_layer,
                        "state": "4: ACTIVE", "phys_state": "5: LinkUp"}.items():
         (port / name).write_text(text + "\n")
     for name, text in {"hca_type": "MT4129", "fw_ver": "28.39.1002", "node_type": "1: CA",
@@ -192,6 +192,36 @@ def test_an_ndr_ports_small_write_latency_is_judged_against_imbues_p99_bound(tmp
     assert expectations.match(lat("rxe0:1", 9.0, environment=probe(TREE)), table)[0] is None
 
 
+def test_a_roce_port_to_another_host_is_held_to_amds_and_nvidias_figures(tmp_path):
+    """A 400 GbE RoCE port: a bidirectional RDMA write of 8 MiB to another host is held to
+    AMD's acceptance figure (770 Gbit/s, both directions summed); the same in loopback, one
+    direction, or 1 MiB matches nothing. A 2-byte write latency to another host, on any
+    link, is held to NVIDIA's 2.5 us mean (a read to 4.5); in loopback, nothing."""
+    table = expectations.load([], _units())
+    roce = probe(_ndr_tree(tmp_path, "Ethernet"))
+    both = json.dumps({"msg_size": 8 << 20, "bidirectional": True})
+    remote = {**_row(roce, "mlx5_0:1", 781.0), "params": both, "peer": "10.0.0.2"}
+    entry, why = expectations.match(remote, table)
+    assert entry is not None and entry.figure == 770 and "AMD" in entry.source, why
+    for other in ({"peer": "loopback"}, {"params": json.dumps({"msg_size": 8 << 20})},
+                  {"msg_size": 1 << 20, "params": json.dumps({"msg_size": 1 << 20,
+                                                              "bidirectional": True})},
+                  {"peer": None}):
+        assert expectations.match({**remote, **other}, table)[0] is None, other
+    ndr = probe(_ndr_tree(tmp_path))
+    for env, bench, figure in ((roce, "rdma.write_lat", 2.5), (ndr, "rdma.send_lat", 2.5),
+                               (ndr, "rdma.read_lat", 4.5)):
+        lat = {**_row(env, "mlx5_0:1", 1.9, 2), "benchmark": bench, "metric": "lat_avg",
+               "unit": "us", "better": "lower", "peer": "10.0.0.2"}
+        entry, why = expectations.match(lat, table)
+        assert entry is not None and entry.figure == figure and "ngc_multinode_perf" in \
+            entry.source, (bench, why)
+        assert expectations.match({**lat, "peer": "loopback"}, table)[0] is None
+        assert expectations.match({**lat, "msg_size": 4096}, table)[0] is None
+    assert expectations.match({**lat, "env_json": json.dumps(probe(TREE)),
+                               "device": "rxe0:1"}, table)[0] is None
+
+
 @pytest.mark.parametrize("entry, needle", [
     ('name = "x"\nbenchmark = "gpu.h2d"\nmetric = "bw"\nat_least = 5\nunit = "GB/s"\n',
      "source is required (text); every figure names where it was published"),
@@ -204,7 +234,10 @@ def test_an_ndr_ports_small_write_latency_is_judged_against_imbues_p99_bound(tmp
     ('name = "x"\nbenchmark = "gpu.h2d"\nmetric = "bw"\nat_least = -5\nunit = "GB/s"\n'
      'source = "s"\n', "give one figure: at_least"),
     ('name = "x"\nbenchmark = "gpu.h2d"\nmetric = "bw"\nat_least = 5\nunit = "GB/s"\n'
-     'source = "s"\nfigure = 3\n', "unknown key(s) figure")])
+     'source = "s"\nfigure = 3\n', "unknown key(s) figure"),
+    ('name = "x"\nbenchmark = "rdma.write_lat"\nmetric = "lat_avg"\nat_most = 3\n'
+     'unit = "us"\nsource = "s"\nwhen = { loopback = "no" }\n',
+     "condition loopback = 'no' is not true or false")])
 def test_a_bad_site_table_is_refused_naming_its_file_line_and_key(tmp_path, entry, needle):
     site = tmp_path / "site.toml"
     site.write_text("# our figures\n\n[[expect]]\n" + entry)

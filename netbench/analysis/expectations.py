@@ -34,7 +34,7 @@ SITE_FILE = "expectations.toml"          # beside a suite: the site's own table
 KEYS = {"name", "benchmark", "metric", "at_least", "at_most", "unit", "source", "when", "note"}
 WHEN = {"link_layer": str, "rate_gbps": float, "gpu": str, "pcie_gen": int,
         "pcie_width": int, "world_size": int, "msg_size_min": "size", "msg_size_max": "size",
-        "params": dict}
+        "params": dict, "loopback": "bool"}
 HARDWARE = {"link_layer", "rate_gbps", "gpu", "pcie_gen", "pcie_width", "world_size"}
 _ADDRESS = re.compile(r"^([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
 
@@ -124,6 +124,10 @@ def _entry(raw: dict[str, Any], where: str, units: Mapping[str, Mapping[str, str
         kind = WHEN.get(key)
         if kind is None:
             raise bad(f"unknown condition {key!r}; accepted: {', '.join(WHEN)}")
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise bad(f"condition {key} = {value!r} is not true or false")
+            continue
         try:
             when[key] = parse_size(value) if kind == "size" else kind(value)
         except (TypeError, ValueError):
@@ -168,6 +172,9 @@ def facts(row: Mapping[str, Any]) -> dict[str, Any]:
     if "world_size" in params:
         out["world_size"] = params["world_size"]
     out["msg_size"] = row.get("msg_size")
+    # Both ends on one device (two QPs of one HCA) or a far end: unknown on rows without a peer.
+    peer = row.get("peer")
+    out["loopback"] = None if peer is None else peer == "loopback"
     out["params"] = params
     return out
 
