@@ -221,18 +221,22 @@ def test_retransmits_the_receiver_had_already_are_no_error_and_real_drops_stay()
     assert own_errors(older, "lo", tcp=True)["err.RetransSegs"] == 6
 
 
-def _tcp_run(store, run_id, label, retransmits, when, device, other, steal):
-    """One stored run of tcp.stream over ``device``, a case invocation per entry of
-    ``retransmits`` (the namespace's RetransSegs growth), the host ``other`` cores busy
-    outside netbench and ``steal`` stolen by the hypervisor."""
+def _tcp_run(store, run_id, label, retransmits, when, device, other, steal,
+             peer=None, rr=False):
+    """One stored run of tcp.stream (``rr``: tcp.rr, its first row lat_min, an extreme) over
+    ``device``, a case invocation per entry of ``retransmits`` (the namespace's RetransSegs
+    growth), the host ``other`` cores busy outside netbench and ``steal`` stolen by the
+    hypervisor."""
     rows = []
     for i, n in enumerate(retransmits):
         row = {name: None for name, _ in COLUMNS}
         row.update(schema_version=SCHEMA_VERSION, run_id=run_id, label=label, host="h1",
-                   started_at=when, benchmark="tcp.stream", family="tcp", op="stream",
-                   transport="tcp", device=device,
-                   peer="loopback" if device == "lo" else "10.0.0.2",
-                   metric="goodput", value=30.0 + 0.1 * i, better="higher", unit="Gbit/s",
+                   started_at=when, benchmark="tcp.rr" if rr else "tcp.stream", family="tcp",
+                   op="rr" if rr else "stream", transport="tcp", device=device,
+                   peer=peer or ("loopback" if device == "lo" else "10.0.0.2"),
+                   statistic="min" if rr else None,
+                   metric="lat_min" if rr else "goodput", value=30.0 + 0.1 * i,
+                   better="lower" if rr else "higher", unit="us" if rr else "Gbit/s",
                    status="ok", case_index=i, msg_size=131072, env_json=_env(),
                    params=params_json({"msg_size": 131072}), samples=[30.0],
                    load_other_cores=other, load_steal_cores=steal,
@@ -247,21 +251,25 @@ def test_loopback_retransmits_beside_a_hypervisors_steal_are_disturbed_and_a_lin
     stealing 0.70 of a core from the candidate): loopback tcp.stream's RetransSegs 0 -> 43.
     Over loopback no link lost them: the host's own stack did, so the load rules apply and
     the verdict is disturbed. The same counts over a NIC regress (a neighbour does not make
-    a link drop segments), and so do loopback's where both sides ran on a quiet host."""
-    for device, loads, expected in (("lo", ((1.0, 0.0), (0.03, 0.70)), "disturbed"),
-                                    ("eth0", ((1.0, 0.0), (0.03, 0.70)), "regressed"),
-                                    ("lo", ((0.0, 0.0), (0.0, 0.0)), "regressed")):
-        where = tmp_path / f"{device}-{loads[1][1]}"
+    a link drop segments), and so do loopback's where both sides ran on a quiet host (tcp.rr's
+    too, whose first row is an extreme: the count is none), and a remote peer's from an
+    address on lo (a host's routable /32 there)."""
+    stolen, quiet = ((1.0, 0.0), (0.03, 0.70)), ((0.0, 0.0), (0.0, 0.0))
+    for n, (device, loads, extra, expected) in enumerate((
+            ("lo", stolen, {}, "disturbed"), ("eth0", stolen, {}, "regressed"),
+            ("lo", quiet, {}, "regressed"), ("lo", quiet, {"rr": True}, "regressed"),
+            ("lo", stolen, {"peer": "10.0.0.2"}, "regressed"))):
+        where = tmp_path / f"{n}"
         where.mkdir()
         store = ResultStore(where)
-        _tcp_run(store, "a", "before", [0, 0, 0], START, device, *loads[0])
+        _tcp_run(store, "a", "before", [0, 0, 0], START, device, *loads[0], **extra)
         _tcp_run(store, "b", "after", [43, 38, 51], START + timedelta(hours=1), device,
-                 *loads[1])
+                 *loads[1], **extra)
         proc = netbench("compare", "before", "after", "--results", str(where), "--json",
                         "--no-history")
         v = {v["metric"]: v for v in json.loads(proc.stdout)["verdicts"]}["err.RetransSegs"]
-        print(device, loads, v["verdict"], v.get("disturbed"))
-        assert v["verdict"] == expected, (device, loads, v)
+        print(device, loads, extra, v["verdict"], v.get("disturbed"))
+        assert v["verdict"] == expected, (device, loads, extra, v)
         assert proc.returncode == (1 if expected == "regressed" else 0), proc.stdout
         if expected == "disturbed":
             assert "stole" in v["disturbed"], v

@@ -373,6 +373,10 @@ def test_a_collective_across_two_hosts_of_8_gpus_is_matched_to_googles_figure(h2
     entry, why = expectations.match({**row, "env_json": json.dumps(gb200), "params": json.dumps(
         {**params, "world_size": 8})}, table)
     assert entry is not None and entry.figure == 160 and "a4x.yaml" in entry.source, why
+    # A model is a whole word of the name: 16 GB200s are not B200s, 16 GH200s not H200s.
+    for model in ("NVIDIA GB200", "NVIDIA GH200 480GB"):
+        other = {**env, "gpus": [{**g, "model": model} for g in gpus]}
+        assert expectations.match({**row, "env_json": json.dumps(other)}, table)[0] is None
     h100 = {**env, "gpus": [{**g, "model": "NVIDIA H100 80GB HBM3"} for g in gpus]}
     for other in ({"params": json.dumps({**params, "path": "nic"})},
                   {"msg_size": 1 << 30, "params": json.dumps({**params, "msg_size": 1 << 30})},

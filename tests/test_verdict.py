@@ -273,6 +273,11 @@ def test_a_case_other_work_left_without_a_core_is_disturbed_on_both_sides_alike(
     past = Past([20.0, 20.3, 19.8, 20.1, 19.9], [2.0] * 5)
     j = _verdict(base, cand, better="lower", past=past)
     assert j.verdict == REGRESSED, j
+    # A 1-CPU host with a hundredth of a core of other work leaves a case 0.98 of a core:
+    # no crowd to speak of, judged.
+    tiny = _verdict(_loaded(base.values, 0.01, 0.9, cpus=1),
+                    _loaded(cand.values, 0.01, 0.9, cpus=1), better="lower")
+    assert tiny.verdict == REGRESSED, tiny
 
 
 def test_a_cost_beside_a_hog_is_disturbed_unless_beyond_its_loaded_history():

@@ -216,10 +216,11 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
     # work it is a cost of; netbench's own demand on the host's CPUs (was it short of CPU?).
     # Over the kernel's loopback, no link: what its error counters count happened in the host.
     shape = [column(c) for c in ("statistic", "n_samples", "per_metric", "cost",
-                                 "load_own_cores", "case_index", "placement", "device")]
+                                 "load_own_cores", "case_index", "placement", "device",
+                                 "peer")]
     entries: dict[tuple[str, str, str], dict[str, Any]] = {}
     for (bench, params, metric, value, unit, better, size, host, run_id), *busy, mhz, \
-            throttled, statistic, counted, per, cost, own, index, placed, device, \
+            throttled, statistic, counted, per, cost, own, index, placed, device, peer, \
             cpus in zip(zip(*columns), *load, *shape, _cpus(ok)):
         entry = entries.get((bench, params, metric))
         if entry is None:
@@ -235,7 +236,7 @@ def pool(rows: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
         if not _is_missing(counted):            # the fewest an invocation of it rests on
             entry["n_samples"] = int(counted) if entry["n_samples"] is None else min(
                 int(counted), entry["n_samples"])
-        entry["in_kernel"] = entry["in_kernel"] and inside_the_kernel(device)
+        entry["in_kernel"] = entry["in_kernel"] and inside_the_kernel(device, peer)
         entry["units"].add(str(unit))
         entry["hosts"].add(str(host))
         entry["runs"].add(run_id)

@@ -46,13 +46,14 @@ def on_loopback(device: Any, peer: Any = None) -> bool:
     return device == "lo" or peer == "loopback"
 
 
-def inside_the_kernel(device: Any) -> bool:
-    """Did the case's traffic never leave the kernel (the ``lo`` interface)? Then every error
+def inside_the_kernel(device: Any, peer: Any) -> bool:
+    """Did the case's traffic never leave the kernel (the ``lo`` interface, to the loopback
+    peer: a host's routable address on ``lo`` to a remote peer does not)? Then every error
     it counts happened in this host's own stack, with no link or NIC to lose anything: a
     sender outrunning the receiver's backlog, loss probes fired while a stolen vCPU held the
     ACKs (a CI A/A beside a hypervisor stealing 0.7 of a core: RetransSegs 0 -> 43). Two
     ends on one RDMA device are not: their traffic crosses the HCA, whose counters count."""
-    return device == "lo"
+    return device == "lo" and peer == "loopback"
 
 
 def _device_name(device: Any) -> str:
@@ -150,9 +151,12 @@ def with_error_metrics(*frames: Any) -> list[Any]:
                 if metric.startswith(FAR_END) and not far_read:
                     continue        # not read is not 0
                 value = float(grown.get(metric, 0))
+                # A count of its own: none of the case's first row's statistic (tcp.rr's is
+                # lat_min, an extreme) or cost.
                 added.append({**frame.iloc[i].to_dict(), "metric": metric, "value": value,
                               "unit": UNIT, "better": "lower", "n_samples": 1,
-                              "samples": [value], "unit_note": None})
+                              "samples": [value], "unit_note": None, "statistic": None,
+                              "per_metric": None, "cost": None})
         out.append(frame if not added else pd.concat([frame, pd.DataFrame(added)],
                                                      ignore_index=True))
     return out

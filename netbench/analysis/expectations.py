@@ -187,7 +187,9 @@ def _holds(when: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
                     size < want if key == "msg_size_min" else size > want):
                 return False
         elif key == "gpu":
-            if want.lower() not in str(have.get("gpu") or "").lower():
+            # A whole token of the model's name: B200 is not GB200's, H200 not GH200's.
+            if not re.search(rf"(?<![a-z0-9]){re.escape(want.lower())}(?![a-z0-9])",
+                             str(have.get("gpu") or "").lower()):
                 return False
         elif key == "params":
             if any(have.get("params", {}).get(k) != v for k, v in want.items()):

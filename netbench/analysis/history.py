@@ -252,6 +252,7 @@ def _merge(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "n_runs": sum(e.get("n_runs", 1) for e in entries),
             "mhz": mean_known([e.get("mhz") for e in entries]),
             "throttled": sum(e.get("throttled", 0) for e in entries),
+            "in_kernel": all(e.get("in_kernel") for e in entries),
             "units": sorted({u for e in entries for u in e["units"]}),
             # An extreme on the fewest samples any run's invocation rested on.
             "statistic": next((e["statistic"] for e in entries if e.get("statistic")), None),
