@@ -41,9 +41,9 @@ The verdicts:
   what the case moved under such load in its history; otherwise the verdict stands, the
   load named beside it. A cost (``cost=True``: CPU spent) is cleared only by that history,
   and judged by runs only: one run's repeats share where the host ran it (``unverified``);
-  counted events (``counts=True``: retransmits, drops) are never disturbed, except a
-  loopback case's (``hosted``): with no link between its ends, its host dropped or re-sent
-  them.
+  counted events (``counts=True``: retransmits, drops) are never disturbed, except those of
+  a case over the kernel's loopback (``hosted``: ``lo`` to the loopback peer): with no link
+  between its ends, its host dropped or re-sent them.
 Each judgement carries ``detectable``: the smallest change its evidence would catch at 80%
 power. Only ``regressed`` and ``lost`` fail a gate by default.
 """
@@ -249,7 +249,7 @@ def judge(base: Side, cand: Side, change: float, better: str, threshold: float,
     only: a history to judge by (more than MIN_DF earlier runs; the test took the wider of
     its spread and the repeats'). ``counts``: the values count events (an error counter's
     growth): the host's load never explains those, unless ``hosted``: the events happened
-    inside this host, no link or NIC between the ends (a loopback case), so the host's load
+    inside this host, no link or NIC between the ends (the kernel's loopback), so the load
     may explain them as it does a rate. ``cost``: a resource the case spent (CPU), which a
     neighbour's contention raises whether or not the case was short of CPU."""
     raw = p_adjusted if p_value is None else p_value
