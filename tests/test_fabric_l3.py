@@ -392,8 +392,17 @@ def _one_sweep(fabric, res: Path, pattern: str) -> tuple[bool, str]:
         print("  SUSPECT", s["text"])
     print(verdict)
     # The measurement itself: only pairs between the shaped link's leaf and another leaf
-    # can cross it (one way or the other), and the fabric's healthy rate is the hosts'.
-    assert slow <= crossing, (slow, crossing)
+    # can cross it (one way or the other), and the fabric's healthy rate is the hosts'. On
+    # a shared 2-core runner a pair beside no slow link may read slow once (the hypervisor
+    # stole its sender's core: CI saw one at 0.93 of healthy): the verdict must then leave
+    # it as that pair's own path to retest, never a host, a link, or a suspect's evidence.
+    stray = slow - crossing
+    assert len(stray) <= 1, (slow, crossing)
+    lone = _lone_pairs(verdict)
+    assert all(any(f"LINK {c} -> {s}:" in line for line in lone) for c, s in stray), (
+        stray, verdict)
+    if stray:
+        print("  a pair beside no slow link read slow once (left to retest):", stray)
     assert m["healthy"] > 0.6 * HOST_MBIT / 1000, m["healthy"]
     # Never a host blamed for a slow link, nor anything but the link or its ECMP twins.
     assert m["faulty_hosts"] == [], m["faulty_hosts"]
@@ -411,7 +420,6 @@ def _one_sweep(fabric, res: Path, pattern: str) -> tuple[bool, str]:
         assert not slow and not m["suspects"], m
         return False, f"{rounds} rounds, nothing flagged: no flow hashed onto {leaf}--{spine}"
     if not m["suspects"]:            # too few slow pairs to name a link: each left as its own
-        lone = _lone_pairs(verdict)
         assert lone and len(lone) == len(slow), verdict
         return False, f"{rounds} rounds, {len(slow)} slow pair(s) left as their own paths"
     # Named: exit 1, every suspect holding the shaped link (beside it only its ECMP twin, which
