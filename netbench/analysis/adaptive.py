@@ -27,6 +27,7 @@ the flow-level simulator (``sweep.simulate``).
 
 from __future__ import annotations
 
+import bisect
 import gc
 import math
 import random
@@ -55,6 +56,7 @@ ECMP_MISS = 0.05          # chance a path of an ECMP set is left unloaded by the
 # tried: more collisions than a Poisson count of them reads (recall 0.675, precision 0.375).
 CROWD = 0.25
 COLLIDED = 3              # a flow that may have met others is slow below a three-way share
+COMPANY_Z = 4             # spreads of two readings' noisy ratio a flow's company may read above it
 
 
 def default_budget(n: int) -> int:
@@ -301,16 +303,44 @@ class AdaptivePlanner:
     def _expect_crowds(self, round_: Sequence[Measured]) -> None:
         """Untraced ECMP: each flow's expected company on its links, the sum over its path
         set's links of its share of the link times the other flows' shares of it (four flows
-        out of a leaf with 16 uplinks: 3/16 on the way up)."""
-        loads: Counter[str] = Counter()
+        out of a leaf with 16 uplinks: 3/16 on the way up).
+
+        Counted from what the company read: a flow slowed by sharing a link read at most
+        what it did (max-min: on its bottleneck it is the fastest), so a flow that read
+        well above it, past the noise, is none of its company. A flow read at half, whose
+        possible company all read healthy, met nobody: a fault's, not a collision's, and
+        judged as a flow alone (a link at half is otherwise a collision's double)."""
+        margin = self._company_margin()
+        readings = [self._oriented(m.value) or 0.0 for m in round_]   # failed: any company
+        on: dict[str, list[tuple[float, float]]] = {}
         sets = []
-        for m in round_:
+        for m, reading in zip(round_, readings):
             mine = self._spread_over(m.client, m.server)
             sets.append(mine)
             for e, share in mine.items():
-                loads[e] += share
-        for m, mine in zip(round_, sets):
-            m.crowd = sum(share * (loads[e] - share) for e, share in mine.items())
+                on.setdefault(e, []).append((reading, share))
+        # Per link: its flows' readings in order, and their shares summed.
+        ordered = {}
+        for e, flows in on.items():
+            flows.sort()
+            ordered[e] = ([r for r, _ in flows], [math.fsum(share for _, share in flows)])
+        for m, mine, reading in zip(round_, sets, readings):
+            reach = math.inf if margin is None or not reading else reading * margin
+            expected = sum(share * (ordered[e][1][-1] - share) for e, share in mine.items())
+            # Any flow that may have met it keeps the whole expected company: two that read
+            # half together most likely did meet, more likely than their shares of a link say.
+            met = any(bisect.bisect_right(ordered[e][0], reach) > 1 for e in mine)
+            m.crowd = expected if met else 0.0
+
+    def _company_margin(self) -> float | None:
+        """How far above a flow's reading another may read and still have shared its
+        bottleneck: the noise of the two readings' ratio, COMPANY_Z spreads of it; None
+        (any reading may) until the spread is known, or for a figure where lower is better."""
+        cut = getattr(self, "cut", None)        # (none before the first round is judged)
+        sigma = cut[1] if cut else None
+        if sigma is None or self.better != "higher":
+            return None
+        return math.exp(COMPANY_Z * math.sqrt(2) * sigma)
 
     def _oriented(self, value: float | None) -> float | None:
         if value is None or not value > 0:
