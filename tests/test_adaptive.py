@@ -405,13 +405,14 @@ def test_a_fault_at_half_under_untraced_ecmp_is_no_collision_when_its_company_re
     assert verdict.blamed_hosts == []
     alone = [m for m in planner.measured if m.crowd == 0 and m.round >= 2
              and m.value is not None and m.value < 0.6 * planner.healthy]
-    assert alone, "no cover flow over the uplink was judged alone"
+    assert alone, "no cover flow that read low was judged alone"
 
 
-def test_flows_that_read_half_together_keep_their_company_and_one_alone_has_none():
+def test_flows_that_read_low_together_keep_their_company_and_one_alone_has_none():
     """The company a flow is judged with, from one crowded cover round read by hand: two
-    flows out of leaf0 that read half (a collision: each may have met the other) keep the
-    whole expected company; one out of leaf1 that read half while every flow that could
+    flows out of one leaf that read half (a collision: each may have met the other) keep the
+    whole expected company, as do two out of another that split a link 40/60 (TCP shares
+    unevenly: together they fit one link); one that read half while every flow that could
     have shared a link with it read healthy met nobody (crowd 0); a healthy one keeps its
     company, since the rest read as it did."""
     topo = sim.fat_tree(32, 32, 16, routing="ecmp")
@@ -423,16 +424,37 @@ def test_flows_that_read_half_together_keep_their_company_and_one_alone_has_none
                                       for i in range(len(chosen.pairs))])
     chosen = planner.next_round()
     assert "4 flows per path set" in chosen.why, chosen.why
-    leaf = {i: planner.switch[i] for pair in chosen.pairs for i in pair}
-    out_of = {}
+    leaf = planner.switch
+    out_of: dict = {}
     for k, (c, _) in enumerate(chosen.pairs):
         out_of.setdefault(leaf[c], []).append(k)
-    (l0, l1) = [ks for ks in out_of.values() if len(ks) >= 2][:2]
+    groups = [ks for ks in out_of.values() if len(ks) >= 2]
+    half, uneven = groups[0][:2], groups[1][:2]
+    # The lone one: out of a third leaf, into a leaf none of the four low flows goes to.
+    into = {leaf[chosen.pairs[k][1]] for k in half + uneven}
+    lone, healthy = next(ks for ks in groups[2:]
+                         if leaf[chosen.pairs[ks[0]][1]] not in into)[:2]
     values = [100.0] * len(chosen.pairs)
-    values[l0[0]] = values[l0[1]] = 50.0              # met each other
-    values[l1[0]] = 50.0                              # met nobody: its own path
+    values[half[0]] = values[half[1]] = 50.0
+    values[uneven[0]], values[uneven[1]] = 40.0, 60.0
+    values[lone] = 50.0
     planner.record(chosen.pairs, values)
     got = planner.measured[-len(chosen.pairs):]
-    assert got[l0[0]].crowd > 0 and got[l0[1]].crowd > 0
-    assert got[l1[0]].crowd == 0
-    assert got[l1[1]].crowd > 0
+    assert [got[k].crowd > 0 for k in half + uneven] == [True] * 4, [got[k] for k in half]
+    assert got[lone].crowd == 0, got[lone]
+    assert got[healthy].crowd > 0, got[healthy]
+
+
+def test_with_no_spread_of_the_noise_known_every_flow_keeps_its_company():
+    """Readings capped or rounded alike (every flow inside a leaf read exactly 100) give a
+    noise of 0: no margin can be drawn from it, so no flow is judged alone by its company's
+    readings; each keeps its expected company, as before any spread is known."""
+    topo = sim.fat_tree(32, 32, 16, routing="ecmp")
+    planner = AdaptivePlanner(sorted(topo.hosts), topo, seed=1)
+    while planner._cover_intra < 2:
+        chosen = planner.next_round()
+        planner.record(chosen.pairs, [100.0] * len(chosen.pairs))
+    assert planner.cut[1] == 0.0, planner.cut
+    chosen = planner.next_round()
+    planner.record(chosen.pairs, [50.0] + [100.0] * (len(chosen.pairs) - 1))
+    assert planner.measured[-len(chosen.pairs)].crowd > 0

@@ -309,7 +309,9 @@ class AdaptivePlanner:
         what it did (max-min: on its bottleneck it is the fastest), so a flow that read
         well above it, past the noise, is none of its company. A flow read at half, whose
         possible company all read healthy, met nobody: a fault's, not a collision's, and
-        judged as a flow alone (a link at half is otherwise a collision's double)."""
+        judged as a flow alone (a link at half is otherwise a collision's double). Where
+        TCP shares unevenly, a flow that read above it still counts while the two together
+        fit one link (the healthy rate)."""
         margin = self._company_margin()
         readings = [self._oriented(m.value) or 0.0 for m in round_]   # failed: any company
         on: dict[str, list[tuple[float, float]]] = {}
@@ -323,10 +325,14 @@ class AdaptivePlanner:
         ordered = {}
         for e, flows in on.items():
             flows.sort()
-            ordered[e] = ([r for r, _ in flows], [math.fsum(share for _, share in flows)])
+            ordered[e] = ([r for r, _ in flows], math.fsum(share for _, share in flows))
+        healthy = getattr(self, "healthy", None)
         for m, mine, reading in zip(round_, sets, readings):
-            reach = math.inf if margin is None or not reading else reading * margin
-            expected = sum(share * (ordered[e][1][-1] - share) for e, share in mine.items())
+            # Real TCP splits a shared link unevenly (60/40): a partner may read above it,
+            # but the two together no more than the link, a lone flow's healthy rate.
+            reach = math.inf if margin is None or not reading else max(
+                reading * margin, (healthy or 0.0) * margin - reading)
+            expected = sum(share * (ordered[e][1] - share) for e, share in mine.items())
             # Any flow that may have met it keeps the whole expected company: two that read
             # half together most likely did meet, more likely than their shares of a link say.
             met = any(bisect.bisect_right(ordered[e][0], reach) > 1 for e in mine)
@@ -338,7 +344,7 @@ class AdaptivePlanner:
         (any reading may) until the spread is known, or for a figure where lower is better."""
         cut = getattr(self, "cut", None)        # (none before the first round is judged)
         sigma = cut[1] if cut else None
-        if sigma is None or self.better != "higher":
+        if not sigma or self.better != "higher":      # 0: readings capped or rounded alike
             return None
         return math.exp(COMPANY_Z * math.sqrt(2) * sigma)
 
