@@ -157,6 +157,9 @@ class AdaptivePlanner:
         self._slow_paths: dict[tuple[int, int], tuple[str, ...]] = {}  # a pair's, traced
         self._leaning: list[str] = []          # the verdict's: elements to read again
         self._repeats: dict[tuple[int, int], int] = {}
+        # The latest judgement's healthy rate and slow cut (``_judge``); none before the first.
+        self.healthy: float | None = None
+        self.cut: tuple[float, float | None, str] | None = None
 
     # --- what a pair crosses -----------------------------------------------------------------
 
@@ -326,7 +329,7 @@ class AdaptivePlanner:
         for e, flows in on.items():
             flows.sort()
             ordered[e] = ([r for r, _ in flows], math.fsum(share for _, share in flows))
-        healthy = getattr(self, "healthy", None)
+        healthy = self.healthy
         for m, mine, reading in zip(round_, sets, readings):
             # Real TCP splits a shared link unevenly (60/40): a partner may read above it,
             # but the two together no more than the link, a lone flow's healthy rate.
@@ -342,8 +345,7 @@ class AdaptivePlanner:
         """How far above a flow's reading another may read and still have shared its
         bottleneck: the noise of the two readings' ratio, COMPANY_Z spreads of it; None
         (any reading may) until the spread is known, or for a figure where lower is better."""
-        cut = getattr(self, "cut", None)        # (none before the first round is judged)
-        sigma = cut[1] if cut else None
+        sigma = self.cut[1] if self.cut else None
         if not sigma or self.better != "higher":      # 0: readings capped or rounded alike
             return None
         return math.exp(COMPANY_Z * math.sqrt(2) * sigma)
